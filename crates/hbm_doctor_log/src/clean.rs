@@ -1,0 +1,187 @@
+//! Line cleaning: what real logs and pasted issues wrap around an XLA message.
+//!
+//! Removes, in order: invalid UTF-8 (replaced), carriage returns, ANSI colour codes, markdown
+//! damage (`> ` quotes, `**`, backticks), log prefixes (glog `E1121 23:09:56.211174 2507
+//! file.cc:3781]`, XRT-era `2020-01-01 ...: E tensorflow/...cc:76]`, vLLM `ERROR 05-12 10:11:12
+//! [engine.py:123]`, Ray `(RayWorker pid=12)`, ISO timestamps), repeat markers (`[9x]`) and
+//! TensorFlow's `{{function_node ...}}` wrappers. Literal `\n` in one-line messages becomes real
+//! line breaks, and numbers hard-wrapped by a terminal are joined again.
+
+use regex::Regex;
+use std::sync::OnceLock;
+
+/// A cleaned line and the 1-based line of the input it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    /// 1-based input line.
+    pub number: u64,
+    /// Cleaned text, trimmed.
+    pub text: String,
+}
+
+struct Patterns {
+    ansi: Regex,
+    bare_ansi: Regex,
+    prefixes: Vec<Regex>,
+    repeat: Regex,
+    function_node: Regex,
+}
+
+fn patterns() -> &'static Patterns {
+    static P: OnceLock<Patterns> = OnceLock::new();
+    P.get_or_init(|| {
+        let re = |s: &str| Regex::new(s).expect("valid built-in regex");
+        Patterns {
+            ansi: re(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07"),
+            bare_ansi: re(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m"),
+            prefixes: vec![
+                // glog: E1121 23:09:56.211174 2507 file.cc:3781]
+                re(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+[^\s\]]+:\d+\]\s?"),
+                // XRT-era: 2020-01-01 12:00:00.000000: E 1234 tensorflow/...cc:76]
+                re(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+:\s+[IWEF]\s+(?:\d+\s+)?\S+:\d+\]\s?"),
+                // Ray workers: (RayWorkerWrapper pid=1234, ip=10.0.0.1)
+                re(r"^\((?:[\w.\-]+\s+)?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?"),
+                // anything ending in a source location: vLLM `ERROR 05-12 10:11:12 [engine.py:123]`
+                re(r"^[^\]\n]{0,160}?[\w.\-/]+\.(?:cc|cpp|c|h|py|rs|go):\d+\]\s?"),
+                // bracketed or bare timestamps, kubectl --timestamps, python logging
+                re(r"^\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?\s*(?:[-|:]\s*)?(?:(?:CRITICAL|ERROR|WARNING|WARN|INFO|DEBUG)\s*[-|:]?\s*)?"),
+                // Python logging without a date: `ERROR:absl:` / `WARNING:root:`
+                re(r"^(?:CRITICAL|ERROR|WARNING|INFO|DEBUG):[\w.]+:\s?"),
+            ],
+            repeat: re(r"\s*\[\d+x\]\s*"),
+            function_node: re(r"\{\{function_node [^}]*\}\}\s*"),
+        }
+    })
+}
+
+/// Cleans one raw line (without its newline).
+pub fn clean_line(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    let p = patterns();
+    let mut s: String = text.trim_end_matches(['\r', '\n']).replace('\t', " ");
+    if s.contains('\x1b') {
+        s = p.ansi.replace_all(&s, "").into_owned();
+    }
+    if s.contains("m") && s.contains('[') {
+        // Colour codes whose escape byte was lost on the way (`[31mRESOURCE_EXHAUSTED[0m`).
+        s = p.bare_ansi.replace_all(&s, "").into_owned();
+    }
+    s.retain(|c| c != '`' && c != '\u{feff}' && (c >= ' ' || c == '\t'));
+    if s.contains("**") {
+        s = s.replace("**", "");
+    }
+    let mut t = s.trim_start();
+    // Markdown quotes: `> `, `>> `.
+    while let Some(rest) = t.strip_prefix('>') {
+        t = rest.trim_start();
+    }
+    let mut t = t.to_string();
+    for _ in 0..4 {
+        let before = t.len();
+        for prefix in &p.prefixes {
+            if let Some(m) = prefix.find(&t) {
+                if m.start() == 0 && m.end() > 0 {
+                    t = t[m.end()..].to_string();
+                }
+            }
+        }
+        if t.len() == before {
+            break;
+        }
+    }
+    if t.contains("x]") {
+        t = p.repeat.replace_all(&t, " ").into_owned();
+    }
+    if t.contains("{{function_node") {
+        t = p.function_node.replace_all(&t, "").into_owned();
+    }
+    t.trim().to_string()
+}
+
+/// Splits `raw` on real newlines and on literal `\n` escapes (a one-line message from a Python
+/// repr or JSON), cleans each piece, and joins numbers that a terminal hard-wrapped.
+pub fn clean_block(raw: &[u8], first_line: u64) -> Vec<Line> {
+    let mut out: Vec<Line> = Vec::new();
+    let mut number = first_line;
+    for raw_line in raw.split(|&b| b == b'\n') {
+        let literal_breaks = memchr::memmem::find_iter(raw_line, b"\\n").count();
+        if literal_breaks >= 2 {
+            let text = String::from_utf8_lossy(raw_line).replace("\\t", " ").replace("\\\"", "\"");
+            for piece in text.split("\\n") {
+                push_line(&mut out, number, clean_line(piece.as_bytes()));
+            }
+        } else {
+            push_line(&mut out, number, clean_line(raw_line));
+        }
+        number += 1;
+    }
+    out
+}
+
+fn push_line(out: &mut Vec<Line>, number: u64, text: String) {
+    if let Some(prev) = out.last_mut() {
+        if is_hard_wrap(&prev.text, &text) {
+            prev.text.push_str(&text);
+            return;
+        }
+    }
+    out.push(Line { number, text });
+}
+
+/// A terminal wrapped a long line in the middle of a number: `... Used 49.3` / `4G of 32.00G`.
+fn is_hard_wrap(prev: &str, next: &str) -> bool {
+    if prev.len() < 60 {
+        return false;
+    }
+    let Some(last) = prev.chars().last() else { return false };
+    if !(last.is_ascii_digit() || last == '.') {
+        return false;
+    }
+    let mut chars = next.chars();
+    let Some(first) = chars.next() else { return false };
+    if first.is_ascii_digit() || first == '.' {
+        // `Limit:  1600` / `0000` is a wrap; a new field (`2. Size:`) is not.
+        return !next.contains(". Size:") && !next.contains(':');
+    }
+    if matches!(first, 'K' | 'M' | 'G' | 'T' | 'P' | 'E' | 'B') {
+        let rest: String = chars.take(3).collect();
+        let unit_end = rest.trim_start_matches("iB").trim_start_matches('B');
+        return unit_end.chars().next().is_none_or(|c| !c.is_ascii_alphabetic());
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_prefixes_and_noise() {
+        let cases = [
+            ("E1121 23:09:56.211174    2507 tpu_compiler.cc:3781] RESOURCE_EXHAUSTED: x", "RESOURCE_EXHAUSTED: x"),
+            ("2020-01-20 12:04:12.343431: E    3960 tensorflow/compiler/xla/xla_client/xla_util.cc:76] Largest", "Largest"),
+            ("> **RESOURCE_EXHAUSTED**: `Out of memory`", "RESOURCE_EXHAUSTED: Out of memory"),
+            ("\x1b[31mRESOURCE_EXHAUSTED\x1b[0m: a\r", "RESOURCE_EXHAUSTED: a"),
+            ("ERROR 05-12 10:11:12 [engine.py:123] RuntimeError: x", "RuntimeError: x"),
+            ("(RayWorkerWrapper pid=1234, ip=10.0.0.1) E1121 23:09:56.211174 2507 a.cc:1] y", "y"),
+            ("2024-05-01T10:00:00.123Z ERROR x", "x"),
+            ("[9x] RESOURCE_EXHAUSTED: y", "RESOURCE_EXHAUSTED: y"),
+            ("{{function_node __wrapped__Foo}} OOM when", "OOM when"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(clean_line(raw.as_bytes()), want, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn splits_literal_newlines_and_joins_wraps() {
+        let raw = b"XlaRuntimeError('RESOURCE_EXHAUSTED: a\\nTotal hbm usage >= 1G:\\n    reserved 1M')";
+        let lines = clean_block(raw, 7);
+        assert_eq!(lines.len(), 3);
+        assert!(lines.iter().all(|l| l.number == 7));
+        let raw = b"RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 49.3\n4G of 32.00G hbm.";
+        let lines = clean_block(raw, 1);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].text.contains("Used 49.34G of 32.00G"));
+    }
+}

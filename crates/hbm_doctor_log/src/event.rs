@@ -1,0 +1,264 @@
+//! The model of one out-of-memory event, as found in a log.
+//!
+//! Field names and order follow `docs/contract.md` (the `events` array of `explain --format json`);
+//! fields after `allocations` are extensions recorded in CHANGELOG.md. A figure the text does not
+//! state is `None` (JSON `null`), never a guess.
+
+use serde::{Deserialize, Serialize};
+
+/// When the failure happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// While compiling (the program's static plan does not fit).
+    #[default]
+    Compile,
+    /// While running or loading a program.
+    Runtime,
+}
+
+/// Which XLA backend produced the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// Cloud TPU (libtpu).
+    Tpu,
+    /// An NVIDIA or AMD GPU.
+    Gpu,
+    /// The host CPU.
+    Cpu,
+}
+
+/// Which framework ran the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Framework {
+    /// JAX (and libraries on it: Flax, MaxText, T5X, Pax, EasyDeL...).
+    Jax,
+    /// PyTorch/XLA.
+    PytorchXla,
+    /// TensorFlow (and Keras on it).
+    Tensorflow,
+}
+
+/// The memory that ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemorySpace {
+    /// TPU high-bandwidth memory.
+    Hbm,
+    /// TPU vector memory (on-chip, per kernel scope).
+    Vmem,
+    /// TPU scalar memory.
+    Smem,
+    /// Host RAM (pinned or not).
+    Host,
+    /// A GPU's device memory.
+    Device,
+}
+
+impl MemorySpace {
+    /// Parses `hbm`, `vmem`, `smem`, `host`... as XLA names them.
+    pub fn from_name(name: &str) -> Option<MemorySpace> {
+        match name.to_ascii_lowercase().as_str() {
+            "hbm" => Some(MemorySpace::Hbm),
+            "vmem" => Some(MemorySpace::Vmem),
+            "smem" | "sflag" | "cmem" => Some(MemorySpace::Smem),
+            "host" | "pinned_host" => Some(MemorySpace::Host),
+            _ => None,
+        }
+    }
+}
+
+/// The family of message an event was read from (extension field `family`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// `Ran out of memory in memory space hbm. Used X of Y hbm. Exceeded hbm capacity by Z.`
+    TpuCompileHbm,
+    /// The older TensorFlow-era `Compilation failure: Ran out of memory in memory space hbm. Used X of Y`
+    /// where Y is the chip's physical capacity.
+    TpuCompileHbmOld,
+    /// `the total memory required for HLO temporaries (X) exceeds available HBM (Y)`.
+    TpuHloTemporaries,
+    /// `TPU TensorCore Hbm usage: X, SparseCore Hbm usage Y, exceeding available bytes: Z`.
+    TpuTcSc,
+    /// `Aborting compilation early because it's unlikely to have enough memory. Requires X, has Y`.
+    TpuAbortEarly,
+    /// vmem / smem compile-time OOMs (`Ran out of memory in memory space vmem`, scoped vmem limit).
+    TpuCompileVmem,
+    /// `Allocation (size=N) would exceed memory (size=M) :: #allocation [shape = ...]`.
+    TpuAllocationExceeds,
+    /// `Error allocating device buffer: Attempting to allocate X. That was not possible. There are Y free.`
+    TpuRuntimeAlloc,
+    /// `Error loading program '...': Attempting to reserve X at the bottom of memory.`
+    TpuProgramLoad,
+    /// `Out of memory while trying to allocate N bytes` (XLA:GPU and PJRT), with the optional
+    /// `BufferAssignment OOM Debugging` report.
+    GpuOomAllocate,
+    /// `Failed to allocate request for X (NB) on device ordinal N`.
+    GpuFailedRequest,
+    /// `Allocator (GPU_0_bfc) ran out of memory trying to allocate X` and its dump.
+    BfcAllocator,
+    /// `Can't reduce memory use below X by rematerialization; only reduced to Y`.
+    RematWarning,
+    /// TensorFlow `OOM when allocating tensor with shape[...] and type T on DEVICE by allocator A`.
+    TfOomTensor,
+    /// Host RAM exhausted: the kernel's OOM killer, or `Out of host memory`.
+    HostOom,
+    /// `RESOURCE_EXHAUSTED` about memory with no figures this tool can read.
+    #[default]
+    Unrecognized,
+}
+
+impl Family {
+    /// Rough information content, used to pick the richer of two duplicates.
+    pub fn richness(self) -> u8 {
+        match self {
+            Family::Unrecognized => 0,
+            Family::RematWarning => 1,
+            Family::TpuHloTemporaries => 2,
+            _ => 3,
+        }
+    }
+}
+
+/// One buffer named by the message: an entry of "Largest program allocations", a GPU "Peak
+/// buffers" entry, or the tensor that could not be allocated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Allocation {
+    /// Size as allocated (padded on TPU).
+    pub size_bytes: u64,
+    /// Logical size without tile padding, when stated.
+    pub unpadded_bytes: Option<u64>,
+    /// The shape as printed, with its layout when printed.
+    pub shape: Option<String>,
+    /// The framework op path (`jit(train_step)/.../dot_general`).
+    pub op_name: Option<String>,
+    /// The user's Python source as `file:line`, when the metadata names it.
+    pub source: Option<String>,
+    /// The XLA label: an instruction name (TPU) or an opcode (GPU).
+    pub label: Option<String>,
+    /// `HLO temp`, `scoped`, `Entry Parameter`... as printed.
+    pub allocation_type: Option<String>,
+    /// Extension: `op_type` from the metadata (TensorFlow ops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_type: Option<String>,
+}
+
+/// Rematerialization figures (`Can't reduce memory use below X ... only reduced to Y, down from Z`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Remat {
+    /// The memory limit the pass aimed at.
+    pub target_bytes: u64,
+    /// The peak it reached.
+    pub reduced_to_bytes: u64,
+    /// The peak before rematerialization, when stated.
+    pub original_bytes: Option<u64>,
+}
+
+/// One out-of-memory event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Event {
+    /// 1-based line where the event's message starts.
+    pub line: u64,
+    /// Compile or runtime.
+    pub phase: Phase,
+    /// Backend, when the text tells.
+    pub backend: Option<Backend>,
+    /// Framework, when the text tells.
+    pub framework: Option<Framework>,
+    /// Which memory ran out.
+    pub memory_space: Option<MemorySpace>,
+    /// What the program needs (compile) or holds (runtime).
+    pub used_bytes: Option<u64>,
+    /// What was available.
+    pub limit_bytes: Option<u64>,
+    /// `used - limit`.
+    pub exceeded_bytes: Option<u64>,
+    /// The single allocation that failed.
+    pub requested_bytes: Option<u64>,
+    /// Free memory at the failure.
+    pub free_bytes: Option<u64>,
+    /// TensorCore HBM usage (TC/SC messages).
+    pub tensorcore_bytes: Option<u64>,
+    /// SparseCore HBM usage (TC/SC messages).
+    pub sparsecore_bytes: Option<u64>,
+    /// Buffers the message lists, largest first as printed.
+    pub allocations: Vec<Allocation>,
+
+    /// Extension: the message family.
+    pub family: Family,
+    /// Extension: the headline of the message, cleaned of log prefixes.
+    pub message: String,
+    /// Extension: whether it failed the program (false for warnings such as remat).
+    pub fatal: bool,
+    /// Extension: how many times the same event was printed (log line, exception, re-raise...).
+    pub repeats: u32,
+    /// Extension: the compiled program's name (`jit_train_step`), when stated.
+    pub program: Option<String>,
+    /// Extension: memory the runtime reserves (`reserved` of `Total hbm usage >=`).
+    pub reserved_bytes: Option<u64>,
+    /// Extension: the program's requirement (`program` / `Program hbm requirement`).
+    pub program_bytes: Option<u64>,
+    /// Extension: parameters of the program (`arguments`, GPU `parameter allocation`).
+    pub arguments_bytes: Option<u64>,
+    /// Extension: outputs of the program (`Output size`, GPU `maybe_live_out allocation`).
+    pub output_bytes: Option<u64>,
+    /// Extension: output bytes that share (alias) argument buffers.
+    pub output_aliased_bytes: Option<u64>,
+    /// Extension: the HLO temporaries heap.
+    pub hlo_temp_bytes: Option<u64>,
+    /// Extension: HLO temporaries without padding.
+    pub hlo_temp_unpadded_bytes: Option<u64>,
+    /// Extension: HLO temporaries with padding.
+    pub hlo_temp_padded_bytes: Option<u64>,
+    /// Extension: fragmentation of the temp heap (or a GPU assignment's total fragmentation).
+    pub fragmentation_bytes: Option<u64>,
+    /// Extension: the largest contiguous free block, when stated.
+    pub largest_free_bytes: Option<u64>,
+    /// Extension: the allocator or device named (`GPU_0_bfc`, `0x0x1_HBM0`, `/device:GPU:0`).
+    pub device: Option<String>,
+    /// Extension: rematerialization figures that preceded the failure.
+    pub remat: Option<Remat>,
+}
+
+impl Event {
+    /// Fills `exceeded_bytes` from used and limit when the message did not state it.
+    pub fn derive(&mut self) {
+        if self.exceeded_bytes.is_none() {
+            if let (Some(u), Some(l)) = (self.used_bytes, self.limit_bytes) {
+                if u > l {
+                    self.exceeded_bytes = Some(u - l);
+                }
+            }
+        }
+        if self.used_bytes.is_none() {
+            if let (Some(tc), Some(sc)) = (self.tensorcore_bytes, self.sparsecore_bytes) {
+                self.used_bytes = Some(tc.saturating_add(sc));
+            }
+        }
+    }
+
+    /// How many figures are known: used to keep the richer of two duplicates.
+    pub fn figure_count(&self) -> usize {
+        [
+            self.used_bytes,
+            self.limit_bytes,
+            self.exceeded_bytes,
+            self.requested_bytes,
+            self.free_bytes,
+            self.tensorcore_bytes,
+            self.sparsecore_bytes,
+            self.reserved_bytes,
+            self.program_bytes,
+            self.arguments_bytes,
+            self.output_bytes,
+            self.hlo_temp_bytes,
+        ]
+        .iter()
+        .filter(|f| f.is_some())
+        .count()
+            + self.allocations.len()
+    }
+}

@@ -1,0 +1,687 @@
+//! Reads the figures of every known OOM message family out of a cleaned block of lines.
+//!
+//! A block is a window of a log around one or more anchor hits (see [`crate::scan`]). Each line
+//! that starts a message ("headline") becomes a [`Piece`]; the lines after it, up to the next
+//! headline, are read as its report (TPU `Total hbm usage` / `Largest program allocations`, GPU
+//! `BufferAssignment stats` / `Peak buffers`, BFC `Stats:`). Headline patterns run over the line
+//! joined with the next three, so messages wrapped at word boundaries still match.
+
+use crate::clean::Line;
+use crate::event::{Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Remat};
+use crate::size::parse_size;
+use regex::{Captures, Regex};
+use std::sync::OnceLock;
+
+/// Something a block contributes: an event, or a fragment that belongs to a neighbouring event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// An out-of-memory message.
+    Event(Box<Event>),
+    /// A rematerialization warning, attached to the fatal event that follows it.
+    Remat {
+        /// 1-based line.
+        line: u64,
+        /// The figures.
+        remat: Remat,
+        /// The cleaned headline.
+        message: String,
+    },
+    /// A BFC allocator `Stats:` block, attached to the allocator failure before it.
+    AllocatorStats {
+        /// 1-based line.
+        line: u64,
+        /// `Limit:`.
+        limit: Option<u64>,
+        /// `InUse:`.
+        in_use: Option<u64>,
+        /// `LargestFreeBlock:` or the newest `largest free chunk`.
+        largest_free: Option<u64>,
+    },
+}
+
+/// Size token: `28.50G`, `6.00MiB`, `6291456 bytes`, `1 234 567 bytes`, `14.30GiB (15360000000B)`.
+const SZ: &str = r"(\d{1,3}(?:[ ,]\d{3})+\s?(?:bytes|B)|\d+(?:\.\d+)?\s?(?:[KMGTPE]i?B|[KMGTPE]\b|bytes\b|B\b)(?:\s*\(\d+\s?(?:B|bytes)\))?)";
+
+struct Patterns {
+    tpu_hbm: Regex,
+    hlo_temporaries: Regex,
+    tc_sc: Regex,
+    abort_early: Regex,
+    vmem_stack: Regex,
+    scoped_vmem: Regex,
+    allocation_exceeds: Regex,
+    runtime_alloc: Regex,
+    program_load: Regex,
+    gpu_oom: Regex,
+    failed_request: Regex,
+    bfc: Regex,
+    remat: Regex,
+    tf_oom: Regex,
+    host_killed: Regex,
+    generic: Regex,
+    not_memory: Regex,
+    // report lines
+    total_usage: Regex,
+    kv_size: Regex,
+    output_size: Regex,
+    program_req: Regex,
+    hlo_temp: Regex,
+    largest_header: Regex,
+    entry_size: Regex,
+    gpu_buffer: Regex,
+    field: Regex,
+    bfc_stat: Regex,
+    bfc_summary: Regex,
+    largest_free: Regex,
+    exec_name: Regex,
+    op_name: Regex,
+    op_type: Regex,
+    source_file: Regex,
+    source_line: Regex,
+    ptxla_post: Regex,
+    mem_info: Regex,
+}
+
+fn p() -> &'static Patterns {
+    static P: OnceLock<Patterns> = OnceLock::new();
+    P.get_or_init(|| {
+        let re = |s: &str| Regex::new(&s.replace("SZ", SZ)).expect("valid built-in regex");
+        Patterns {
+            tpu_hbm: re(r"(Compilation failure:\s+)?Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\.?\s+Used\s+SZ\s+of\s+SZ(?:\s+\w+)?\.?(?:\s+Exceeded\s+\w+\s+capacity\s+by\s+SZ)?"),
+            hlo_temporaries: re(r"Ran\s+out\s+of\s+memory\s+on\s+(\w+),?\s+the\s+total\s+memory\s+required\s+for\s+HLO\s+temporaries\s+\(SZ\)\s+exceeds\s+available\s+\w+\s+\(SZ\)"),
+            tc_sc: re(r"TensorCore\s+Hbm\s+usage:?\s+SZ,?\s+SparseCore\s+Hbm\s+usage:?\s+SZ,?\s+exceeding\s+available\s+bytes:?\s+SZ"),
+            abort_early: re(r"Aborting\s+compilation\s+early\s+because\s+it's\s+unlikely\s+to\s+have\s+enough\s+memory\.?\s+Requires\s+SZ,?\s+has\s+SZ\s+available"),
+            vmem_stack: re(r"Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\s+while\s+allocating\s+on\s+stack\s+for\s+(%?[\w.\-]+)\s*=\s*(\w+\[[^\]]*\](?:\{[^}]*\})?)"),
+            scoped_vmem: re(r"Scoped\s+allocation\s+with\s+size\s+SZ\s+and\s+limit\s+SZ\s+exceeded\s+scoped\s+(\w+)\s+limit\s+by\s+SZ"),
+            allocation_exceeds: re(r"Allocation\s+\(size=(\d+)\)\s+would\s+exceed\s+memory\s+\(size=(\d+)\)(?:\s*::\s*(#?[\w.\-]+)\s*\[shape\s*=\s*'([^']*)',\s*space=(\w+)(?:[^\]]*?tag\s*=\s*'([^']*)')?)?"),
+            runtime_alloc: re(r"(?:Error\s+allocating\s+device\s+buffer:\s+)?Attempting\s+to\s+allocate\s+SZ\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free\.?(?:;?\s*\(([\w]+)\))?"),
+            program_load: re(r"(?:Error\s+loading\s+program\s+'([^']+)':\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable"),
+            gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+SZ"),
+            failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?\s+on\s+device\s+ordinal\s+(\d+)"),
+            bfc: re(r"Allocator\s+\(([\w:\-]+)\)\s+ran\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
+            remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
+            tf_oom: re(r"OOM\s+when\s+allocating\s+tensor\s+(?:with\s+shape\s*)?\[?([\d,\s]*)\]?\s+and\s+type\s+(\w+)\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?(?:[\s.,]|$)"),
+            host_killed: re(r"(?:Out\s+of\s+memory:\s+Killed\s+process|oom-kill:.*?task=|Killed\s+process)\s*(\d+)?\s*\(?([\w.\-]*)\)?"),
+            generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
+            not_memory: re(r"(?i)message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
+            total_usage: re(r"^Total\s+(\w+)\s+usage\s*>=\s*SZ"),
+            kv_size: re(r"^\[?(reserved|program|arguments|global|scoped|HLO temp|parameter allocation|constant allocation|maybe_live_out allocation|preallocated temp allocation|total allocation|total fragmentation)\]?:?\s+(SZ|unknown size)"),
+            output_size: re(r"^Output\s+size\s+SZ(?:;\s+shares\s+SZ\s+with\s+arguments)?"),
+            program_req: re(r"^Program\s+(\w+)\s+requirement\s+SZ"),
+            hlo_temp: re(r"^HLO\s+temp\s+SZ\s*\(\s*([\d.]+)%\s+utilization(?::\s+Unpadded\s+\(SZ\)\s+Padded\s+\(SZ\))?,?\s+([\d.]+)%\s+fragmentation\s+\(SZ\)"),
+            largest_header: re(r"^Largest\s+program\s+allocations\s+in\s+(\w+)"),
+            entry_size: re(r"^(\d+)\.\s+Size:\s+SZ"),
+            gpu_buffer: re(r"^Buffer\s+(\d+):(?:\s+Size:\s+SZ)?"),
+            field: re(r"^(Size|Operator|Shape|Unpadded size|Extra memory due to padding|XLA label|XLA Label|Allocation type|Entry Parameter Subshape):\s*(.*)$"),
+            bfc_stat: re(r"^(Limit|InUse|MaxInUse|LargestFreeBlock|Reserved|PeakReserved):\s+(\d+)"),
+            bfc_summary: re(r"Sum\s+Total\s+of\s+in-use\s+chunks:\s*SZ"),
+            largest_free: re(r"(?i)largest\s+(?:contiguous\s+)?free\s+(?:block|region|chunk)[^\d]{0,40}SZ"),
+            exec_name: re(r"(?:executable_name='|Executable\(|program\s+'|module\s+'?)((?:jit_|pjit_|xmap_|pmap_|SyncTensorsGraph)[\w.\-]*)"),
+            op_name: re(r#"op_name="([^"]*)"?"#),
+            op_type: re(r#"op_type="([^"]*)""#),
+            source_file: re(r#"source_file="([^"]*)""#),
+            source_line: re(r"source_line=(\d+)"),
+            ptxla_post: re(r"(Graph input size|Graph output size|Aliased Input size|Intermediate tensor size|Compiled program size):\s*([\d.]+)\s*GB"),
+            mem_info: re(r"'(bytes_used|bytes_limit|peak_bytes_used|kb_free|kb_total)':\s*(\d+)"),
+        }
+    })
+}
+
+fn size(c: &Captures<'_>, i: usize) -> Option<u64> {
+    c.get(i).and_then(|m| parse_size(m.as_str()))
+}
+
+/// Quick test: can this cleaned line start an OOM message?
+fn may_start(text: &str) -> bool {
+    const KEYS: [&str; 16] = [
+        "RESOURCE_EXHAUSTED",
+        "Resource exhausted",
+        "ResourceExhausted",
+        "of memory",
+        "OOM when",
+        "Attempting to",
+        "would exceed memory",
+        "exceeds available",
+        "Hbm usage",
+        "rematerialization",
+        "Failed to allocate request",
+        "ScopedVmemOom",
+        "Scoped allocation",
+        "Killed process",
+        "oom-kill",
+        "Sum Total of in-use",
+    ];
+    KEYS.iter().any(|k| text.contains(k))
+}
+
+/// Parses one cleaned block into pieces, in order.
+pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
+    let pat = p();
+    let hints = Hints::of(lines);
+    let mut heads: Vec<(usize, usize, Piece)> = Vec::new(); // (first line, lines used, piece)
+    let mut i = 0;
+    while i < lines.len() {
+        let text = &lines[i].text;
+        if text.is_empty() || !may_start(text) {
+            i += 1;
+            continue;
+        }
+        let end = (i + 4).min(lines.len());
+        let flat = lines[i..end].iter().map(|l| l.text.as_str()).collect::<Vec<_>>().join("\n");
+        match headline(&flat, lines[i].number, pat) {
+            Some((piece, used_chars)) => {
+                let used_lines = flat[..used_chars].matches('\n').count() + 1;
+                heads.push((i, used_lines, piece));
+                i += used_lines;
+            }
+            None => i += 1,
+        }
+    }
+    let mut out = Vec::with_capacity(heads.len());
+    for k in 0..heads.len() {
+        let (start, used, _) = heads[k];
+        let region_end = heads.get(k + 1).map_or(lines.len(), |h| h.0);
+        let region = &lines[(start + used).min(region_end)..region_end];
+        let head_line_text = &lines[start..start + used];
+        let mut piece = heads[k].2.clone();
+        if let Piece::Event(event) = &mut piece {
+            read_report(event, head_line_text, region, pat);
+            hints.apply(event);
+        }
+        out.push(piece);
+    }
+    out
+}
+
+/// Framework and backend clues in the whole block (tracebacks, paths, op names).
+#[derive(Default)]
+struct Hints {
+    framework: Option<Framework>,
+    tpu: bool,
+    gpu: bool,
+    program: Option<String>,
+}
+
+impl Hints {
+    fn of(lines: &[Line]) -> Hints {
+        let mut h = Hints::default();
+        let (mut jax, mut ptxla, mut tf) = (false, false, false);
+        for line in lines {
+            let t = line.text.as_str();
+            if t.contains("torch_xla") || t.contains("Bad StatusOr access") || t.contains("PT_XLA") || t.contains("xla_util.cc") || t.contains("SyncTensorsGraph") || t.contains("pytorch/xla") || t.contains("torch/") {
+                ptxla = true;
+            }
+            if t.contains("jax") || t.contains("XlaRuntimeError") || t.contains("JaxRuntimeError") || t.contains("jit(") || t.contains("flax") || t.contains("pjit") {
+                jax = true;
+            }
+            if t.contains("tensorflow") || t.contains("ResourceExhaustedError") || t.contains("function_node") || t.contains("OOM when allocating") || t.contains("Compilation failure:") || t.contains("keras") || t.contains("tf.") {
+                tf = true;
+            }
+            if t.contains("TPU") || t.contains("tpu") || t.contains(" hbm") || t.contains("HBM") || t.contains(":T(") {
+                h.tpu = true;
+            }
+            if t.contains("GPU") || t.contains("cuda") || t.contains("CUDA") || t.contains("gpu_") || t.contains("NVIDIA") {
+                h.gpu = true;
+            }
+            if h.program.is_none() {
+                if let Some(c) = p().exec_name.captures(t) {
+                    h.program = Some(c[1].to_string());
+                }
+            }
+        }
+        h.framework = if ptxla {
+            Some(Framework::PytorchXla)
+        } else if jax {
+            Some(Framework::Jax)
+        } else if tf {
+            Some(Framework::Tensorflow)
+        } else {
+            None
+        };
+        h
+    }
+
+    fn apply(&self, event: &mut Event) {
+        if event.framework.is_none() {
+            event.framework = self.framework;
+        }
+        if event.backend.is_none() {
+            event.backend = if self.tpu && !self.gpu {
+                Some(Backend::Tpu)
+            } else if self.gpu && !self.tpu {
+                Some(Backend::Gpu)
+            } else {
+                None
+            };
+        }
+        if event.program.is_none() {
+            event.program.clone_from(&self.program);
+        }
+        if event.memory_space.is_none() {
+            event.memory_space = match event.backend {
+                Some(Backend::Tpu) => Some(MemorySpace::Hbm),
+                Some(Backend::Gpu) => Some(MemorySpace::Device),
+                _ => None,
+            };
+        }
+    }
+}
+
+fn new_event(line: u64, family: Family, phase: Phase, message: &str) -> Event {
+    Event {
+        line,
+        family,
+        phase,
+        fatal: true,
+        repeats: 1,
+        message: headline_text(message),
+        ..Event::default()
+    }
+}
+
+/// The first line of a message, shortened to something a person reads at a glance.
+fn headline_text(flat: &str) -> String {
+    let first: String = flat.split('\n').next().unwrap_or("").chars().take(400).collect();
+    first.trim().to_string()
+}
+
+/// Tries every family on `flat` (a line and the three after it). Returns the piece and how many
+/// characters of `flat` the headline used.
+fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
+    let first_line_len = flat.find('\n').unwrap_or(flat.len());
+    // The match must start on the first line, or the next line is the real start.
+    let on_first = |m: regex::Match<'_>| m.start() <= first_line_len;
+
+    if let Some(c) = pat.tc_sc.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::TpuTcSc, Phase::Compile, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = Some(MemorySpace::Hbm);
+        e.tensorcore_bytes = size(&c, 1);
+        e.sparsecore_bytes = size(&c, 2);
+        e.limit_bytes = size(&c, 3);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.vmem_stack.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::TpuCompileVmem, Phase::Compile, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = MemorySpace::from_name(&c[1]);
+        let shape = c[3].to_string();
+        let bytes = hbm_doctor_shape_bytes(&shape);
+        e.requested_bytes = bytes.map(|b| b.0);
+        e.allocations.push(Allocation {
+            size_bytes: bytes.map_or(0, |b| b.0),
+            unpadded_bytes: bytes.map(|b| b.1),
+            shape: Some(shape),
+            label: Some(c[2].trim_start_matches('%').to_string()),
+            allocation_type: Some("stack".into()),
+            ..Allocation::default()
+        });
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.tpu_hbm.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let old = c.get(1).is_some() || flat.contains("Compilation failure");
+        let family = if old { Family::TpuCompileHbmOld } else { Family::TpuCompileHbm };
+        let space = MemorySpace::from_name(&c[2]);
+        let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) { Family::TpuCompileVmem } else { family };
+        let mut e = new_event(line, family, Phase::Compile, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = space;
+        e.used_bytes = size(&c, 3);
+        e.limit_bytes = size(&c, 4);
+        e.exceeded_bytes = size(&c, 5);
+        if old {
+            e.framework = Some(Framework::Tensorflow).filter(|_| !flat.contains("torch"));
+        }
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.hlo_temporaries.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::TpuHloTemporaries, Phase::Compile, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = MemorySpace::from_name(&c[1]).or(Some(MemorySpace::Hbm));
+        e.used_bytes = size(&c, 2);
+        e.limit_bytes = size(&c, 3);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.abort_early.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::TpuAbortEarly, Phase::Compile, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = Some(MemorySpace::Hbm);
+        e.used_bytes = size(&c, 1);
+        e.limit_bytes = size(&c, 2);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.scoped_vmem.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::TpuCompileVmem, Phase::Compile, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = MemorySpace::from_name(&c[3]).or(Some(MemorySpace::Vmem));
+        e.requested_bytes = size(&c, 1);
+        e.used_bytes = size(&c, 1);
+        e.limit_bytes = size(&c, 2);
+        e.exceeded_bytes = size(&c, 4);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.allocation_exceeds.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let space = c.get(5).and_then(|m| MemorySpace::from_name(m.as_str()));
+        let scoped = flat.contains("scoped") || matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem));
+        let phase = if scoped || flat.contains("compile") { Phase::Compile } else { Phase::Runtime };
+        let mut e = new_event(line, Family::TpuAllocationExceeds, phase, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = space.or(Some(MemorySpace::Hbm));
+        e.requested_bytes = c[1].parse().ok();
+        e.limit_bytes = c[2].parse().ok();
+        if let Some(shape) = c.get(4) {
+            let bytes = hbm_doctor_shape_bytes(shape.as_str());
+            e.allocations.push(Allocation {
+                size_bytes: e.requested_bytes.unwrap_or(0),
+                unpadded_bytes: bytes.map(|b| b.1),
+                shape: Some(shape.as_str().to_string()),
+                label: c.get(6).or(c.get(3)).map(|m| m.as_str().to_string()),
+                allocation_type: Some(if scoped { "scoped".into() } else { "buffer".into() }),
+                ..Allocation::default()
+            });
+        }
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.program_load.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::TpuProgramLoad, Phase::Runtime, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = Some(MemorySpace::Hbm);
+        e.program = c.get(1).map(|m| m.as_str().to_string());
+        e.requested_bytes = size(&c, 2);
+        e.free_bytes = size(&c, 3);
+        e.reserved_bytes = size(&c, 4);
+        e.largest_free_bytes = size(&c, 5);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.runtime_alloc.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::TpuRuntimeAlloc, Phase::Runtime, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = Some(MemorySpace::Hbm);
+        e.requested_bytes = size(&c, 1);
+        e.free_bytes = size(&c, 2);
+        e.device = c.get(3).map(|m| m.as_str().to_string());
+        if let Some(l) = pat.largest_free.captures(flat) {
+            e.largest_free_bytes = size(&l, 1);
+        }
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.remat.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let exact = |i: usize, j: usize| c.get(i).and_then(|m| m.as_str().parse().ok()).or_else(|| size(&c, j));
+        let remat = Remat {
+            target_bytes: exact(2, 1).unwrap_or(0),
+            reduced_to_bytes: exact(4, 3).unwrap_or(0),
+            original_bytes: exact(6, 5),
+        };
+        return Some((Piece::Remat { line, remat, message: headline_text(flat) }, c.get(0)?.end()));
+    }
+    if let Some(c) = pat.bfc.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        if flat.contains("not a failure") || flat.contains("caller indicates") {
+            return None;
+        }
+        let allocator = c[1].to_string();
+        let host = allocator.to_ascii_lowercase().contains("cpu") || allocator.to_ascii_lowercase().contains("host");
+        let mut e = new_event(line, Family::BfcAllocator, Phase::Runtime, flat);
+        e.backend = if host { None } else { Some(Backend::Gpu) };
+        e.memory_space = Some(if host { MemorySpace::Host } else { MemorySpace::Device });
+        e.requested_bytes = c.get(3).and_then(|m| m.as_str().parse().ok()).or_else(|| size(&c, 2));
+        e.device = Some(allocator);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.tf_oom.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::TfOomTensor, Phase::Runtime, flat);
+        e.framework = Some(Framework::Tensorflow);
+        let dims: Vec<u64> = c[1].split(',').filter_map(|d| d.trim().parse().ok()).collect();
+        let dtype = c[2].to_string();
+        let device = c[3].trim_end_matches([',', '.']).to_string();
+        let lower = device.to_ascii_lowercase();
+        e.backend = if lower.contains("gpu") {
+            Some(Backend::Gpu)
+        } else if lower.contains("tpu") {
+            Some(Backend::Tpu)
+        } else if lower.contains("cpu") {
+            Some(Backend::Cpu)
+        } else {
+            None
+        };
+        e.memory_space = match e.backend {
+            Some(Backend::Gpu) => Some(MemorySpace::Device),
+            Some(Backend::Tpu) => Some(MemorySpace::Hbm),
+            Some(Backend::Cpu) => Some(MemorySpace::Host),
+            None => None,
+        };
+        let bits = hbm_doctor_hlo::PrimitiveType::parse(&dtype).map_or(32, |t| t.bits());
+        let elements = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+        let bytes = elements.saturating_mul(u64::from(bits)).div_ceil(8);
+        e.requested_bytes = Some(bytes);
+        let shape = format!("{dtype}[{}]", dims.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
+        e.allocations.push(Allocation { size_bytes: bytes, shape: Some(shape), allocation_type: Some("tensor".into()), ..Allocation::default() });
+        e.device = Some(device);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.failed_request.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::GpuFailedRequest, Phase::Runtime, flat);
+        e.requested_bytes = c.get(2).and_then(|m| m.as_str().parse().ok()).or_else(|| size(&c, 1));
+        e.device = Some(format!("device ordinal {}", &c[3]));
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.gpu_oom.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let host = c.get(1).is_some();
+        let mut e = new_event(line, if host { Family::HostOom } else { Family::GpuOomAllocate }, Phase::Runtime, flat);
+        e.requested_bytes = size(&c, 2);
+        if host {
+            e.memory_space = Some(MemorySpace::Host);
+        }
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.host_killed.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        if !(flat.contains("Out of memory") || flat.contains("oom") || flat.contains("OOM")) {
+            return None;
+        }
+        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Host);
+        e.device = c.get(2).filter(|m| !m.as_str().is_empty()).map(|m| format!("process {}", m.as_str()));
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.bfc_summary.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        // The stats follow within a few lines; read them from `flat` and the region later.
+        let mut stats = Piece::AllocatorStats { line, limit: None, in_use: size(&c, 1), largest_free: None };
+        for l in flat.lines() {
+            if let (Some(s), Piece::AllocatorStats { limit, in_use, largest_free, .. }) = (pat.bfc_stat.captures(l.trim()), &mut stats) {
+                let v = s[2].parse().ok();
+                match &s[1] {
+                    "Limit" => *limit = v,
+                    "InUse" => *in_use = v,
+                    "LargestFreeBlock" => *largest_free = v,
+                    _ => {}
+                }
+            }
+        }
+        return Some((stats, c.get(0)?.end()));
+    }
+    let first = &flat[..first_line_len];
+    if let Some(m) = pat.generic.find(first) {
+        if pat.not_memory.is_match(first) {
+            return None;
+        }
+        // "out of memory" in prose (a log that *talks* about OOMs) is not an event unless it is
+        // the status text itself.
+        let status = first.contains("RESOURCE_EXHAUSTED") || first.contains("Resource exhausted") || first.contains("ResourceExhausted") || first.contains("OOM when") || first.contains("ScopedVmemOom");
+        let oom_phrase = first.contains("Ran out of memory") || first.contains("Out of memory") || first.contains("out of memory");
+        if !status && !oom_phrase {
+            return None;
+        }
+        if !status && first.split_whitespace().count() > 40 {
+            return None;
+        }
+        let _ = m;
+        let mut e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
+        if first.contains("compil") {
+            e.phase = Phase::Compile;
+        }
+        if first.contains("vmem") || first.contains("ScopedVmemOom") {
+            e.memory_space = Some(MemorySpace::Vmem);
+            e.phase = Phase::Compile;
+            e.backend = Some(Backend::Tpu);
+        }
+        return Some((Piece::Event(Box::new(e)), first_line_len));
+    }
+    None
+}
+
+/// Padded and unpadded bytes of a printed shape (padded falls back to unpadded without tiles).
+fn hbm_doctor_shape_bytes(text: &str) -> Option<(u64, u64)> {
+    let shape = hbm_doctor_hlo::Shape::parse(text)?;
+    Some((shape.padded_bytes(), shape.unpadded_bytes()))
+}
+
+/// Reads the report lines that follow a headline into the event.
+fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
+    let mut in_largest = false;
+    let mut current: Option<Allocation> = None;
+    let mut in_program = false;
+    let all = head.iter().chain(region.iter());
+    let mut ptxla = false;
+    for line in all {
+        let t = line.text.trim();
+        if t.is_empty() {
+            continue;
+        }
+        if let Some(c) = pat.total_usage.captures(t) {
+            e.used_bytes = e.used_bytes.or(size(&c, 2));
+            in_program = false;
+            continue;
+        }
+        if let Some(c) = pat.program_req.captures(t) {
+            e.program_bytes = size(&c, 2);
+            in_program = true;
+            continue;
+        }
+        if let Some(c) = pat.hlo_temp.captures(t) {
+            e.hlo_temp_bytes = size(&c, 1);
+            e.hlo_temp_unpadded_bytes = size(&c, 3);
+            e.hlo_temp_padded_bytes = size(&c, 4);
+            e.fragmentation_bytes = size(&c, 6);
+            continue;
+        }
+        if let Some(c) = pat.kv_size.captures(t) {
+            let v = size(&c, 2);
+            match &c[1] {
+                "reserved" if !in_program => e.reserved_bytes = v,
+                "program" => e.program_bytes = e.program_bytes.or(v),
+                "arguments" => e.arguments_bytes = v,
+                "HLO temp" => e.hlo_temp_bytes = v,
+                "parameter allocation" => e.arguments_bytes = v,
+                "maybe_live_out allocation" => e.output_bytes = v,
+                "preallocated temp allocation" => e.hlo_temp_bytes = v,
+                "total allocation" => e.used_bytes = e.used_bytes.or(v),
+                "total fragmentation" => e.fragmentation_bytes = v,
+                _ => {}
+            }
+            continue;
+        }
+        if let Some(c) = pat.output_size.captures(t) {
+            e.output_bytes = size(&c, 1);
+            e.output_aliased_bytes = size(&c, 2);
+            continue;
+        }
+        if pat.largest_header.is_match(t) || t.starts_with("Peak buffers") {
+            in_largest = true;
+            continue;
+        }
+        if in_largest {
+            if let Some(c) = pat.entry_size.captures(t).or_else(|| pat.gpu_buffer.captures(t)) {
+                if let Some(a) = current.take() {
+                    e.allocations.push(a);
+                }
+                current = Some(Allocation { size_bytes: size(&c, 2).unwrap_or(0), ..Allocation::default() });
+                continue;
+            }
+            if let (Some(c), Some(a)) = (pat.field.captures(t), current.as_mut()) {
+                let value = c[2].trim();
+                match &c[1] {
+                    "Size" => a.size_bytes = parse_size(value).unwrap_or(a.size_bytes),
+                    "Operator" => read_operator(a, value, pat),
+                    "Shape" => a.shape = Some(value.to_string()),
+                    "Entry Parameter Subshape" => {
+                        a.shape = Some(value.to_string());
+                        a.allocation_type = Some("Entry Parameter".into());
+                    }
+                    "Unpadded size" => a.unpadded_bytes = parse_size(value),
+                    "XLA label" | "XLA Label" => a.label = Some(short_label(value)),
+                    "Allocation type" => a.allocation_type = Some(value.to_string()),
+                    _ => {}
+                }
+                continue;
+            }
+            if t.starts_with("=====") {
+                if let Some(a) = current.take() {
+                    e.allocations.push(a);
+                }
+                continue;
+            }
+        }
+        if let Some(c) = pat.largest_free.captures(t) {
+            e.largest_free_bytes = size(&c, 1);
+        }
+        if let Some(c) = pat.ptxla_post.captures(t) {
+            ptxla = true;
+            let gb = c[2].parse::<f64>().ok().map(|v| (v * 1024f64.powi(3)).round() as u64);
+            match &c[1] {
+                "Graph input size" => e.arguments_bytes = e.arguments_bytes.or(gb),
+                "Graph output size" => e.output_bytes = e.output_bytes.or(gb),
+                "Aliased Input size" => e.output_aliased_bytes = e.output_aliased_bytes.or(gb),
+                "Intermediate tensor size" => e.hlo_temp_bytes = e.hlo_temp_bytes.or(gb),
+                _ => {}
+            }
+        }
+        for c in pat.mem_info.captures_iter(t) {
+            let v: Option<u64> = c[2].parse().ok();
+            match &c[1] {
+                "bytes_used" => e.used_bytes = e.used_bytes.or(v),
+                "bytes_limit" => e.limit_bytes = e.limit_bytes.or(v),
+                "kb_total" => e.limit_bytes = e.limit_bytes.or(v.map(|k| k * 1024)),
+                "kb_free" => e.free_bytes = e.free_bytes.or(v.map(|k| k * 1024)),
+                _ => {}
+            }
+        }
+    }
+    if let Some(a) = current.take() {
+        e.allocations.push(a);
+    }
+    if ptxla && e.framework.is_none() {
+        e.framework = Some(Framework::PytorchXla);
+    }
+    for a in &mut e.allocations {
+        if a.unpadded_bytes.is_none() && e.backend != Some(Backend::Gpu) {
+            // TPU listings omit "Unpadded size" only in old messages; GPU sizes are never padded.
+            a.unpadded_bytes = a.shape.as_deref().and_then(hbm_doctor_shape_bytes).filter(|b| b.0 == a.size_bytes).map(|b| b.1);
+        }
+        if a.unpadded_bytes.is_none() && (e.family == Family::GpuOomAllocate || a.allocation_type.as_deref() == Some("Entry Parameter")) {
+            a.unpadded_bytes = Some(a.size_bytes);
+        }
+    }
+}
+
+fn read_operator(a: &mut Allocation, value: &str, pat: &Patterns) {
+    a.op_name = pat.op_name.captures(value).map(|c| c[1].to_string());
+    a.op_type = pat.op_type.captures(value).map(|c| c[1].to_string());
+    let file = pat.source_file.captures(value).map(|c| c[1].to_string());
+    let line = pat.source_line.captures(value).map(|c| c[1].to_string());
+    a.source = match (file, line) {
+        (Some(f), Some(l)) => Some(format!("{f}:{l}")),
+        (Some(f), None) => Some(f),
+        _ => None,
+    };
+    if a.op_name.is_none() && !value.contains('=') {
+        a.op_name = Some(value.to_string());
+    }
+}
+
+/// `%copy.40488 = s32[...] copy(...), metadata={...}` -> `copy.40488`; short labels stay as they are.
+fn short_label(value: &str) -> String {
+    let v = value.trim();
+    match v.find(" = ") {
+        Some(i) if !v[..i].contains(' ') => v[..i].trim_start_matches('%').to_string(),
+        _ => v.chars().take(200).collect(),
+    }
+}

@@ -1,0 +1,207 @@
+//! Streaming search for OOM messages in logs of any size.
+//!
+//! [`Scanner`] is fed a buffer that the caller refills; it finds anchor strings with a SIMD
+//! multi-pattern search (aho-corasick, Teddy), cuts a window of lines around each hit, merges
+//! overlapping windows into one block, parses each block as soon as no later hit can extend it,
+//! and tells the caller how many leading bytes it may drop. Memory stays flat: at most one
+//! buffer plus one block, whatever the size of the log. Lines are counted with SIMD `bytecount`.
+
+use crate::clean::clean_block;
+use crate::event::Event;
+use crate::merge::merge;
+use crate::parse::{parse_block, Piece};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+
+/// Bytes of context kept before a hit.
+pub const LOOKBEHIND_BYTES: usize = 64 * 1024;
+/// Lines of context kept before a hit.
+pub const LOOKBEHIND_LINES: usize = 80;
+/// Bytes of context taken after a hit (reports such as `Largest program allocations` follow it).
+pub const LOOKAHEAD_BYTES: usize = 256 * 1024;
+/// Lines of context taken after a hit.
+pub const LOOKAHEAD_LINES: usize = 400;
+/// A block never grows past this; a new one starts instead.
+pub const MAX_BLOCK_BYTES: usize = 4 * 1024 * 1024;
+/// Pieces kept at most (a log with more OOM messages than this is summarized by its first ones).
+pub const MAX_PIECES: usize = 100_000;
+
+/// Strings whose presence marks a line worth parsing. Every family of formats.md §4 contains one.
+const ANCHORS: &[&str] = &[
+    "RESOURCE_EXHAUSTED",
+    "Resource exhausted",
+    "ResourceExhausted",
+    "of memory",
+    "OOM when",
+    "Attempting to allocate",
+    "Attempting to reserve",
+    "would exceed memory",
+    "exceeds available",
+    "Hbm usage",
+    "by rematerialization",
+    "Failed to allocate request",
+    "ScopedVmemOom",
+    "Scoped allocation",
+    "Killed process",
+    "oom-kill",
+    "Sum Total of in-use",
+];
+
+#[derive(Debug)]
+struct Block {
+    start: usize,
+    start_line: u64,
+    end: usize,
+}
+
+/// A push-based scanner. See the module docs.
+#[derive(Debug)]
+pub struct Scanner {
+    anchors: AhoCorasick,
+    /// Where the next search starts, in the coordinates of the next buffer.
+    resume: usize,
+    /// A position in the current buffer whose 0-based line number is known.
+    cursor_pos: usize,
+    cursor_line: u64,
+    block: Option<Block>,
+    pieces: Vec<Piece>,
+    truncated: bool,
+    bytes_seen: u64,
+    last_floor: usize,
+}
+
+impl Default for Scanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Scanner {
+    /// A scanner at the start of a log.
+    pub fn new() -> Scanner {
+        let anchors = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostFirst)
+            .kind(Some(AhoCorasickKind::DFA))
+            .build(ANCHORS)
+            .expect("anchors are valid");
+        Scanner {
+            anchors,
+            resume: 0,
+            cursor_pos: 0,
+            cursor_line: 0,
+            block: None,
+            pieces: Vec::new(),
+            truncated: false,
+            bytes_seen: 0,
+            last_floor: 0,
+        }
+    }
+
+    fn line_of(&mut self, buf: &[u8], pos: usize) -> u64 {
+        debug_assert!(pos >= self.cursor_pos);
+        self.cursor_line += bytecount::count(&buf[self.cursor_pos..pos], b'\n') as u64;
+        self.cursor_pos = pos;
+        self.cursor_line
+    }
+
+    /// Scans `buf`, which starts where the previous call's consumed bytes ended. `eof` says no more
+    /// data follows. Returns how many leading bytes of `buf` the caller may now drop.
+    pub fn scan(&mut self, buf: &[u8], eof: bool) -> usize {
+        let limit = if eof { buf.len() } else { buf.len().saturating_sub(LOOKAHEAD_BYTES) };
+        let mut pos = self.resume.min(buf.len());
+        while pos < limit {
+            let Some(m) = self.anchors.find(&buf[pos..]) else { break };
+            let hit = pos + m.start();
+            if hit >= limit {
+                break;
+            }
+            let line_start = memchr::memrchr(b'\n', &buf[..hit]).map_or(0, |i| i + 1);
+            let line_end = memchr::memchr(b'\n', &buf[hit..]).map_or(buf.len(), |i| hit + i + 1);
+            pos = line_end;
+            if let Some(block) = &mut self.block {
+                if line_start < block.end && line_end - block.start < MAX_BLOCK_BYTES {
+                    block.end = block.end.max(forward(buf, line_end));
+                    continue;
+                }
+            }
+            self.close_block(buf);
+            let hit_line = self.line_of(buf, line_start);
+            let floor = self.block_floor();
+            let start = backward(buf, line_start, floor);
+            let start_line = hit_line - bytecount::count(&buf[start..line_start], b'\n') as u64;
+            self.block = Some(Block { start, start_line, end: forward(buf, line_end) });
+        }
+        if self.block.as_ref().is_some_and(|b| b.end <= limit || eof) {
+            self.close_block(buf);
+        }
+        self.line_of(buf, limit.max(self.cursor_pos));
+        let keep_from = match &self.block {
+            Some(b) => b.start,
+            None => limit.saturating_sub(LOOKBEHIND_BYTES),
+        };
+        let consumed = if eof { buf.len() } else { keep_from.min(limit) };
+        self.resume = limit.max(pos.min(buf.len())) - consumed;
+        self.cursor_pos -= consumed;
+        if let Some(b) = &mut self.block {
+            b.start -= consumed;
+            b.end -= consumed;
+        }
+        self.last_floor = self.last_floor.saturating_sub(consumed);
+        self.bytes_seen += consumed as u64;
+        consumed
+    }
+
+    fn block_floor(&self) -> usize {
+        self.last_floor
+    }
+
+    fn close_block(&mut self, buf: &[u8]) {
+        let Some(block) = self.block.take() else { return };
+        self.last_floor = block.end;
+        let lines = clean_block(&buf[block.start..block.end], block.start_line + 1);
+        for piece in parse_block(&lines) {
+            if self.pieces.len() >= MAX_PIECES {
+                self.truncated = true;
+                break;
+            }
+            self.pieces.push(piece);
+        }
+    }
+
+    /// Whether more messages were found than [`MAX_PIECES`].
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// Ends the scan and returns the events, duplicates merged, in input order.
+    pub fn finish(self) -> Vec<Event> {
+        merge(self.pieces)
+    }
+}
+
+/// End of the window after a hit's line: up to [`LOOKAHEAD_LINES`] lines or bytes.
+fn forward(buf: &[u8], from: usize) -> usize {
+    let cap = (from + LOOKAHEAD_BYTES).min(buf.len());
+    match memchr::memchr_iter(b'\n', &buf[from..cap]).nth(LOOKAHEAD_LINES - 1) {
+        Some(i) => from + i + 1,
+        None => cap,
+    }
+}
+
+/// Start of the window before a hit's line, never before `floor` (the end of the previous block).
+fn backward(buf: &[u8], line_start: usize, floor: usize) -> usize {
+    let floor = floor.max(line_start.saturating_sub(LOOKBEHIND_BYTES));
+    if line_start <= floor {
+        return line_start.max(floor.min(line_start));
+    }
+    match memchr::memrchr_iter(b'\n', &buf[floor..line_start.saturating_sub(1)]).nth(LOOKBEHIND_LINES - 1) {
+        Some(i) => floor + i + 1,
+        None => floor,
+    }
+}
+
+/// Scans a whole in-memory log.
+pub fn scan_all(input: &[u8]) -> Vec<Event> {
+    let mut scanner = Scanner::new();
+    scanner.scan(input, true);
+    scanner.finish()
+}

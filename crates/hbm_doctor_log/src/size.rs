@@ -1,0 +1,144 @@
+//! Byte sizes as XLA, TSL, the TPU compiler, PyTorch/XLA and TensorFlow print them.
+//!
+//! Parsing accepts `28.50G`, `28.50GiB`, `1.2K`, `512B`, `0B`, `30601641984 bytes`,
+//! `1 234 567 bytes`, `14.30GiB (15360000000B)` (the exact count in parentheses wins), `1.5 GB`.
+//! Units are binary (`G` = 2^30), as XLA means them. Formatting mirrors TSL's
+//! `HumanReadableNumBytes` without the `iB` suffix, the way TPU messages print sizes.
+
+/// Parses one size token. Returns `None` for anything that is not a size.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if let Some(open) = text.find('(') {
+        // `14.30GiB (15360000000B)`: prefer the exact count.
+        let inner = text[open + 1..].trim_end_matches(')');
+        if let Some(exact) = parse_plain_bytes(inner) {
+            return Some(exact);
+        }
+        return parse_size(&text[..open]);
+    }
+    if let Some(exact) = parse_plain_bytes(text) {
+        return Some(exact);
+    }
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    if number.is_sign_negative() || !number.is_finite() {
+        return None;
+    }
+    let unit = unit.trim();
+    let power = match unit {
+        "" | "B" | "b" | "bytes" | "byte" => 0,
+        _ => {
+            let first = unit.chars().next()?.to_ascii_uppercase();
+            let rest = &unit[1..];
+            if !matches!(rest, "" | "B" | "iB" | "ib" | "b") {
+                return None;
+            }
+            match first {
+                'K' => 1,
+                'M' => 2,
+                'G' => 3,
+                'T' => 4,
+                'P' => 5,
+                'E' => 6,
+                _ => return None,
+            }
+        }
+    };
+    let value = number * 1024f64.powi(power);
+    if value > u64::MAX as f64 {
+        return None;
+    }
+    Some(value.round() as u64)
+}
+
+/// `12345 bytes`, `12345B`, `1 234 567 bytes`, `1,234,567 bytes`: an exact count.
+fn parse_plain_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text
+        .strip_suffix("bytes")
+        .or_else(|| text.strip_suffix("byte"))
+        .or_else(|| text.strip_suffix('B'))?
+        .trim();
+    if digits.is_empty() || digits.contains('.') {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for c in digits.chars() {
+        match c {
+            '0'..='9' => {
+                value = value.checked_mul(10)?.checked_add(u64::from(c as u8 - b'0'))?;
+            }
+            ' ' | ',' | '\u{a0}' | '_' => {}
+            _ => return None,
+        }
+    }
+    Some(value)
+}
+
+/// Formats bytes like the TPU compiler does: `512B`, `4.0K`, `528.00M`, `28.50G`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["K", "M", "G", "T", "P", "E"];
+    if bytes < 1024 {
+        return format!("{bytes}B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value:.1}{}", UNITS[unit])
+    } else {
+        format!("{value:.2}{}", UNITS[unit])
+    }
+}
+
+/// Formats bytes with the `iB` suffix (`28.50 GiB`), for prose.
+pub fn format_size_iec(bytes: u64) -> String {
+    let s = format_size(bytes);
+    if s.ends_with('B') {
+        return s.replace('B', " B");
+    }
+    let (num, unit) = s.split_at(s.len() - 1);
+    format!("{num} {unit}iB")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spellings_from_the_contract() {
+        assert_eq!(parse_size("28.50G"), Some(30_601_641_984));
+        assert_eq!(parse_size("28.50GiB"), Some(30_601_641_984));
+        assert_eq!(parse_size("1.2K"), Some(1229));
+        assert_eq!(parse_size("512B"), Some(512));
+        assert_eq!(parse_size("0B"), Some(0));
+        assert_eq!(parse_size("30601641984 bytes"), Some(30_601_641_984));
+        assert_eq!(parse_size("1 234 567 bytes"), Some(1_234_567));
+        assert_eq!(parse_size("14.30GiB (15360000000B)"), Some(15_360_000_000));
+        assert_eq!(parse_size("15.75G"), Some(16_911_433_728));
+        assert_eq!(parse_size("3.84T"), Some(4_222_124_650_660));
+        assert_eq!(parse_size("4.0K"), Some(4096));
+        assert_eq!(parse_size("1.5 GB"), Some(1_610_612_736));
+        assert_eq!(parse_size("6.00MiB"), Some(6_291_456));
+    }
+
+    #[test]
+    fn rejects_non_sizes() {
+        for t in ["", "G", "abc", "1.2.3G", "12Q", "-5G", "NaNG", "1e400G"] {
+            assert_eq!(parse_size(t), None, "{t}");
+        }
+    }
+
+    #[test]
+    fn formats_like_xla() {
+        assert_eq!(format_size(0), "0B");
+        assert_eq!(format_size(4096), "4.0K");
+        assert_eq!(format_size(30_601_641_984), "28.50G");
+        assert_eq!(format_size(553_648_128), "528.00M");
+        assert_eq!(format_size_iec(30_601_641_984), "28.50 GiB");
+    }
+}
