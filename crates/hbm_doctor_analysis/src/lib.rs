@@ -1,1 +1,17 @@
-//! placeholder
+//! Diagnosis: from out-of-memory events to a category, ranked causes and concrete actions.
+//!
+//! [`explain`] turns the events that `hbm_doctor_log` found into an [`ExplainReport`], the one
+//! model behind every output format of `hbm-doctor explain`. The rules follow XLA's TPU HBM OOM
+//! debugging guide (TensorCore/SparseCore split, one abnormally large allocation, aggregate over
+//! the limit, then padding, batch, donation, precision, sharding, offload, remat; compiler flags
+//! last) and extend it to vmem, runtime, fragmentation, GPU and host failures.
+//!
+//! Architecture invariant: pure and deterministic. The same events give the same report, byte for
+//! byte; no I/O, no clocks, no hash-map iteration order.
+
+pub mod chips;
+pub mod explain;
+pub mod model;
+
+pub use explain::explain;
+pub use model::{Category, Cause, CauseKind, Diagnosis, ExplainReport, Snippet, SCHEMA_VERSION};

@@ -36,7 +36,9 @@ fn patterns() -> &'static Patterns {
             bare_ansi: re(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m"),
             prefixes: vec![
                 // glog: E1121 23:09:56.211174 2507 file.cc:3781]
-                re(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+[^\s\]]+:\d+\]\s?"),
+                re(r"^[IWEF]\d{4} [\d:.]+\s+\d+\s+[^\]]+?:\d+\]\s?"),
+                // xla_dist: 2020-10-22 02:48:58 10.128.0.33 [3]
+                re(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} \d+\.\d+\.\d+\.\d+ \[\d+\]\s*"),
                 // XRT-era: 2020-01-01 12:00:00.000000: E 1234 tensorflow/...cc:76]
                 re(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+:\s+[IWEF]\s+(?:\d+\s+)?\S+:\d+\]\s?"),
                 // Ray workers: (RayWorkerWrapper pid=1234, ip=10.0.0.1)

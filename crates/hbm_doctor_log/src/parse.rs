@@ -113,9 +113,9 @@ fn p() -> &'static Patterns {
             entry_size: re(r"^(\d+)\.\s+Size:\s+SZ"),
             gpu_buffer: re(r"^Buffer\s+(\d+):(?:\s+Size:\s+SZ)?"),
             field: re(r"^(Size|Operator|Shape|Unpadded size|Extra memory due to padding|XLA label|XLA Label|Allocation type|Entry Parameter Subshape):\s*(.*)$"),
-            bfc_stat: re(r"^(Limit|InUse|MaxInUse|LargestFreeBlock|Reserved|PeakReserved):\s+(\d+)"),
+            bfc_stat: re(r"^(?:Stats:\s*)?(Limit|InUse|MaxInUse|LargestFreeBlock|Reserved|PeakReserved):\s+(SZ|\d+)\b"),
             bfc_summary: re(r"Sum\s+Total\s+of\s+in-use\s+chunks:\s*SZ"),
-            largest_free: re(r"(?i)largest\s+(?:contiguous\s+)?free\s+(?:block|region|chunk)[^\d]{0,40}SZ"),
+            largest_free: re(r"(?i)largest\s+(?:contiguous\s+)?(?:free\s+(?:block|region|chunk)|region\s+of\s+free\s+memory)[^\d]{0,40}SZ"),
             exec_name: re(r"(?:executable_name='|Executable\(|program\s+'|module\s+'?)((?:jit_|pjit_|xmap_|pmap_|SyncTensorsGraph)[\w.\-]*)"),
             op_name: re(r#"op_name="([^"]*)"?"#),
             op_type: re(r#"op_type="([^"]*)""#),
@@ -168,9 +168,25 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         }
         let end = (i + 4).min(lines.len());
         let flat = lines[i..end].iter().map(|l| l.text.as_str()).collect::<Vec<_>>().join("\n");
-        match headline(&flat, lines[i].number, pat) {
-            Some((piece, used_chars)) => {
-                let used_lines = flat[..used_chars].matches('\n').count() + 1;
+        let mut found = headline(&flat, lines[i].number, pat).map(|(piece, used)| (piece, flat[..used].matches('\n').count() + 1));
+        if found.is_none() && text.len() >= 50 && end > i + 1 {
+            // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
+            let glued: String = lines[i..end].iter().map(|l| l.text.as_str()).collect();
+            found = headline(&glued, lines[i].number, pat).map(|(piece, used)| {
+                let mut len = 0;
+                let mut n = 0;
+                for l in &lines[i..end] {
+                    n += 1;
+                    len += l.text.len();
+                    if len >= used {
+                        break;
+                    }
+                }
+                (piece, n)
+            });
+        }
+        match found {
+            Some((piece, used_lines)) => {
                 heads.push((i, used_lines, piece));
                 i += used_lines;
             }
@@ -184,9 +200,17 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         let region = &lines[(start + used).min(region_end)..region_end];
         let head_line_text = &lines[start..start + used];
         let mut piece = heads[k].2.clone();
-        if let Piece::Event(event) = &mut piece {
-            read_report(event, head_line_text, region, pat);
-            hints.apply(event);
+        match &mut piece {
+            Piece::Event(event) => {
+                read_report(event, head_line_text, region, pat);
+                hints.apply(event);
+            }
+            Piece::AllocatorStats { limit, in_use, largest_free, .. } => {
+                for line in head_line_text.iter().chain(region.iter().take(40)) {
+                    read_bfc_stat(line.text.trim(), limit, in_use, largest_free, pat);
+                }
+            }
+            Piece::Remat { .. } => {}
         }
         out.push(piece);
     }
@@ -484,18 +508,7 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
     }
     if let Some(c) = pat.bfc_summary.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
         // The stats follow within a few lines; read them from `flat` and the region later.
-        let mut stats = Piece::AllocatorStats { line, limit: None, in_use: size(&c, 1), largest_free: None };
-        for l in flat.lines() {
-            if let (Some(s), Piece::AllocatorStats { limit, in_use, largest_free, .. }) = (pat.bfc_stat.captures(l.trim()), &mut stats) {
-                let v = s[2].parse().ok();
-                match &s[1] {
-                    "Limit" => *limit = v,
-                    "InUse" => *in_use = v,
-                    "LargestFreeBlock" => *largest_free = v,
-                    _ => {}
-                }
-            }
-        }
+        let stats = Piece::AllocatorStats { line, limit: None, in_use: size(&c, 1), largest_free: None };
         return Some((stats, c.get(0)?.end()));
     }
     let first = &flat[..first_line_len];
@@ -596,6 +609,16 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
                 current = Some(Allocation { size_bytes: size(&c, 2).unwrap_or(0), ..Allocation::default() });
                 continue;
             }
+            if let Some(c) = pat.field.captures(t).filter(|c| &c[1] == "Size") {
+                // Entries whose `N. ` number was lost start with a bare `Size:`.
+                if current.as_ref().is_none_or(|a| a.size_bytes != 0) {
+                    if let Some(a) = current.take() {
+                        e.allocations.push(a);
+                    }
+                    current = Some(Allocation { size_bytes: parse_size(c[2].trim()).unwrap_or(0), ..Allocation::default() });
+                    continue;
+                }
+            }
             if let (Some(c), Some(a)) = (pat.field.captures(t), current.as_mut()) {
                 let value = c[2].trim();
                 match &c[1] {
@@ -622,6 +645,13 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
         }
         if let Some(c) = pat.largest_free.captures(t) {
             e.largest_free_bytes = size(&c, 1);
+        }
+        if matches!(e.family, Family::BfcAllocator | Family::GpuOomAllocate | Family::TfOomTensor) {
+            let (mut limit, mut in_use, mut largest) = (None, None, None);
+            read_bfc_stat(t, &mut limit, &mut in_use, &mut largest, pat);
+            e.limit_bytes = e.limit_bytes.or(limit);
+            e.used_bytes = e.used_bytes.or(in_use);
+            e.largest_free_bytes = e.largest_free_bytes.or(largest);
         }
         if let Some(c) = pat.ptxla_post.captures(t) {
             ptxla = true;
@@ -659,6 +689,17 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
         if a.unpadded_bytes.is_none() && (e.family == Family::GpuOomAllocate || a.allocation_type.as_deref() == Some("Entry Parameter")) {
             a.unpadded_bytes = Some(a.size_bytes);
         }
+    }
+}
+
+fn read_bfc_stat(t: &str, limit: &mut Option<u64>, in_use: &mut Option<u64>, largest_free: &mut Option<u64>, pat: &Patterns) {
+    let Some(s) = pat.bfc_stat.captures(t) else { return };
+    let v = parse_size(&s[2]).or_else(|| s[2].trim().parse().ok());
+    match &s[1] {
+        "Limit" => *limit = v,
+        "InUse" => *in_use = v,
+        "LargestFreeBlock" => *largest_free = v,
+        _ => {}
     }
 }
 

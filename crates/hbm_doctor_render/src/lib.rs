@@ -1,1 +1,316 @@
-//! placeholder
+//! Views of hbm-doctor reports: terminal text, markdown and JSON.
+//!
+//! Every renderer takes the same [`ExplainReport`] and only formats it; no renderer computes a
+//! figure. JSON is the contract (docs/contract.md, docs/json-schema.md); the terminal view puts
+//! the verdict first, then the figures, then the ranked plan, so a person reads it in ten seconds.
+
+use hbm_doctor_analysis::explain::{short_op, short_source};
+use hbm_doctor_analysis::{Cause, ExplainReport};
+use hbm_doctor_log::{format_size, Allocation, Event, Framework, MemorySpace, Phase};
+use std::fmt::Write as _;
+
+/// Output format of a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Terminal text (colour optional).
+    Human,
+    /// GitHub-flavoured markdown, for pasting into an issue or a PR.
+    Markdown,
+    /// The JSON contract.
+    Json,
+}
+
+/// ANSI styling, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    color: bool,
+}
+
+impl Style {
+    /// Styling on or off.
+    pub fn new(color: bool) -> Style {
+        Style { color }
+    }
+    fn paint(self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    fn bold(self, s: &str) -> String {
+        self.paint("1", s)
+    }
+    fn red(self, s: &str) -> String {
+        self.paint("1;31", s)
+    }
+    fn green(self, s: &str) -> String {
+        self.paint("32", s)
+    }
+    fn yellow(self, s: &str) -> String {
+        self.paint("33", s)
+    }
+    fn dim(self, s: &str) -> String {
+        self.paint("2", s)
+    }
+    fn cyan(self, s: &str) -> String {
+        self.paint("36", s)
+    }
+}
+
+/// Renders an explain report.
+pub fn render_explain(report: &ExplainReport, format: Format, style: Style, source_name: &str) -> String {
+    match format {
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+            s.push('\n');
+            s
+        }
+        Format::Human => human(report, style, source_name),
+        Format::Markdown => markdown(report, source_name),
+    }
+}
+
+fn framework_name(f: Option<Framework>) -> &'static str {
+    match f {
+        Some(Framework::Jax) => "JAX",
+        Some(Framework::PytorchXla) => "PyTorch/XLA",
+        Some(Framework::Tensorflow) => "TensorFlow",
+        None => "",
+    }
+}
+
+fn opt(b: Option<u64>) -> Option<String> {
+    b.map(format_size)
+}
+
+/// (label, value) rows of the figures an event states.
+fn figures(e: &Event) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    let mut push = |k: &'static str, v: Option<String>| {
+        if let Some(v) = v {
+            rows.push((k, v));
+        }
+    };
+    push("used", opt(e.used_bytes));
+    push("limit", opt(e.limit_bytes));
+    push("exceeded by", opt(e.exceeded_bytes));
+    push("requested", opt(e.requested_bytes));
+    push("free", opt(e.free_bytes));
+    push("largest free block", opt(e.largest_free_bytes));
+    push("TensorCore", opt(e.tensorcore_bytes));
+    push("SparseCore", opt(e.sparsecore_bytes));
+    push("reserved", opt(e.reserved_bytes));
+    push("program", opt(e.program_bytes));
+    push("arguments", opt(e.arguments_bytes));
+    push(
+        "outputs",
+        e.output_bytes.map(|o| match e.output_aliased_bytes {
+            Some(a) => format!("{} ({} aliased with arguments)", format_size(o), format_size(a)),
+            None => format_size(o),
+        }),
+    );
+    push(
+        "HLO temporaries",
+        e.hlo_temp_bytes.map(|t| match (e.hlo_temp_unpadded_bytes, e.hlo_temp_padded_bytes) {
+            (Some(u), Some(p)) => format!("{} (unpadded {}, padded {})", format_size(t), format_size(u), format_size(p)),
+            _ => format_size(t),
+        }),
+    );
+    push("fragmentation", opt(e.fragmentation_bytes));
+    if let Some(r) = &e.remat {
+        push(
+            "rematerialization",
+            Some(format!("could not get below {}: reached {}{}", format_size(r.target_bytes), format_size(r.reduced_to_bytes), r.original_bytes.map(|o| format!(" from {}", format_size(o))).unwrap_or_default())),
+        );
+    }
+    rows
+}
+
+fn space_name(e: &Event) -> &'static str {
+    match e.memory_space {
+        Some(MemorySpace::Hbm) => "hbm",
+        Some(MemorySpace::Vmem) => "vmem",
+        Some(MemorySpace::Smem) => "smem",
+        Some(MemorySpace::Host) => "host",
+        Some(MemorySpace::Device) => "device",
+        None => "memory",
+    }
+}
+
+fn context_line(e: &Event) -> String {
+    let mut parts = vec![format!("line {}", e.line)];
+    parts.push(match e.phase {
+        Phase::Compile => "compile".into(),
+        Phase::Runtime => "runtime".into(),
+    });
+    let fw = framework_name(e.framework);
+    if !fw.is_empty() {
+        parts.push(fw.into());
+    }
+    if let Some(b) = e.backend {
+        parts.push(format!("{b:?}").to_uppercase());
+    }
+    parts.push(space_name(e).into());
+    if let Some(p) = &e.program {
+        parts.push(p.clone());
+    }
+    if e.repeats > 1 {
+        parts.push(format!("printed {}x", e.repeats));
+    }
+    parts.join(" · ")
+}
+
+fn alloc_from(a: &Allocation) -> String {
+    let mut parts = Vec::new();
+    if let Some(s) = &a.source {
+        parts.push(short_source(s));
+    }
+    if let Some(op) = &a.op_name {
+        parts.push(short_op(op));
+    }
+    if let Some(l) = &a.label {
+        if parts.is_empty() || l.len() < 40 {
+            parts.push(l.chars().take(60).collect());
+        }
+    }
+    parts.join("  ")
+}
+
+fn alloc_shape(a: &Allocation) -> String {
+    a.shape
+        .as_deref()
+        .map(|s| hbm_doctor_hlo::Shape::parse(s).map_or_else(|| s.chars().take(50).collect(), |sh| sh.without_layout()))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn alloc_padding(a: &Allocation) -> String {
+    match a.unpadded_bytes {
+        Some(u) if u > 0 && a.size_bytes > u => format!("{:.1}x", a.size_bytes as f64 / u as f64),
+        Some(_) => "-".into(),
+        None => "?".into(),
+    }
+}
+
+fn savings_text(c: &Cause) -> String {
+    match (c.savings_bytes, c.sufficient) {
+        (Some(s), Some(true)) => format!("saves ~{}, enough to fit", format_size(s)),
+        (Some(s), _) => format!("saves ~{}", format_size(s)),
+        (None, _) => "savings unknown".into(),
+    }
+}
+
+fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
+    let mut out = String::new();
+    let n = report.events.len();
+    let Some(d) = &report.diagnosis else {
+        let _ = writeln!(out, "{} no out-of-memory event found in {source_name}", st.green("✓"));
+        return out;
+    };
+    let e = &report.events[d.event];
+    let _ = writeln!(out, "{} {}", st.red("✗"), st.bold(&d.summary));
+    let _ = writeln!(
+        out,
+        "  {}  {}",
+        st.yellow(d.category.as_str()),
+        st.dim(&format!("{} · {n} event{} in {source_name}", context_line(e), if n == 1 { "" } else { "s" }))
+    );
+    if let Some(chip) = &d.chip {
+        let _ = writeln!(out, "  {}", st.dim(&format!("device: {chip}")));
+    }
+    let rows = figures(e);
+    if !rows.is_empty() {
+        let _ = writeln!(out, "\n{}", st.bold("Figures"));
+        let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+        for (k, v) in &rows {
+            let _ = writeln!(out, "  {k:<w$}  {v}");
+        }
+    }
+    if !e.allocations.is_empty() {
+        let _ = writeln!(out, "\n{}", st.bold("Largest allocations"));
+        let _ = writeln!(out, "  {}", st.dim(&format!("{:>2}  {:>9}  {:>6}  {:<28}  from", "#", "size", "pad", "shape")));
+        for (i, a) in e.allocations.iter().take(10).enumerate() {
+            let _ = writeln!(out, "  {:>2}  {:>9}  {:>6}  {:<28}  {}", i + 1, format_size(a.size_bytes), alloc_padding(a), alloc_shape(a), alloc_from(a));
+        }
+        if e.allocations.len() > 10 {
+            let _ = writeln!(out, "  {}", st.dim(&format!("... and {} more", e.allocations.len() - 10)));
+        }
+    }
+    if !d.causes.is_empty() {
+        let _ = writeln!(out, "\n{}", st.bold("Plan"));
+        for (i, c) in d.causes.iter().enumerate() {
+            let _ = writeln!(out, "  {}. {}  {}", i + 1, st.cyan(c.cause.as_str()), st.dim(&savings_text(c)));
+            let _ = writeln!(out, "     {}", c.evidence);
+            for a in &c.actions {
+                let _ = writeln!(out, "     → {a}");
+            }
+            for s in &c.snippets {
+                let _ = writeln!(out, "     {}", st.dim(&format!("{}:", s.framework)));
+                for line in s.code.lines() {
+                    let _ = writeln!(out, "       {line}");
+                }
+            }
+        }
+    }
+    if !d.fits_on.is_empty() {
+        let _ = writeln!(out, "\n{} {}", st.bold("Would fit on one device of:"), d.fits_on.join(", "));
+    }
+    if n > 1 {
+        let _ = writeln!(out, "\n{}", st.bold("All events"));
+        for (i, ev) in report.events.iter().enumerate() {
+            let mark = if i == d.event { "*" } else { " " };
+            let _ = writeln!(out, " {mark} line {:>6}  {:<24} {}", ev.line, format!("{:?}", ev.family).to_lowercase(), ev.message.chars().take(100).collect::<String>());
+        }
+    }
+    out
+}
+
+fn markdown(report: &ExplainReport, source_name: &str) -> String {
+    let mut out = String::new();
+    let Some(d) = &report.diagnosis else {
+        let _ = writeln!(out, "**hbm-doctor**: no out-of-memory event found in `{source_name}`.");
+        return out;
+    };
+    let e = &report.events[d.event];
+    let _ = writeln!(out, "### hbm-doctor: {}\n", d.summary);
+    let _ = writeln!(out, "**Category:** `{}` · {}\n", d.category.as_str(), context_line(e));
+    if let Some(chip) = &d.chip {
+        let _ = writeln!(out, "**Device:** {chip}\n");
+    }
+    let rows = figures(e);
+    if !rows.is_empty() {
+        let _ = writeln!(out, "| figure | value |\n|---|---|");
+        for (k, v) in rows {
+            let _ = writeln!(out, "| {k} | {v} |");
+        }
+        out.push('\n');
+    }
+    if !e.allocations.is_empty() {
+        let _ = writeln!(out, "| # | size | padding | shape | from |\n|---|---|---|---|---|");
+        for (i, a) in e.allocations.iter().take(10).enumerate() {
+            let _ = writeln!(out, "| {} | {} | {} | `{}` | {} |", i + 1, format_size(a.size_bytes), alloc_padding(a), alloc_shape(a), alloc_from(a).replace('|', "\\|"));
+        }
+        out.push('\n');
+    }
+    if !d.causes.is_empty() {
+        let _ = writeln!(out, "#### Plan\n");
+        for (i, c) in d.causes.iter().enumerate() {
+            let _ = writeln!(out, "{}. **`{}`** ({}): {}", i + 1, c.cause.as_str(), savings_text(c), c.evidence);
+            for a in &c.actions {
+                let _ = writeln!(out, "   - {a}");
+            }
+            for s in &c.snippets {
+                let lang = if s.framework == "shell" { "sh" } else { "python" };
+                let _ = writeln!(out, "\n   ```{lang}\n   # {}", s.framework);
+                for line in s.code.lines() {
+                    let _ = writeln!(out, "   {line}");
+                }
+                let _ = writeln!(out, "   ```");
+            }
+        }
+    }
+    if !d.fits_on.is_empty() {
+        let _ = writeln!(out, "\nWould fit on one device of: {}", d.fits_on.join(", "));
+    }
+    out
+}

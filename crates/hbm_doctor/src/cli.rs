@@ -1,0 +1,106 @@
+//! Command-line definition (clap derive). Global options are flattened into every subcommand.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+/// Why did your XLA program run out of accelerator memory, and what should you change?
+#[derive(Debug, Parser)]
+#[command(name = "hbm-doctor", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+    /// Options every command takes.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args, Clone)]
+pub struct GlobalArgs {
+    /// When to use colour: auto honours NO_COLOR, TERM=dumb and a non-terminal stdout.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
+    pub color: ColorChoice,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ColorChoice {
+    /// Colour when writing to a terminal and NO_COLOR is unset.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+impl ColorChoice {
+    fn resolve(self, is_tty: bool) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                let forced = ["FORCE_COLOR", "CLICOLOR_FORCE"].iter().any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty() && x != "0"));
+                if forced {
+                    return true;
+                }
+                let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+                let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+                is_tty && !no_color && !dumb
+            }
+        }
+    }
+    /// Colour for stdout.
+    pub fn resolve_stdout(self) -> bool {
+        self.resolve(std::io::stdout().is_terminal())
+    }
+    /// Colour for stderr.
+    pub fn resolve_stderr(self) -> bool {
+        self.resolve(std::io::stderr().is_terminal())
+    }
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// For people, in a terminal.
+    Human,
+    /// The JSON contract (docs/json-schema.md).
+    Json,
+    /// Markdown, to paste in an issue.
+    Markdown,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Find every out-of-memory event in an error message or a whole log, classify it, and say
+    /// what to change.
+    Explain(ExplainArgs),
+    /// Padded vs unpadded bytes of a shape on TPU tiles, and the aligned shape that wastes nothing.
+    Pad(PadArgs),
+}
+
+/// `hbm-doctor explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The log, traceback or message; `-` or nothing reads standard input. `.gz` is decompressed.
+    pub file: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = OutputFormat::Human)]
+    pub format: OutputFormat,
+    /// The failing program's XLA dump directory (--xla_dump_to), to join its analysis.
+    #[arg(long, value_name = "DIR")]
+    pub dump: Option<PathBuf>,
+}
+
+/// `hbm-doctor pad`.
+#[derive(Debug, Args)]
+pub struct PadArgs {
+    /// A shape as XLA prints it: `f32[129,1024]` or `bf16[3,1000]{1,0:T(8,128)(2,1)}`.
+    pub shape: String,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = OutputFormat::Human)]
+    pub format: OutputFormat,
+}

@@ -1,0 +1,40 @@
+//! `hbm-doctor explain`: every OOM event in a log, classified, with a ranked plan.
+
+use crate::cli::{ExplainArgs, GlobalArgs, OutputFormat};
+use crate::{exit, input};
+use anyhow::{bail, Result};
+use hbm_doctor_render::{render_explain, Format, Style};
+use std::io::Write;
+
+/// Runs `explain`.
+pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
+    if let Some(dump) = &args.dump {
+        if !dump.is_dir() {
+            bail!("--dump `{}` is not a directory: pass the directory given to --xla_dump_to", dump.display());
+        }
+    }
+    let (reader, name) = input::open(args.file.as_deref())?;
+    let scanned = input::scan(reader, name)?;
+    if scanned.bytes == 0 {
+        bail!("`{}` is empty: pass the log or traceback that contains the error", scanned.name);
+    }
+    if scanned.events.is_empty() && scanned.looks_binary {
+        bail!("`{}` looks binary, not like a log: pass the text log (stderr of the training run) or the error message", scanned.name);
+    }
+    if args.dump.is_some() {
+        eprintln!("hbm-doctor: note: --dump is read by `hbm-doctor analyze` (not in this build yet); explaining the log alone");
+    }
+    let found = !scanned.events.is_empty();
+    let report = hbm_doctor_analysis::explain(scanned.events);
+    let format = match args.format {
+        OutputFormat::Human => Format::Human,
+        OutputFormat::Json => Format::Json,
+        OutputFormat::Markdown => Format::Markdown,
+    };
+    let style = Style::new(args.format == OutputFormat::Human && global.color.resolve_stdout());
+    let text = render_explain(&report, format, style, &scanned.name);
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(if found { exit::FOUND } else { exit::OK })
+}

@@ -1,0 +1,50 @@
+//! `hbm-doctor pad SHAPE`: padded vs unpadded bytes on TPU tiles, and the aligned shape.
+
+use crate::cli::{GlobalArgs, OutputFormat, PadArgs};
+use crate::exit;
+use anyhow::{bail, Result};
+use hbm_doctor_hlo::shape::format_dims;
+use hbm_doctor_hlo::Shape;
+use hbm_doctor_log::format_size;
+use std::io::Write;
+
+/// Runs `pad`.
+pub fn run(args: &PadArgs, _global: &GlobalArgs) -> Result<u8> {
+    let Some(shape) = Shape::parse(&args.shape) else {
+        bail!("cannot read shape `{}`: write it as XLA prints it, e.g. f32[129,1024] or bf16[3,1000]{{1,0:T(8,128)(2,1)}}", args.shape);
+    };
+    let tiled = shape.has_tiles();
+    let padded = if tiled { shape.padded_bytes() } else { shape.estimated_tpu_padded_bytes() };
+    let unpadded = shape.unpadded_bytes();
+    let ty = shape.without_layout();
+    let ty = ty.split('[').next().unwrap_or("f32").to_string();
+    let down = shape.aligned_dims(false);
+    let up = shape.aligned_dims(true);
+    let mut out = std::io::stdout().lock();
+    match args.format {
+        OutputFormat::Json => {
+            let v = serde_json::json!({
+                "schema_version": 1,
+                "shape": args.shape,
+                "padded_bytes": padded,
+                "unpadded_bytes": unpadded,
+                "padding_bytes": padded - unpadded.min(padded),
+                "expansion": if unpadded > 0 { padded as f64 / unpadded as f64 } else { 1.0 },
+                "tiles_printed": tiled,
+                "aligned_down": format_dims(&ty, &down),
+                "aligned_up": format_dims(&ty, &up),
+            });
+            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        }
+        _ => {
+            let waste = padded.saturating_sub(unpadded);
+            writeln!(out, "{}: {} padded, {} unpadded ({:.2}x, {} wasted){}", args.shape, format_size(padded), format_size(unpadded), padded as f64 / unpadded.max(1) as f64, format_size(waste), if tiled { "" } else { " - estimated with T(8,128): no tile printed" })?;
+            if waste > 0 {
+                writeln!(out, "aligned: {} (rounded down) or {} (rounded up, same memory, nothing wasted)", format_dims(&ty, &down), format_dims(&ty, &up))?;
+            } else {
+                writeln!(out, "no padding: the tiled dimensions are already multiples of the tile")?;
+            }
+        }
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,157 @@
+//! Every real message in `tests/corpus/issues` (posted by users in public issues; sources in
+//! MANIFEST.toml) is found, its figures are read exactly, and its family is recognized.
+//!
+//! The expected figures in the manifest were transcribed by a person from the text, independently
+//! of the parser, as the strings printed; they are compared within the rounding of two decimals.
+
+use hbm_doctor_log::{parse_size, scan_all, Event, Family};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+#[derive(Debug, Deserialize)]
+struct Manifest {
+    fixture: Vec<Fixture>,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+struct Fixture {
+    file: String,
+    source: String,
+    family: String,
+    oom: bool,
+    backend: String,
+    phase: String,
+    framework: String,
+    memory_space: String,
+    events: usize,
+    used: Option<String>,
+    limit: Option<String>,
+    exceeded: Option<String>,
+    requested: Option<String>,
+    free: Option<String>,
+    tensorcore: Option<String>,
+    sparsecore: Option<String>,
+    largest_allocations: usize,
+    largest_first_size: Option<String>,
+}
+
+pub fn corpus_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus").join(name)
+}
+
+fn families(name: &str) -> &'static [Family] {
+    use Family::*;
+    match name {
+        "tpu_compile_hbm" => &[TpuCompileHbm, TpuHloTemporaries],
+        "tpu_compile_hbm_old" => &[TpuCompileHbmOld],
+        "tpu_hlo_temporaries" => &[TpuHloTemporaries, TpuCompileHbm],
+        "tpu_tc_sc" => &[TpuTcSc],
+        "tpu_abort_early" => &[TpuAbortEarly],
+        "tpu_compile_vmem" | "tpu_scoped_vmem" | "tpu_smem" => &[TpuCompileVmem, TpuAllocationExceeds],
+        "tpu_allocation_exceeds" => &[TpuAllocationExceeds],
+        "tpu_runtime_alloc" => &[TpuRuntimeAlloc],
+        "tpu_program_load" => &[TpuProgramLoad],
+        "gpu_buffer_assignment" | "gpu_oom_allocate" => &[GpuOomAllocate, BfcAllocator],
+        "gpu_failed_request" => &[GpuFailedRequest, GpuOomAllocate, BfcAllocator],
+        "bfc_allocator" | "tf_oom_tensor" => &[BfcAllocator, TfOomTensor, GpuOomAllocate],
+        "host_oom" => &[HostOom],
+        _ => &[],
+    }
+}
+
+fn close(expected: &str, got: Option<u64>) -> bool {
+    let Some(want) = parse_size(expected) else { return false };
+    let Some(got) = got else { return false };
+    let (lo, hi) = (want.min(got) as f64, want.max(got) as f64);
+    hi - lo <= hi * 0.006 + 1.0
+}
+
+fn main_event(events: &[Event]) -> Option<&Event> {
+    events.iter().rev().find(|e| e.fatal)
+}
+
+fn check(f: &Fixture) -> Vec<String> {
+    let mut errors = Vec::new();
+    let path = corpus_dir("issues").join(&f.file);
+    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let events = scan_all(&text);
+    let fatal: Vec<&Event> = events.iter().filter(|e| e.fatal).collect();
+    if !f.oom {
+        if !fatal.is_empty() {
+            errors.push(format!("negative fixture, but found {} fatal event(s): {:?}", fatal.len(), fatal.iter().map(|e| &e.message).collect::<Vec<_>>()));
+        }
+        return errors;
+    }
+    if fatal.len() != f.events {
+        errors.push(format!("events: want {}, got {} ({:?})", f.events, fatal.len(), fatal.iter().map(|e| (e.line, e.family)).collect::<Vec<_>>()));
+    }
+    let Some(e) = main_event(&events) else {
+        errors.push("no event found".into());
+        return errors;
+    };
+    let want = families(&f.family);
+    if !want.is_empty() && !want.contains(&e.family) {
+        errors.push(format!("family: want {} got {:?}", f.family, e.family));
+    }
+    let figures = [
+        ("used", &f.used, e.used_bytes),
+        ("limit", &f.limit, e.limit_bytes),
+        ("exceeded", &f.exceeded, e.exceeded_bytes),
+        ("requested", &f.requested, e.requested_bytes),
+        ("free", &f.free, e.free_bytes),
+        ("tensorcore", &f.tensorcore, e.tensorcore_bytes),
+        ("sparsecore", &f.sparsecore, e.sparsecore_bytes),
+    ];
+    for (name, want, got) in figures {
+        if let Some(w) = want.as_deref().filter(|w| !w.is_empty()) {
+            if !close(w, got) {
+                errors.push(format!("{name}: want {w} got {got:?}"));
+            }
+        }
+    }
+    if e.allocations.len() != f.largest_allocations {
+        errors.push(format!("allocations: want {} got {}", f.largest_allocations, e.allocations.len()));
+    }
+    if let Some(w) = f.largest_first_size.as_deref().filter(|w| !w.is_empty()) {
+        if !close(w, e.allocations.first().map(|a| a.size_bytes)) {
+            errors.push(format!("first allocation: want {w} got {:?}", e.allocations.first().map(|a| a.size_bytes)));
+        }
+    }
+    let got_space = e.memory_space.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_default();
+    if !f.memory_space.is_empty() && f.memory_space != got_space {
+        errors.push(format!("memory_space: want {} got {got_space}", f.memory_space));
+    }
+    let got_phase = format!("{:?}", e.phase).to_lowercase();
+    if !f.phase.is_empty() && f.phase != got_phase {
+        errors.push(format!("phase: want {} got {got_phase}", f.phase));
+    }
+    let got_backend = e.backend.map(|b| format!("{b:?}").to_lowercase()).unwrap_or_default();
+    if !f.backend.is_empty() && f.backend != got_backend {
+        errors.push(format!("backend: want {} got {got_backend}", f.backend));
+    }
+    let got_fw = match e.framework {
+        Some(hbm_doctor_log::Framework::Jax) => "jax",
+        Some(hbm_doctor_log::Framework::PytorchXla) => "pytorch_xla",
+        Some(hbm_doctor_log::Framework::Tensorflow) => "tensorflow",
+        None => "",
+    };
+    if matches!(f.framework.as_str(), "jax" | "pytorch_xla" | "tensorflow") && f.framework != got_fw {
+        errors.push(format!("framework: want {} got {got_fw}", f.framework));
+    }
+    errors
+}
+
+#[test]
+fn every_issue_fixture_parses_exactly() {
+    let manifest: Manifest = toml::from_str(&std::fs::read_to_string(corpus_dir("issues").join("MANIFEST.toml")).expect("manifest")).expect("manifest parses");
+    assert!(manifest.fixture.len() >= 40, "the corpus must hold at least 40 real messages");
+    let mut failures = Vec::new();
+    for f in &manifest.fixture {
+        let errors = check(f);
+        if !errors.is_empty() {
+            failures.push(format!("{} ({}):\n    {}", f.file, f.family, errors.join("\n    ")));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} fixtures fail:\n{}", failures.len(), manifest.fixture.len(), failures.join("\n"));
+}

@@ -1,0 +1,867 @@
+//! The rules of `explain`: pick the main event, classify it, rank causes, write actions.
+
+use crate::chips;
+use crate::model::{Category, Cause, CauseKind, Diagnosis, ExplainReport, Snippet, SCHEMA_VERSION};
+use hbm_doctor_hlo::Shape;
+use hbm_doctor_log::{format_size, Allocation, Backend, Event, Family, Framework, MemorySpace, Phase};
+
+/// Builds the report for the events of one log.
+pub fn explain(events: Vec<Event>) -> ExplainReport {
+    let diagnosis = main_event(&events).map(|i| diagnose(i, &events[i]));
+    ExplainReport { schema_version: SCHEMA_VERSION, events, diagnosis }
+}
+
+/// The most important event: the last fatal one, else the last one.
+fn main_event(events: &[Event]) -> Option<usize> {
+    events.iter().rposition(|e| e.fatal).or_else(|| events.len().checked_sub(1))
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "?%".into();
+    }
+    format!("{:.0}%", part as f64 * 100.0 / whole as f64)
+}
+
+fn fmt(b: u64) -> String {
+    format_size(b)
+}
+
+/// Classifies an event following the guide's decision tree.
+pub fn categorize(e: &Event) -> Category {
+    if matches!(e.memory_space, Some(MemorySpace::Vmem | MemorySpace::Smem)) {
+        return Category::Vmem;
+    }
+    if e.memory_space == Some(MemorySpace::Host) || e.family == Family::HostOom {
+        return Category::HostMemory;
+    }
+    if e.tensorcore_bytes.is_some() || e.sparsecore_bytes.is_some() {
+        return Category::TcScImbalance;
+    }
+    let limit = e.limit_bytes;
+    let over_half = |a: &Allocation| limit.is_some_and(|l| a.size_bytes.saturating_mul(2) > l);
+    if e.phase == Phase::Runtime {
+        if let (Some(req), Some(free)) = (e.requested_bytes, e.free_bytes) {
+            if free >= req {
+                return Category::RuntimeFragmentation;
+            }
+        }
+        if let (Some(req), Some(largest)) = (e.requested_bytes, e.largest_free_bytes) {
+            let free_total = e.free_bytes.or(e.limit_bytes.zip(e.used_bytes).map(|(l, u)| l.saturating_sub(u)));
+            if largest < req && free_total.is_some_and(|f| f >= req) {
+                return Category::RuntimeFragmentation;
+            }
+        }
+        if e.allocations.iter().any(over_half) || (e.requested_bytes.zip(limit).is_some_and(|(r, l)| r.saturating_mul(2) > l)) {
+            return Category::SingleLargeAllocation;
+        }
+        if e.arguments_bytes.zip(limit).is_some_and(|(a, l)| a >= l) {
+            return Category::Arguments;
+        }
+        if e.family == Family::Unrecognized && e.requested_bytes.is_none() {
+            return Category::Unknown;
+        }
+        return Category::RuntimeAllocation;
+    }
+    if e.allocations.iter().any(over_half) {
+        return Category::SingleLargeAllocation;
+    }
+    if let (Some(args), Some(l)) = (e.arguments_bytes, limit) {
+        let outputs = e.output_bytes.unwrap_or(0).saturating_sub(e.output_aliased_bytes.unwrap_or(0));
+        if args >= l || args.saturating_add(outputs) >= l {
+            return Category::Arguments;
+        }
+    }
+    if e.used_bytes.is_some() && limit.is_some() {
+        return Category::Aggregate;
+    }
+    if e.family == Family::RematWarning {
+        return Category::Aggregate;
+    }
+    Category::Unknown
+}
+
+struct Ctx<'a> {
+    e: &'a Event,
+    category: Category,
+    limit: Option<u64>,
+    used: Option<u64>,
+    exceeded: Option<u64>,
+    jax: bool,
+    ptxla: bool,
+    tf: bool,
+}
+
+impl Ctx<'_> {
+    fn cause(&self, cause: CauseKind, savings: Option<u64>, evidence: String, actions: Vec<String>, snippets: Vec<Snippet>) -> Cause {
+        let sufficient = match (savings, self.exceeded) {
+            (Some(s), Some(x)) if x > 0 => Some(s >= x),
+            _ => None,
+        };
+        Cause { cause, savings_bytes: savings, evidence, actions, snippets, sufficient }
+    }
+
+    fn snippets(&self, jax: &str, ptxla: &str) -> Vec<Snippet> {
+        let mut out = Vec::new();
+        if !jax.is_empty() && (self.jax || !self.ptxla) {
+            out.push(Snippet { framework: "jax".into(), code: jax.into() });
+        }
+        if !ptxla.is_empty() && (self.ptxla || !self.jax) && !self.tf {
+            out.push(Snippet { framework: "pytorch_xla".into(), code: ptxla.into() });
+        }
+        out
+    }
+}
+
+fn diagnose(index: usize, e: &Event) -> Diagnosis {
+    let category = categorize(e);
+    let ctx = Ctx {
+        e,
+        category,
+        limit: e.limit_bytes,
+        used: e.used_bytes,
+        exceeded: e.exceeded_bytes.or_else(|| e.used_bytes.zip(e.limit_bytes).and_then(|(u, l)| u.checked_sub(l))),
+        jax: e.framework == Some(Framework::Jax),
+        ptxla: e.framework == Some(Framework::PytorchXla),
+        tf: e.framework == Some(Framework::Tensorflow),
+    };
+    let tpu = e.backend == Some(Backend::Tpu) || matches!(e.memory_space, Some(MemorySpace::Hbm | MemorySpace::Vmem | MemorySpace::Smem));
+    let (chip, physical) = match (tpu, e.limit_bytes, e.memory_space) {
+        (true, Some(l), Some(MemorySpace::Hbm)) if e.phase == Phase::Compile => {
+            let reserved = if e.family == Family::TpuCompileHbmOld { None } else { e.reserved_bytes };
+            chips::infer_tpu(l, reserved).map_or((None, None), |(c, p)| (Some(c), Some(p)))
+        }
+        _ => (None, None),
+    };
+    let mut causes: Vec<(f64, Cause)> = Vec::new();
+    let mut add = |score: f64, cause: Option<Cause>| {
+        if let Some(c) = cause {
+            causes.push((score, c));
+        }
+    };
+    let cover = |c: &Option<Cause>| -> f64 {
+        match (c.as_ref().and_then(|c| c.savings_bytes), ctx.exceeded) {
+            (Some(s), Some(x)) if x > 0 => (s as f64 / x as f64).min(1.5),
+            (Some(_), _) => 0.5,
+            _ => 0.0,
+        }
+    };
+    macro_rules! rank {
+        ($prior:expr, $cause:expr) => {{
+            let c = $cause;
+            let s = $prior + cover(&c);
+            add(s, c);
+        }};
+    }
+    rank!(10.0, shape_bug(&ctx));
+    match category {
+        Category::Vmem => rank!(5.0, kernel_tiling(&ctx)),
+        Category::HostMemory => rank!(5.0, host_oom(&ctx)),
+        Category::TcScImbalance => {
+            rank!(4.0, sparsecore(&ctx));
+            rank!(1.0, sparsecore_padding(&ctx));
+        }
+        Category::RuntimeFragmentation => rank!(5.0, fragmentation(&ctx)),
+        Category::Arguments => rank!(4.0, arguments_exceed(&ctx)),
+        _ => {}
+    }
+    if !matches!(category, Category::Vmem | Category::HostMemory) {
+        rank!(1.2, large_activation(&ctx));
+        rank!(0.9, padding(&ctx));
+        rank!(1.0, batch_too_large(&ctx));
+        rank!(1.1, no_donation(&ctx));
+        rank!(0.5, f32_precision(&ctx));
+        rank!(0.6, no_remat(&ctx));
+        rank!(if category == Category::SingleLargeAllocation { 1.5 } else { 0.3 }, replicated_tensor(&ctx));
+        rank!(1.6, debug_print(&ctx));
+        rank!(1.0, optimizer_state(&ctx));
+        rank!(1.4, other_process(&ctx));
+        rank!(1.3, preallocation(&ctx));
+        rank!(0.4, runtime_growth(&ctx));
+        if category != Category::Arguments {
+            rank!(0.2, arguments_exceed(&ctx));
+        }
+        rank!(0.05, device_too_small(&ctx));
+    }
+    causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cause.cmp(&b.1.cause)));
+    let mut seen = Vec::new();
+    let causes: Vec<Cause> = causes
+        .into_iter()
+        .map(|(_, c)| c)
+        .filter(|c| {
+            let fresh = !seen.contains(&c.cause);
+            seen.push(c.cause);
+            fresh
+        })
+        .collect();
+    let fits_on = match (e.memory_space, e.used_bytes, e.phase) {
+        (Some(MemorySpace::Hbm), Some(u), Phase::Compile) if tpu => chips::tpus_that_fit(u),
+        _ => Vec::new(),
+    };
+    Diagnosis { event: index, category, summary: summary(&ctx, chip.as_deref()), causes, chip, physical_bytes: physical, fits_on }
+}
+
+fn summary(ctx: &Ctx<'_>, chip: Option<&str>) -> String {
+    let e = ctx.e;
+    let space = match e.memory_space {
+        Some(MemorySpace::Hbm) => "HBM",
+        Some(MemorySpace::Vmem) => "VMEM",
+        Some(MemorySpace::Smem) => "SMEM",
+        Some(MemorySpace::Host) => "host memory",
+        Some(MemorySpace::Device) => "device memory",
+        None => "memory",
+    };
+    let when = match e.phase {
+        Phase::Compile => "at compile time",
+        Phase::Runtime => "at run time",
+    };
+    let on = chip.map(|c| format!(" on {c}")).unwrap_or_default();
+    let figures = match (ctx.used, ctx.limit, e.requested_bytes, e.free_bytes) {
+        _ if e.tensorcore_bytes.is_some() => format!(
+            "TensorCore {} + SparseCore {} against {} available",
+            fmt(e.tensorcore_bytes.unwrap_or(0)),
+            fmt(e.sparsecore_bytes.unwrap_or(0)),
+            ctx.limit.map_or("?".into(), fmt)
+        ),
+        (Some(u), Some(l), _, _) if u > l => format!("needs {} but {} is available ({} over, {} of the limit)", fmt(u), fmt(l), fmt(u - l), pct(u, l)),
+        (_, _, Some(r), Some(f)) => format!("asked for {} with {} free", fmt(r), fmt(f)),
+        (_, Some(l), Some(r), _) => format!("asked for {} with a limit of {}", fmt(r), fmt(l)),
+        (_, _, Some(r), _) => format!("failed to allocate {}", fmt(r)),
+        (Some(u), Some(l), _, _) => format!("used {} of {}", fmt(u), fmt(l)),
+        _ => "the message states no figures".into(),
+    };
+    let what = match ctx.category {
+        Category::TcScImbalance => "TensorCore/SparseCore HBM split over the limit",
+        Category::SingleLargeAllocation => "one abnormally large allocation",
+        Category::Aggregate => "many allocations add up past the limit",
+        Category::Arguments => "the program's inputs/outputs alone do not fit",
+        Category::Vmem => "a kernel's on-chip scoped memory is too small for its blocks",
+        Category::RuntimeAllocation => "a runtime allocation failed",
+        Category::RuntimeFragmentation => "enough memory is free but not in one piece",
+        Category::HostMemory => "host RAM, not the accelerator, ran out",
+        Category::Unknown => "the message does not say enough to classify it",
+    };
+    format!("Out of {space} {when}{on}: {figures}. {}.", capitalize(what))
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_uppercase().collect::<String>() + c.as_str()).unwrap_or_default()
+}
+
+fn describe(a: &Allocation) -> String {
+    let mut s = fmt(a.size_bytes);
+    if let Some(shape) = &a.shape {
+        s.push(' ');
+        s.push_str(&Shape::parse(shape).map_or_else(|| shape.clone(), |sh| sh.without_layout()));
+    }
+    let mut from = Vec::new();
+    if let Some(l) = &a.label {
+        if l.len() < 60 {
+            from.push(l.clone());
+        }
+    }
+    if let Some(src) = &a.source {
+        from.push(short_source(src));
+    } else if let Some(op) = &a.op_name {
+        from.push(short_op(op));
+    }
+    if !from.is_empty() {
+        s.push_str(&format!(" ({})", from.join(", ")));
+    }
+    s
+}
+
+/// `/home/u/proj/train.py:123` -> `train.py:123`.
+pub fn short_source(src: &str) -> String {
+    src.rsplit('/').next().unwrap_or(src).to_string()
+}
+
+/// The last two components of an op path.
+pub fn short_op(op: &str) -> String {
+    let parts: Vec<&str> = op.split('/').collect();
+    let n = parts.len();
+    if n <= 2 {
+        return op.to_string();
+    }
+    format!(".../{}/{}", parts[n - 2], parts[n - 1])
+}
+
+fn shape_of(a: &Allocation) -> Option<Shape> {
+    a.shape.as_deref().and_then(Shape::parse)
+}
+
+fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
+    let l = ctx.limit?;
+    if ctx.category == Category::Vmem {
+        return None;
+    }
+    let need = ctx.used.max(ctx.e.requested_bytes)?;
+    if need < l.saturating_mul(10) {
+        return None;
+    }
+    let biggest = ctx.e.allocations.first().map(describe);
+    let evidence = format!(
+        "{} is {:.0}x the {} available{}: no batch or precision tweak closes a gap that size",
+        fmt(need),
+        need as f64 / l as f64,
+        fmt(l),
+        biggest.map(|b| format!("; largest buffer: {b}")).unwrap_or_default()
+    );
+    Some(ctx.cause(
+        CauseKind::ShapeBug,
+        Some(need.saturating_sub(l)),
+        evidence,
+        vec![
+            "Print the shapes of the largest arrays (jax.eval_shape / torch.Size) and compare with what you meant: a swapped axis, a sequence length or vocabulary where a batch belongs, or an outer product from broadcasting ([N,1] * [1,N]).".into(),
+            "Check the config that sizes the model (seq_len, vocab, hidden, num_layers, per-device batch = global batch / number of devices).".into(),
+            "Check the mesh: if the mesh has 1 device along the sharded axis, nothing is split.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+fn kernel_tiling(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let space = if e.memory_space == Some(MemorySpace::Smem) { "SMEM" } else { "VMEM" };
+    let need = e.requested_bytes.or(e.used_bytes);
+    let factor = need.zip(e.limit_bytes).map(|(n, l)| (n as f64 / l.max(1) as f64).ceil() as u64);
+    let evidence = match (need, e.limit_bytes) {
+        (Some(n), Some(l)) => format!("the kernel needs {} of scoped {space} against a limit of {} ({}x)", fmt(n), fmt(l), factor.unwrap_or(1)),
+        _ => format!("a kernel ran out of scoped {space}"),
+    };
+    let shrink = factor.filter(|&f| f > 1).map_or("smaller".into(), |f| format!("at least {}x smaller", f.next_power_of_two()));
+    let mut actions = vec![
+        format!("Make the kernel's blocks {shrink}: reduce block sizes in the BlockSpecs (e.g. block_q/block_k/block_kv of a Pallas attention kernel, tm/tn/tk of a matmul); keep the last two block dims multiples of (8, 128)."),
+        "Batch size rarely matters here: the block, not the array, must fit on chip.".into(),
+        format!("If the blocks are right and the chip's physical {space} is larger than the scoped limit, raise the limit for that kernel: pltpu.CompilerParams(vmem_limit_bytes=...) in pallas_call, or LIBTPU_INIT_ARGS=--xla_tpu_scoped_vmem_limit_kib=N (last resort; TPU flags go in LIBTPU_INIT_ARGS, not XLA_FLAGS)."),
+    ];
+    if let Some(a) = e.allocations.first() {
+        actions.insert(0, format!("The allocation that failed: {}.", describe(a)));
+    }
+    Some(ctx.cause(
+        CauseKind::KernelTiling,
+        need.zip(e.limit_bytes).map(|(n, l)| n.saturating_sub(l)),
+        evidence,
+        actions,
+        vec![Snippet {
+            framework: "jax".into(),
+            code: "pl.pallas_call(\n    kernel,\n    grid=grid,\n    in_specs=[pl.BlockSpec((256, 512), lambda i, j: (i, j))],  # smaller blocks\n    compiler_params=pltpu.CompilerParams(vmem_limit_bytes=64 * 1024 * 1024),\n)".into(),
+        }],
+    ))
+}
+
+fn host_oom(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let evidence = match e.requested_bytes {
+        Some(r) => format!("host memory could not supply {}", fmt(r)),
+        None => format!("the operating system killed the process for lack of RAM ({})", e.message.chars().take(120).collect::<String>()),
+    };
+    Some(ctx.cause(
+        CauseKind::HostOom,
+        None,
+        evidence,
+        vec![
+            "Watch the trainer's RSS (hbm-doctor record --pid PID) to see what grows: input pipeline buffers, host-offloaded arrays, checkpoints being assembled on the host, or Python objects kept across steps.".into(),
+            "Reduce host-side prefetch/shuffle buffers and the number of data-loader workers; save checkpoints asynchronously or shard them per host.".into(),
+            "For XLA:GPU host allocations: XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB raises the pinned host pool (default 64 GB).".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+fn sparsecore(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let (tc, sc) = (e.tensorcore_bytes?, e.sparsecore_bytes?);
+    let l = ctx.limit?;
+    if sc >= tc {
+        let savings = (tc + sc).saturating_sub(l).min(sc);
+        Some(ctx.cause(
+            CauseKind::SparsecoreStack,
+            Some(savings),
+            format!("SparseCore uses {} ({} of the {} available) against {} on the TensorCore: the SparseCore side is the bottleneck", fmt(sc), pct(sc, l), fmt(l), fmt(tc)),
+            vec![
+                "Lower the SparseCore HBM stack: it grows with feature_width, max_unique_nz_per_row and logical_replica_count; cap max_unique_nz_per_row / max_ids_per_partition at what your data really needs.".into(),
+                "Lower the heap: a smaller maximum_parallel_iterations prefetches less input into HBM.".into(),
+                "Check that embedding tables are mod-sharded across all chips.".into(),
+                "Serialize table processing to trade parallelism for memory: LIBTPU_INIT_ARGS=--xla_sc_num_serialized_tables_to_optimize_hbm=N (last resort).".into(),
+            ],
+            Vec::new(),
+        ))
+    } else {
+        None
+    }
+}
+
+fn sparsecore_padding(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let sc = e.sparsecore_bytes?;
+    if sc == 0 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::SparsecorePadding,
+        None,
+        format!("SparseCore holds {}; tables narrower than 8 floats are padded to 32 bytes per row", fmt(sc)),
+        vec!["Make embedding widths multiples of 8 floats, or pack narrow tables together so rows are not padded to 32 bytes.".into()],
+        Vec::new(),
+    ))
+}
+
+fn fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let evidence = match (e.requested_bytes, e.free_bytes, e.largest_free_bytes) {
+        (Some(r), Some(f), Some(lf)) => format!("{} requested, {} free in total but the largest free block is {}", fmt(r), fmt(f), fmt(lf)),
+        (Some(r), Some(f), None) => format!("{} requested while {} is free: the free memory is split into pieces", fmt(r), fmt(f)),
+        (Some(r), None, Some(lf)) => format!("{} requested; largest free block {}", fmt(r), fmt(lf)),
+        _ => "free memory exists but not in one contiguous block".into(),
+    };
+    let mut actions = vec![
+        "Allocate the largest long-lived buffers (parameters, optimizer state, caches) first and keep them alive, so short-lived arrays do not cut the heap into pieces.".into(),
+        "Avoid keeping many small arrays alive across steps (metrics, per-step results): fetch them to the host or delete them.".into(),
+    ];
+    if e.backend == Some(Backend::Gpu) || e.family == Family::BfcAllocator {
+        actions.push("On GPU: TF_GPU_ALLOCATOR=cuda_malloc_async (TensorFlow) or XLA_PYTHON_CLIENT_ALLOCATOR=platform (JAX, slower) avoid the BFC pool's fragmentation.".into());
+    } else {
+        actions.push("On TPU the runtime defragments and evicts programs before failing; if this recurs after many steps, restart from a checkpoint periodically.".into());
+    }
+    Some(ctx.cause(CauseKind::Fragmentation, e.requested_bytes, evidence, actions, Vec::new()))
+}
+
+fn arguments_exceed(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let args = e.arguments_bytes?;
+    let l = ctx.limit?;
+    if (args as f64) < l as f64 * 0.6 {
+        return None;
+    }
+    let chips = (args as f64 / (l as f64 * 0.7)).ceil() as u64;
+    let mut actions = vec![
+        format!("Shard parameters and optimizer state over more chips (FSDP / ZeRO-3 style): {} of arguments need about {chips} or more chips' worth of HBM with room left for activations.", fmt(args)),
+        "Offload optimizer state (or parameters between uses) to host memory.".into(),
+        "Keep optimizer moments in bf16, or use a lighter optimizer (Adafactor, 8-bit Adam).".into(),
+    ];
+    let fits = chips::tpus_that_fit(args + args / 4);
+    if let Some(first) = fits.first() {
+        actions.push(format!("Or a chip with more HBM: {first}."));
+    }
+    Some(ctx.cause(
+        CauseKind::ArgumentsExceed,
+        ctx.exceeded.map(|x| x.min(args)),
+        format!("the program's arguments alone take {} ({} of the {} limit)", fmt(args), pct(args, l), fmt(l)),
+        actions,
+        ctx.snippets(
+            "mesh = jax.make_mesh((jax.device_count(),), (\"fsdp\",))\nparams = jax.device_put(params, NamedSharding(mesh, P(\"fsdp\")))  # shard, not replicate\n# optimizer state on the host:\nopt_state = jax.device_put(opt_state, NamedSharding(mesh, P(\"fsdp\"), memory_kind=\"pinned_host\"))",
+            "import torch_xla.distributed.spmd as xs\nfrom torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel as FSDPv2\nmodel = FSDPv2(model)  # shards parameters and optimizer state over the mesh",
+        ),
+    ))
+}
+
+/// A recognizable large intermediate: attention scores or logits.
+fn activation_kind(shape: &Shape) -> Option<&'static str> {
+    let d = &shape.dims;
+    let n = d.len();
+    if n >= 3 && d[n - 1] == d[n - 2] && d[n - 1] >= 512 {
+        return Some("attention scores [.., S, S]");
+    }
+    if n >= 2 && d[n - 1] >= 30_000 {
+        return Some("logits over a vocabulary [.., V]");
+    }
+    None
+}
+
+fn large_activation(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let l = ctx.limit.or(ctx.used)?;
+    let big: Vec<&Allocation> = e
+        .allocations
+        .iter()
+        .filter(|a| a.allocation_type.as_deref() != Some("Entry Parameter") && a.size_bytes as f64 >= l as f64 * 0.25)
+        .collect();
+    let first = big.first()?;
+    let kind = shape_of(first).and_then(|s| activation_kind(&s));
+    let total: u64 = big.iter().map(|a| a.size_bytes).sum();
+    let mut actions = Vec::new();
+    match kind {
+        Some(k) if k.starts_with("attention") => {
+            actions.push("Use a memory-efficient attention kernel that never materializes [B,H,S,S]: jax.nn.dot_product_attention(..., implementation='cudnn') on GPU, the Pallas splash/flash attention kernels on TPU, or chunk the queries.".into());
+        }
+        Some(_) => {
+            actions.push("Compute the loss in chunks over the sequence (chunked cross-entropy) so [B,S,V] logits are never whole, or shard the vocabulary dimension over the model axis.".into());
+        }
+        None => {}
+    }
+    actions.push(format!(
+        "Find where {} is made{}: shard it across devices with a sharding constraint, split the computation into chunks (jax.lax.map / scan over slices), or recompute it in the backward pass (jax.checkpoint).",
+        describe(first),
+        first.source.as_deref().map(|s| format!(" ({s})")).unwrap_or_default()
+    ));
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        Some(total),
+        format!(
+            "{} buffer(s) of at least a quarter of the limit: {}{}",
+            big.len(),
+            big.iter().take(3).map(|a| describe(a)).collect::<Vec<_>>().join("; "),
+            kind.map(|k| format!(" - looks like {k}")).unwrap_or_default()
+        ),
+        actions,
+        ctx.snippets(
+            "x = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(\"data\", None, \"model\")))",
+            "xs.mark_sharding(x, mesh, (\"data\", None, \"model\"))",
+        ),
+    ))
+}
+
+fn padding(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let mut offenders: Vec<(u64, &Allocation)> = e
+        .allocations
+        .iter()
+        .filter_map(|a| a.unpadded_bytes.map(|u| (a.size_bytes.saturating_sub(u), a)))
+        .filter(|(w, _)| *w > 0)
+        .collect();
+    offenders.sort_by(|a, b| b.0.cmp(&a.0));
+    let listed: u64 = offenders.iter().map(|o| o.0).sum();
+    let heap = match (e.hlo_temp_padded_bytes, e.hlo_temp_unpadded_bytes) {
+        (Some(p), Some(u)) if p > u => p - u,
+        _ => 0,
+    };
+    let waste = listed.max(heap);
+    let base = ctx.used.or(ctx.limit)?;
+    if waste == 0 || (waste as f64) < base as f64 * 0.01 {
+        return None;
+    }
+    let mut actions = Vec::new();
+    for (w, a) in offenders.iter().take(3) {
+        let Some(shape) = shape_of(a) else { continue };
+        let down = shape.aligned_dims(false);
+        let up = shape.aligned_dims(true);
+        let name = shape.without_layout();
+        let fix = if down != shape.dims && down.iter().zip(&shape.dims).all(|(d, s)| d <= s) && down.iter().all(|&d| d > 0) {
+            format!(
+                "use {} (no padding) or {} (same memory, none wasted)",
+                hbm_doctor_hlo::shape::format_dims(name.split('[').next().unwrap_or("f32"), &down),
+                hbm_doctor_hlo::shape::format_dims(name.split('[').next().unwrap_or("f32"), &up)
+            )
+        } else {
+            "move the small dimension away from the two minor (tiled) positions, e.g. transpose [N,3] to [3,N] or fold it into a larger dimension".into()
+        };
+        let ratio = a.unpadded_bytes.map_or(0.0, |u| a.size_bytes as f64 / u.max(1) as f64);
+        actions.push(format!("{name} takes {} for {} of data ({ratio:.1}x, {} wasted): {fix}.", fmt(a.size_bytes), fmt(a.unpadded_bytes.unwrap_or(0)), fmt(*w)));
+    }
+    actions.push("Make large dimensions (batch, hidden, embedding, heads x head_dim) multiples of 128, and second-minor ones multiples of 8 (16 for bf16 packing).".into());
+    let evidence = if listed >= heap {
+        format!("tile padding wastes {} in the listed allocations ({} of the requirement)", fmt(listed), pct(listed, base))
+    } else {
+        format!("HLO temporaries are {} padded for {} of data: {} lost to tile padding", fmt(e.hlo_temp_padded_bytes.unwrap_or(0)), fmt(e.hlo_temp_unpadded_bytes.unwrap_or(0)), fmt(heap))
+    };
+    Some(ctx.cause(CauseKind::Padding, Some(waste), evidence, actions, Vec::new()))
+}
+
+/// The leading dimension most listed allocations share: probably the batch.
+fn common_batch(allocs: &[Allocation]) -> Option<(u64, u64)> {
+    let mut counts: Vec<(u64, u64, u64)> = Vec::new(); // (dim, count, bytes)
+    for a in allocs {
+        let Some(s) = shape_of(a) else { continue };
+        if s.dims.len() < 2 {
+            continue;
+        }
+        let d = s.dims[0];
+        if d < 2 {
+            continue;
+        }
+        match counts.iter_mut().find(|c| c.0 == d) {
+            Some(c) => {
+                c.1 += 1;
+                c.2 += a.size_bytes;
+            }
+            None => counts.push((d, 1, a.size_bytes)),
+        }
+    }
+    counts.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+    counts.first().filter(|c| c.1 >= 2).map(|c| (c.0, c.2))
+}
+
+fn batch_too_large(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if !matches!(ctx.category, Category::Aggregate | Category::SingleLargeAllocation | Category::RuntimeAllocation | Category::TcScImbalance | Category::Unknown) {
+        return None;
+    }
+    let (u, l) = (ctx.used?, ctx.limit?);
+    if u <= l || u >= l.saturating_mul(10) {
+        return None;
+    }
+    let x = u - l;
+    let fixed = e.arguments_bytes.unwrap_or(0) + e.output_bytes.unwrap_or(0).saturating_sub(e.output_aliased_bytes.unwrap_or(0));
+    let temps = e.hlo_temp_bytes.filter(|&t| t > 0).unwrap_or_else(|| u.saturating_sub(fixed));
+    if temps <= x {
+        return None;
+    }
+    let keep = 1.0 - x as f64 / temps as f64; // fraction of the batch that fits
+    let micro = (1.0 / keep).ceil().max(2.0) as u64;
+    let mut actions = Vec::new();
+    let evidence;
+    match common_batch(&e.allocations) {
+        Some((b, bytes)) => {
+            let mut nb = (b as f64 * keep).floor() as u64;
+            if nb >= 8 {
+                nb = nb / 8 * 8;
+            }
+            evidence = format!(
+                "temporaries of {} must shrink by {} to fit; {} of the listed buffers have leading dimension {b} (likely the per-device batch)",
+                fmt(temps),
+                fmt(x),
+                fmt(bytes)
+            );
+            if nb >= 1 {
+                actions.push(format!("Reduce the per-device batch from {b} to at most {nb} (temporaries scale with it; {} fit)", pct((keep * 100.0) as u64, 100)));
+            }
+            actions.push(format!("Or keep the global batch and split it into {micro} micro-batches of {} with gradient accumulation.", b.div_ceil(micro)));
+        }
+        None => {
+            evidence = format!("temporaries of {} must shrink by {} ({}) to fit", fmt(temps), fmt(x), pct(x, temps));
+            actions.push(format!("Reduce the batch to at most {} of its current size (temporaries scale with it).", pct((keep * 100.0).floor() as u64, 100)));
+            actions.push(format!("Or split each batch into {micro} micro-batches with gradient accumulation."));
+        }
+    }
+    Some(ctx.cause(
+        CauseKind::BatchTooLarge,
+        Some(x),
+        evidence,
+        actions,
+        ctx.snippets(
+            &format!("optimizer = optax.MultiSteps(optax.adamw(lr), every_k_schedule={micro})  # {micro} micro-batches per update"),
+            &format!("for i, (x, y) in enumerate(loader):  # loader yields micro-batches\n    loss = loss_fn(model(x), y) / {micro}\n    loss.backward()\n    if (i + 1) % {micro} == 0:\n        optimizer.step(); optimizer.zero_grad()\n    xm.mark_step()"),
+        ),
+    ))
+}
+
+fn no_donation(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let out = e.output_bytes?;
+    let aliased = e.output_aliased_bytes.unwrap_or(0);
+    let args = e.arguments_bytes?;
+    let base = ctx.used?;
+    let could = out.min(args).saturating_sub(aliased);
+    if could == 0 || (could as f64) < base as f64 * 0.05 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::NoDonation,
+        Some(could),
+        format!("outputs take {} and share only {} with the {} of arguments: updated parameters/state exist twice", fmt(out), fmt(aliased), fmt(args)),
+        vec![
+            "Donate the inputs the step overwrites (parameters, optimizer state) so XLA writes the outputs into their buffers.".into(),
+            "PyTorch/XLA aliases parameters updated in place automatically: keep optimizer updates in place and XLA_ENABLE_PARAM_ALIASING unset or 1.".into(),
+        ],
+        ctx.snippets(
+            "train_step = jax.jit(train_step, donate_argnums=(0, 1))  # params, opt_state\n# or: jax.jit(train_step, donate_argnames=(\"state\",))",
+            "# parameters updated in place are aliased; check 'Aliased Input size' with PT_XLA_DEBUG_LEVEL=1\noptimizer.step()  # in place",
+        ),
+    ))
+}
+
+fn f32_precision(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let base = ctx.used.or(ctx.limit)?;
+    let f32: Vec<&Allocation> = e.allocations.iter().filter(|a| a.shape.as_deref().is_some_and(|s| s.trim_start().starts_with("f32["))).collect();
+    let total: u64 = f32.iter().map(|a| a.size_bytes).sum();
+    if (total as f64) < base as f64 * 0.2 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::F32Precision,
+        Some(total / 2),
+        format!("{} listed buffers are f32 and total {} ({} of the requirement)", f32.len(), fmt(total), pct(total, base)),
+        vec!["Run activations and matmuls in bfloat16 (keep a f32 master copy of the weights and f32 loss/normalization if quality needs it); int8 quantization for frozen weights.".into()],
+        ctx.snippets(
+            "params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)  # or flax: dtype=jnp.bfloat16, param_dtype=jnp.float32",
+            "model = model.to(torch.bfloat16)  # or torch.autocast('xla', dtype=torch.bfloat16)",
+        ),
+    ))
+}
+
+fn is_forward_activation(a: &Allocation) -> bool {
+    a.op_name.as_deref().is_some_and(|op| (op.contains("jvp(") || op.contains("/forward")) && !op.contains("transpose("))
+}
+
+fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if !matches!(ctx.category, Category::Aggregate | Category::SingleLargeAllocation) {
+        return None;
+    }
+    let fwd: Vec<&Allocation> = e.allocations.iter().filter(|a| is_forward_activation(a)).collect();
+    let saved: u64 = fwd.iter().map(|a| a.size_bytes).sum();
+    let training = !fwd.is_empty() || e.allocations.iter().any(|a| a.op_name.as_deref().is_some_and(|o| o.contains("transpose(") || o.contains("backward")));
+    if !training && !e.allocations.is_empty() {
+        return None;
+    }
+    let evidence = if saved > 0 {
+        format!("{} of the listed buffers ({}) are forward-pass values (jvp) kept alive for the backward pass", fwd.len(), fmt(saved))
+    } else {
+        "activations saved for the backward pass usually dominate a training step's temporaries".into()
+    };
+    Some(ctx.cause(
+        CauseKind::NoRemat,
+        (saved > 0).then_some(saved * 3 / 4),
+        evidence,
+        vec![
+            "Rematerialize: wrap each layer (or the scanned block) in jax.checkpoint with a policy that saves only what is cheap to keep, e.g. dots_with_no_batch_dims_saveable; or offload saved activations to host memory.".into(),
+            "Last resort: let the compiler trade compile time for memory: LIBTPU_INIT_ARGS='--xla_tpu_rematerialization_algo=PEAK_PRIORITY --xla_tpu_pre_fusion_remat=true' (TPU flags go in LIBTPU_INIT_ARGS, not XLA_FLAGS).".into(),
+        ],
+        ctx.snippets(
+            "block = jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)\n# flax: nn.remat(Block, policy=...); host offload:\n# policy=jax.checkpoint_policies.offload_dot_with_no_batch_dims('device', 'pinned_host')",
+            "from torch_xla.utils.checkpoint import checkpoint\nh = checkpoint(layer, h)  # per transformer layer",
+        ),
+    ))
+}
+
+fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if !matches!(ctx.category, Category::SingleLargeAllocation | Category::Aggregate) || e.backend == Some(Backend::Gpu) {
+        return None;
+    }
+    let l = ctx.limit?;
+    let big = e.allocations.iter().find(|a| a.size_bytes.saturating_mul(2) > l);
+    let evidence = match big {
+        Some(a) => format!("{} is over half the device: an array that big is usually meant to be sharded, and a missing or lost sharding annotation replicates it on every chip", describe(a)),
+        None if ctx.category == Category::SingleLargeAllocation => "an allocation over half the device usually means an array is replicated instead of sharded".into(),
+        None => return None,
+    };
+    Some(ctx.cause(
+        CauseKind::ReplicatedTensor,
+        None,
+        evidence,
+        vec![
+            "Check the mesh shape and the sharding of the large arrays (jax.debug.visualize_array_sharding, or the sharding= of the dump's HLO): the per-device shape should be the global shape divided by the mesh axes.".into(),
+            "Add sharding constraints on large intermediates so propagation does not fall back to replication.".into(),
+        ],
+        ctx.snippets(
+            "jax.debug.visualize_array_sharding(x)\nx = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(\"data\", \"model\")))",
+            "xs.mark_sharding(t, mesh, (\"data\", \"model\"))",
+        ),
+    ))
+}
+
+fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let hits: Vec<&Allocation> = e
+        .allocations
+        .iter()
+        .filter(|a| {
+            let t = format!("{} {}", a.op_name.as_deref().unwrap_or(""), a.label.as_deref().unwrap_or("")).to_ascii_lowercase();
+            t.contains("debug_callback") || t.contains("debug_print") || t.contains("outfeed") || t.contains("host_callback") || t.contains("pure_callback") || t.contains("io_callback")
+        })
+        .collect();
+    if hits.is_empty() {
+        return None;
+    }
+    let total: u64 = hits.iter().map(|a| a.size_bytes).sum();
+    Some(ctx.cause(
+        CauseKind::DebugPrint,
+        Some(total),
+        format!("{} buffer(s) feed a host callback or print: {}", hits.len(), hits.iter().take(3).map(|a| describe(a)).collect::<Vec<_>>().join("; ")),
+        vec!["Remove jax.debug.print / jax.debug.callback on large arrays (a print of a sharded array gathers the whole array on one device and breaks fusion); print a reduction (x.mean(), x.shape) instead.".into()],
+        Vec::new(),
+    ))
+}
+
+fn optimizer_state(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let hits: Vec<&Allocation> = e
+        .allocations
+        .iter()
+        .filter(|a| {
+            let t = format!("{} {}", a.op_name.as_deref().unwrap_or(""), a.label.as_deref().unwrap_or("")).to_ascii_lowercase();
+            t.contains("opt_state") || t.contains("adam") || t.contains("/mu") || t.contains("/nu")
+        })
+        .collect();
+    if hits.is_empty() {
+        return None;
+    }
+    let total: u64 = hits.iter().map(|a| a.size_bytes).sum();
+    Some(ctx.cause(
+        CauseKind::OptimizerStateUnsharded,
+        Some(total / 2),
+        format!("{} of optimizer-state buffers are listed among the largest", fmt(total)),
+        vec!["Shard optimizer state over the data-parallel axis (ZeRO-1/FSDP) instead of replicating it on every device.".into()],
+        Vec::new(),
+    ))
+}
+
+fn other_process(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime {
+        return None;
+    }
+    let (req, free) = (e.requested_bytes?, e.free_bytes?);
+    if free >= req {
+        return None;
+    }
+    let held = e.limit_bytes.map(|l| l.saturating_sub(free));
+    Some(ctx.cause(
+        CauseKind::OtherProcess,
+        Some(req - free),
+        format!("only {} was free when {} was needed{}", fmt(free), fmt(req), held.map(|h| format!("; {} was held", fmt(h))).unwrap_or_default()),
+        vec![
+            "Find what holds the memory: arrays from earlier steps or programs still referenced (jax.live_arrays(), del them, jax.clear_caches()), a second process on the same chips (tpu-info / nvidia-smi, lsof /dev/accel* or /dev/vfio), or an eval/compile of another program loaded beside the training step.".into(),
+            "If it grows over steps, record it (hbm-doctor record) and check for a leak with hbm-doctor trend.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+fn preallocation(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.backend != Some(Backend::Gpu) && e.memory_space != Some(MemorySpace::Device) {
+        return None;
+    }
+    let l = e.limit_bytes?;
+    let gb = l as f64 / (1u64 << 30) as f64;
+    let capped = chips::GPU_SIZES_GB.iter().find(|&&p| {
+        let r = gb / p as f64;
+        (0.70..0.80).contains(&r)
+    });
+    let physical = *capped?;
+    Some(ctx.cause(
+        CauseKind::Preallocation,
+        Some((physical << 30).saturating_sub(l) / 2),
+        format!("the allocator's limit is {} - about 75% of a {physical} GB GPU, JAX's default preallocation fraction", fmt(l)),
+        vec!["Give the pool more of the GPU: XLA_PYTHON_CLIENT_MEM_FRACTION=.95 (JAX) or allow_growth (TensorFlow); XLA_PYTHON_CLIENT_PREALLOCATE=false lets two processes share a GPU.".into()],
+        Vec::new(),
+    ))
+}
+
+fn runtime_growth(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime || matches!(ctx.category, Category::RuntimeFragmentation | Category::HostMemory) {
+        return None;
+    }
+    let mut actions = vec![
+        "Record device memory over steps (hbm-doctor record, or the hbm_doctor sampler in the training loop) and run hbm-doctor trend on it: steady growth is a leak, a jump at one step is a spike (eval, checkpoint, recompilation).".into(),
+    ];
+    if ctx.ptxla || !ctx.jax {
+        actions.push("PyTorch/XLA: call xm.mark_step() (torch_xla.sync()) every step, do not keep small device tensors across steps (loss.item() history, metrics), and check the metrics report for UncachedCompile growing (recompilation).".into());
+    }
+    if ctx.jax || !ctx.ptxla {
+        actions.push("JAX: do not keep device arrays in Python lists across steps; check len(jax.live_arrays()) over time.".into());
+    }
+    Some(ctx.cause(CauseKind::MemoryLeak, None, "a runtime OOM after training ran for a while often comes from memory that grows step by step".into(), actions, Vec::new()))
+}
+
+fn device_too_small(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let (u, l) = (ctx.used?, ctx.limit?);
+    if u <= l || e.memory_space != Some(MemorySpace::Hbm) {
+        return None;
+    }
+    let fits = chips::tpus_that_fit(u);
+    let chips_needed = (u as f64 / (l as f64 * 0.9)).ceil() as u64;
+    let mut actions = vec![format!("Spread the program over at least {chips_needed}x as many chips with model/FSDP sharding, so each holds its share.")];
+    if !fits.is_empty() {
+        actions.push(format!("Or run on a chip with more HBM per device: {}.", fits.join(", ")));
+    }
+    actions.push("Or offload parameters/optimizer state or saved activations to host memory (memory_kind='pinned_host').".into());
+    Some(ctx.cause(CauseKind::DeviceTooSmall, Some(u - l), format!("the program needs {} and the device has {}", fmt(u), fmt(l)), actions, Vec::new()))
+}

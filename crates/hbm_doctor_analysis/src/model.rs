@@ -1,0 +1,167 @@
+//! The report model of `explain`, serialized exactly as `docs/contract.md` specifies.
+
+use hbm_doctor_log::Event;
+use serde::{Deserialize, Serialize};
+
+/// The JSON schema version of every report.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The guide's decision-tree category of the main event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// TensorCore + SparseCore usage split given (guide section 1).
+    TcScImbalance,
+    /// One or more allocations each over 50% of the limit (guide section 2).
+    SingleLargeAllocation,
+    /// The sum of many allocations exceeds the limit (guide section 3).
+    Aggregate,
+    /// Program inputs/outputs alone fill or exceed the memory.
+    Arguments,
+    /// On-chip scoped memory (vmem/smem) of a kernel.
+    Vmem,
+    /// A runtime allocation or program load failed on the device.
+    RuntimeAllocation,
+    /// Enough memory is free in total but no contiguous region is large enough.
+    RuntimeFragmentation,
+    /// Host (CPU) memory, not device memory.
+    HostMemory,
+    /// An OOM was found but the text does not say enough.
+    Unknown,
+}
+
+impl Category {
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::TcScImbalance => "tc_sc_imbalance",
+            Category::SingleLargeAllocation => "single_large_allocation",
+            Category::Aggregate => "aggregate",
+            Category::Arguments => "arguments",
+            Category::Vmem => "vmem",
+            Category::RuntimeAllocation => "runtime_allocation",
+            Category::RuntimeFragmentation => "runtime_fragmentation",
+            Category::HostMemory => "host_memory",
+            Category::Unknown => "unknown",
+        }
+    }
+}
+
+/// The closed vocabulary of causes (contract.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum CauseKind {
+    BatchTooLarge,
+    ReplicatedTensor,
+    DebugPrint,
+    Padding,
+    NoDonation,
+    NoRemat,
+    LargeActivation,
+    F32Precision,
+    OptimizerStateUnsharded,
+    ArgumentsExceed,
+    SparsecoreStack,
+    SparsecorePadding,
+    KernelTiling,
+    ShapeBug,
+    Fragmentation,
+    Preallocation,
+    OtherProcess,
+    MemoryLeak,
+    MemorySpike,
+    Recompilation,
+    HostOom,
+    DeviceTooSmall,
+}
+
+impl CauseKind {
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CauseKind::BatchTooLarge => "batch_too_large",
+            CauseKind::ReplicatedTensor => "replicated_tensor",
+            CauseKind::DebugPrint => "debug_print",
+            CauseKind::Padding => "padding",
+            CauseKind::NoDonation => "no_donation",
+            CauseKind::NoRemat => "no_remat",
+            CauseKind::LargeActivation => "large_activation",
+            CauseKind::F32Precision => "f32_precision",
+            CauseKind::OptimizerStateUnsharded => "optimizer_state_unsharded",
+            CauseKind::ArgumentsExceed => "arguments_exceed",
+            CauseKind::SparsecoreStack => "sparsecore_stack",
+            CauseKind::SparsecorePadding => "sparsecore_padding",
+            CauseKind::KernelTiling => "kernel_tiling",
+            CauseKind::ShapeBug => "shape_bug",
+            CauseKind::Fragmentation => "fragmentation",
+            CauseKind::Preallocation => "preallocation",
+            CauseKind::OtherProcess => "other_process",
+            CauseKind::MemoryLeak => "memory_leak",
+            CauseKind::MemorySpike => "memory_spike",
+            CauseKind::Recompilation => "recompilation",
+            CauseKind::HostOom => "host_oom",
+            CauseKind::DeviceTooSmall => "device_too_small",
+        }
+    }
+}
+
+/// Code for one framework (extension field `snippets`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snippet {
+    /// `jax`, `pytorch_xla` or `shell`.
+    pub framework: String,
+    /// The code.
+    pub code: String,
+}
+
+/// One ranked cause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cause {
+    /// The cause, from the closed vocabulary.
+    pub cause: CauseKind,
+    /// Estimated reduction of the peak if the actions are taken; null if unknown.
+    pub savings_bytes: Option<u64>,
+    /// The figures and buffers the cause rests on.
+    pub evidence: String,
+    /// Concrete steps, most useful first; compiler flags last, marked "last resort".
+    pub actions: Vec<String>,
+    /// Extension: code for the actions, per framework.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snippets: Vec<Snippet>,
+    /// Extension: whether the savings alone would make the program fit.
+    #[serde(default)]
+    pub sufficient: Option<bool>,
+}
+
+/// The diagnosis of the main event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    /// Index of the main event in `events`.
+    pub event: usize,
+    /// The guide's category.
+    pub category: Category,
+    /// Ranked causes.
+    pub causes: Vec<Cause>,
+    /// Extension: one-sentence verdict.
+    pub summary: String,
+    /// Extension: the device the figures point to, when they allow it.
+    pub chip: Option<String>,
+    /// Extension: physical memory of that device, in bytes.
+    pub physical_bytes: Option<u64>,
+    /// Extension: TPU generations on which the stated requirement fits (single device).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fits_on: Vec<String>,
+}
+
+/// The whole `explain` report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExplainReport {
+    /// Always [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Every OOM event, in input order.
+    pub events: Vec<Event>,
+    /// Present whenever `events` is not empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
+}
