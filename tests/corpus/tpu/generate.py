@@ -1,0 +1,970 @@
+#!/usr/bin/env python3
+"""Generate real TPU-compiler fixtures for hbm-doctor, deviceless, on a CPU-only machine.
+
+What this does
+--------------
+For every case below it compiles a small JAX program ahead-of-time for a TPU topology with the
+real TPU compiler (the closed-source one shipped in the `libtpu` wheel), in a SUBPROCESS so that
+libtpu's own stderr can be captured, and writes into tests/corpus/tpu/<case>/:
+
+  stderr.log      libtpu's stderr for that compile (startup boilerplate kept unless the file
+                  would exceed 60 KB; the OOM report and everything around it verbatim)
+  exception.txt   traceback.format_exc() of the exception the user sees (absent if it compiled)
+  meta.json       case name, purpose, topology, versions, whether it compiled, memory_analysis()
+                  figures when it compiled, and the headline figures parsed from stderr /
+                  the exception (as the strings printed) for failing cases
+  dump/           (some cases only) the XLA dump files of the main jit module:
+                  *before_optimizations.txt, *after_optimizations.txt, *-buffer-assignment.txt,
+                  *-live-range.txt, *-memory-usage-report.txt (those that exist)
+
+No TPU is needed: inputs are abstract jax.ShapeDtypeStruct values, nothing is allocated, and the
+compile targets a topology from jax.experimental.topologies.
+
+Requirements
+------------
+Python 3.11 and jax[tpu]==0.10.2 (libtpu 0.0.42.1) in a venv, e.g.
+
+    python3 -m venv .venv-tpu
+    .venv-tpu/bin/pip install "jax[tpu]==0.10.2"
+
+How to run (from the repository root)
+-------------------------------------
+    .venv-tpu/bin/python tests/corpus/tpu/generate.py            # all cases, sequentially
+    .venv-tpu/bin/python tests/corpus/tpu/generate.py fits_v5e padding_v5e   # selected cases
+    .venv-tpu/bin/python tests/corpus/tpu/generate.py --list     # list case names
+
+Each case runs `python generate.py --worker <case> <tmpdir>` in a child process with
+TPU_STDERR_LOG_LEVEL=0 TPU_MIN_LOG_LEVEL=0 TPU_WORKER_HOSTNAMES=localhost
+TPU_ACCELERATOR_TYPE=<matching the topology> and XLA_FLAGS="--xla_dump_to=<tmp> --xla_dump_hlo_as_text".
+Compiles are sequential (the machine this was made on has 2 cores). Outputs are overwritten.
+A summary table (markdown) is printed at the end and written to tests/corpus/tpu/summary.md.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# topology name -> TPU_ACCELERATOR_TYPE that matches it (silences libtpu's host probing)
+ACCELERATOR_TYPE = {
+    "v5e:2x2": "v5litepod-4",
+    "v6e:2x2": "v6e-4",
+    "v4:2x2x1": "v4-8",
+    "v5p:2x2x1": "v5p-8",
+}
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+# --------------------------------------------------------------------------------------------
+# Case registry
+# --------------------------------------------------------------------------------------------
+
+CASES = {}
+
+
+def case(name, topology, purpose, expect, dump=False, compiler_options=None, env=None):
+    """Register a case. expect: 'fit' or 'oom' (what the case is meant to show).
+
+    The decorated builder runs in the worker: builder(mesh) -> (fn, args, jit_kwargs).
+    """
+
+    def deco(builder):
+        CASES[name] = dict(
+            name=name,
+            topology=topology,
+            purpose=purpose,
+            expect=expect,
+            dump=dump,
+            compiler_options=compiler_options or {},
+            env=env or {},
+            builder=builder,
+        )
+        return builder
+
+    return deco
+
+
+def _jax():
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    return jax, jnp, NamedSharding, P
+
+
+def sds(shape, dtype, mesh, spec):
+    jax, jnp, NamedSharding, P = _jax()
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
+
+
+# ---- shared model pieces ---------------------------------------------------------------------
+
+
+def mlp_train_step_builder(mesh, batch, width, layers, dtype="float32", remat=False):
+    """Plain MLP (tanh), batch sharded over all devices, weights replicated; returns loss and grads."""
+    jax, jnp, NamedSharding, P = _jax()
+    dt = jnp.dtype(dtype)
+
+    def layer(w, h):
+        return jnp.tanh(h @ w)
+
+    if remat:
+        layer = jax.checkpoint(layer)
+
+    def loss_fn(ws, x):
+        h = x
+        for w in ws:
+            h = layer(w, h)
+        return jnp.mean(h * h)
+
+    def train_step(ws, x):
+        loss, grads = jax.value_and_grad(loss_fn)(ws, x)
+        return loss, grads
+
+    ws = [sds((width, width), dt, mesh, P()) for _ in range(layers)]
+    x = sds((batch, width), dt, mesh, P("d"))
+    return train_step, (ws, x), {}
+
+
+# ---- 1. aggregate ------------------------------------------------------------------------------
+
+
+@case(
+    "aggregate_v5e",
+    "v5e:2x2",
+    "Many medium activations of an MLP forward+backward (large batch) add up over HBM; "
+    "no single buffer is more than 50% of the limit.",
+    expect="oom",
+    dump=True,
+)
+def _aggregate_v5e(mesh):
+    # per device: f32[65536, 4096] = 1 GiB activation per layer, 16 layers
+    return mlp_train_step_builder(mesh, batch=4 * 98304, width=4096, layers=16)
+
+
+@case(
+    "aggregate_v4",
+    "v4:2x2x1",
+    "Same MLP training step as aggregate_v5e, scaled to exceed a v4 TensorCore's HBM "
+    "(v4:2x2x1 shows 8 devices, one per TensorCore).",
+    expect="oom",
+)
+def _aggregate_v4(mesh):
+    n = mesh.devices.size
+    return mlp_train_step_builder(mesh, batch=n * 65536, width=4096, layers=12)
+
+
+@case(
+    "aggregate_v5p",
+    "v5p:2x2x1",
+    "Same MLP training step as aggregate_v5e, scaled (more layers and batch) to exceed v5p HBM (95.74G).",
+    expect="oom",
+)
+def _aggregate_v5p(mesh):
+    n = mesh.devices.size
+    return mlp_train_step_builder(mesh, batch=n * 4 * 65536, width=4096, layers=24)
+
+
+@case(
+    "aggregate_v6e",
+    "v6e:2x2",
+    "Same MLP training step as aggregate_v5e, scaled (2x batch) to exceed v6e HBM (31.25G).",
+    expect="oom",
+)
+def _aggregate_v6e(mesh):
+    n = mesh.devices.size
+    return mlp_train_step_builder(mesh, batch=n * 2 * 65536, width=4096, layers=12)
+
+
+# ---- 2. huge single allocation ----------------------------------------------------------------
+
+
+@case(
+    "huge_alloc_v5e",
+    "v5e:2x2",
+    "One single intermediate (outer product f32[65536,49152], 12 GiB) is more than 50% of HBM.",
+    expect="oom",
+)
+def _huge_alloc_v5e(mesh):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def outer_stats(a, b):
+        y = a[:, None] * b[None, :]  # f32[65536, 49152] = 12 GiB on every device
+        y = jnp.sort(y, axis=1)  # sort cannot be fused: y must be materialized
+        return y[:, :8], y[:, -8:]
+
+    a = sds((65536,), jnp.float32, mesh, P())
+    b = sds((49152,), jnp.float32, mesh, P())
+    return outer_stats, (a, b), {}
+
+
+# ---- 3. replicated weight ----------------------------------------------------------------------
+
+
+def _replicated_builder(mesh, spec):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def sgd_step(w, x):
+        def loss(w):
+            return jnp.mean(jnp.tanh(x @ w) ** 2)
+
+        l, g = jax.value_and_grad(loss)(w)
+        return l, w - 0.01 * g
+
+    # f32[49152, 49152] = 9 GiB weight
+    w = sds((49152, 49152), jnp.float32, mesh, spec)
+    x = sds((1024, 49152), jnp.float32, mesh, P())
+    return sgd_step, (w, x), {}
+
+
+@case(
+    "replicated_v5e",
+    "v5e:2x2",
+    "A 9 GiB weight replicated (PartitionSpec()) over the 4-device mesh: weight + new weight + "
+    "gradient on every device exceed HBM; it would fit sharded (see replicated_fixed_v5e).",
+    expect="oom",
+    dump=True,
+)
+def _replicated_v5e(mesh):
+    jax, jnp, NamedSharding, P = _jax()
+    return _replicated_builder(mesh, P())
+
+
+@case(
+    "replicated_fixed_v5e",
+    "v5e:2x2",
+    "Fixed variant of replicated_v5e: the same weight sharded over the mesh (PartitionSpec(None, 'd')) fits.",
+    expect="fit",
+    dump=True,
+)
+def _replicated_fixed_v5e(mesh):
+    jax, jnp, NamedSharding, P = _jax()
+    return _replicated_builder(mesh, P(None, "d"))
+
+
+# ---- 4. padding --------------------------------------------------------------------------------
+
+
+def _padding_builder(mesh):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def compose_rotations(rot, pts):
+        # per-item 3x3 matrices: batched dots whose outputs get a tiled layout with the two
+        # trailing dims (3,3) padded into (4,128) tiles (56.9x expansion)
+        r2 = jnp.einsum("nij,njk->nik", rot, rot)
+        return jnp.einsum("nij,njk->nik", r2, pts)
+
+    n = 4 * (1 << 22)  # 4M items per device; f32[4194304,3,3] = 144 MiB unpadded
+    rot = sds((n, 3, 3), jnp.float32, mesh, P("d"))
+    pts = sds((n, 3, 3), jnp.float32, mesh, P("d"))
+    return compose_rotations, (rot, pts), {}
+
+
+@case(
+    "padding_v5e",
+    "v5e:2x2",
+    "Batched 3x3 matrix products (f32[4194304,3,3] per device, 144 MiB logical): the dot outputs get "
+    "{2,1,0:T(4,128)} layouts padded 56.9x, and the padded intermediates (8G + 4G + 4G) exceed HBM. "
+    "(A gather output f32[N,2] was tried first: the compiler gave it a {0,1:T(2,128)} layout, no padding.)",
+    expect="oom",
+    dump=True,
+)
+def _padding_v5e(mesh):
+    return _padding_builder(mesh)
+
+
+NO_CRASH = {"LIBTPU_INIT_ARGS": "--xla_tpu_no_crash_on_oom=true"}
+
+
+@case(
+    "padding_no_crash_v5e",
+    "v5e:2x2",
+    "padding_v5e compiled with LIBTPU_INIT_ARGS=--xla_tpu_no_crash_on_oom=true: the compiler "
+    "continues past the buffer-assignment OOM and its program memory allocator prints the full "
+    "report (Total hbm usage / Program hbm requirement / 'Largest program allocations in hbm' with "
+    "'Extra memory due to padding'); the exception is then INVALID_ARGUMENT: Invalid TPU program.",
+    expect="oom",
+    env=NO_CRASH,
+)
+def _padding_no_crash_v5e(mesh):
+    return _padding_builder(mesh)
+
+
+@case(
+    "aggregate_no_crash_v5e",
+    "v5e:2x2",
+    "aggregate_v5e compiled with LIBTPU_INIT_ARGS=--xla_tpu_no_crash_on_oom=true: full "
+    "'Largest program allocations in hbm' report for many medium activations.",
+    expect="oom",
+    env=NO_CRASH,
+)
+def _aggregate_no_crash_v5e(mesh):
+    return _aggregate_v5e(mesh)
+
+
+# ---- 5. debug print ----------------------------------------------------------------------------
+
+
+def _debug_print_builder(mesh, with_print):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def step(x):
+        y = jnp.sin(x) * 2.0
+        if with_print:
+            jax.debug.print("y = {}", y)
+        return y.sum(axis=1)
+
+    # global f32[4*32768, 32768] = 16 GiB, 4 GiB per device
+    x = sds((4 * 32768, 32768), jnp.float32, mesh, P("d"))
+    return step, (x,), {}
+
+
+@case(
+    "debug_print_v5e",
+    "v5e:2x2",
+    "jax.debug.print of a large sharded array (16 GiB global, 4 GiB per device) gathers the "
+    "whole array onto one device and pushes it over HBM.",
+    expect="oom",
+    dump=True,
+)
+def _debug_print_v5e(mesh):
+    return _debug_print_builder(mesh, True)
+
+
+@case(
+    "debug_print_fixed_v5e",
+    "v5e:2x2",
+    "Fixed variant of debug_print_v5e: the same program without jax.debug.print fits.",
+    expect="fit",
+    dump=True,
+)
+def _debug_print_fixed_v5e(mesh):
+    return _debug_print_builder(mesh, False)
+
+
+# ---- 6. arguments alone ------------------------------------------------------------------------
+
+
+@case(
+    "arguments_v5e",
+    "v5e:2x2",
+    "The inputs alone exceed HBM: f32 parameters of 20 GiB per device (replicated).",
+    expect="oom",
+)
+def _arguments_v5e(mesh):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def norm(params):
+        return sum(jnp.sum(p * p) for p in params)
+
+    params = [sds((40960, 65536), jnp.float32, mesh, P()) for _ in range(2)]  # 2 x 10 GiB
+    return norm, (params,), {}
+
+
+# ---- 7. no donation ----------------------------------------------------------------------------
+
+
+def _donation_builder(mesh, donate):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def train_step(params, x):
+        def loss(params):
+            h = x
+            for w in params:
+                h = jnp.tanh(h @ w)
+            return jnp.mean(h * h)
+
+        l, g = jax.value_and_grad(loss)(params)
+        new = [w - 0.01 * gw for w, gw in zip(params, g)]
+        return l, new
+
+    # 3 x f32[28672, 28672] = 3 x 3.06 GiB = 9.19 GiB of params per device (replicated)
+    params = [sds((28672, 28672), jnp.float32, mesh, P()) for _ in range(3)]
+    x = sds((4 * 256, 28672), jnp.float32, mesh, P("d"))
+    kw = {"donate_argnums": (0,)} if donate else {}
+    return train_step, (params, x), kw
+
+
+@case(
+    "no_donation_v5e",
+    "v5e:2x2",
+    "SGD train step updating large params without donate_argnums: old and new params live "
+    "together and exceed HBM.",
+    expect="oom",
+    dump=True,
+)
+def _no_donation_v5e(mesh):
+    return _donation_builder(mesh, False)
+
+
+@case(
+    "no_donation_fixed_v5e",
+    "v5e:2x2",
+    "Fixed variant of no_donation_v5e: donate_argnums=(0,) lets outputs alias the params; fits.",
+    expect="fit",
+    dump=True,
+)
+def _no_donation_fixed_v5e(mesh):
+    return _donation_builder(mesh, True)
+
+
+# ---- 8. remat ----------------------------------------------------------------------------------
+
+
+def _remat_builder(mesh, remat):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def block(p, h):
+        w1, w2 = p
+        u = jax.nn.gelu(h @ w1)  # [B, 4D]
+        return h + u @ w2
+
+    if remat:
+        block = jax.checkpoint(block)
+
+    def loss_fn(params, x):
+        h = x
+        for p in params:
+            h = block(p, h)
+        return jnp.mean(h * h)
+
+    def train_step(params, x):
+        return jax.value_and_grad(loss_fn)(params, x)
+
+    D = 2048
+    L = 6
+    params = [
+        (sds((D, 4 * D), jnp.bfloat16, mesh, P()), sds((4 * D, D), jnp.bfloat16, mesh, P()))
+        for _ in range(L)
+    ]
+    x = sds((4 * 4 * 65536, D), jnp.bfloat16, mesh, P("d"))
+    return train_step, (params, x), {}
+
+
+@case(
+    "remat_v6e",
+    "v6e:2x2",
+    "Deep-ish MLP (6 residual blocks, 4x expansion, bf16) training step: activations saved for "
+    "the backward pass exceed v6e HBM.",
+    expect="oom",
+    dump=True,
+)
+def _remat_v6e(mesh):
+    return _remat_builder(mesh, False)
+
+
+@case(
+    "remat_fixed_v6e",
+    "v6e:2x2",
+    "Fixed variant of remat_v6e: each block wrapped in jax.checkpoint; fits.",
+    expect="fit",
+    dump=True,
+)
+def _remat_fixed_v6e(mesh):
+    return _remat_builder(mesh, True)
+
+
+# ---- 10. Pallas vmem / smem --------------------------------------------------------------------
+
+
+def _pallas_builder(mesh, kind):
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    if kind == "vmem":
+        rows, cols, bm = 4 * 8192, 8192, 4096  # block f32[4096, 8192] = 128 MiB (x2 buffers x in/out)
+
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 2.0
+
+        def per_shard(x):
+            return pl.pallas_call(
+                kernel,
+                out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                grid=(x.shape[0] // bm,),
+                in_specs=[pl.BlockSpec((bm, cols), lambda i: (i, 0))],
+                out_specs=pl.BlockSpec((bm, cols), lambda i: (i, 0)),
+                compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+            )(x)
+
+        x = sds((4 * rows, cols), jnp.float32, mesh, P("d"))
+    else:
+        rows, cols = 1024, 1024
+        n_scalars = 1 << 22  # int32[4M] = 16 MiB in SMEM
+
+        def kernel(s_ref, x_ref, o_ref):
+            o_ref[...] = x_ref[...] + s_ref[0].astype(jnp.float32) + s_ref[n_scalars - 1].astype(jnp.float32)
+
+        def per_shard(s, x):
+            return pl.pallas_call(
+                kernel,
+                out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                in_specs=[
+                    pl.BlockSpec(memory_space=pltpu.SMEM),
+                    pl.BlockSpec(memory_space=pltpu.VMEM),
+                ],
+                out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+            )(s, x)
+
+        s = sds((4 * n_scalars,), jnp.int32, mesh, P("d"))
+        x = sds((4 * rows, cols), jnp.float32, mesh, P("d"))
+
+    if kind == "vmem":
+        fn = jax.shard_map(per_shard, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False)
+
+        def pallas_double(x):
+            return fn(x)
+
+        return pallas_double, (x,), {}
+    fn = jax.shard_map(per_shard, mesh=mesh, in_specs=(P("d"), P("d")), out_specs=P("d"), check_vma=False)
+
+    def pallas_smem(s, x):
+        return fn(s, x)
+
+    return pallas_smem, (s, x), {}
+
+
+@case(
+    "vmem_pallas",
+    "v5e:2x2",
+    "A Pallas TPU kernel whose block (f32[4096,8192] = 128 MiB, double-buffered in and out) is far "
+    "too large for VMEM.",
+    expect="oom",
+)
+def _vmem_pallas(mesh):
+    return _pallas_builder(mesh, "vmem")
+
+
+@case(
+    "smem_pallas",
+    "v5e:2x2",
+    "A Pallas TPU kernel that puts an int32[4194304] (16 MiB) operand in SMEM (1 MiB).",
+    expect="oom",
+)
+def _smem_pallas(mesh):
+    return _pallas_builder(mesh, "smem")
+
+
+# ---- 11. fits ----------------------------------------------------------------------------------
+
+
+@case(
+    "fits_v5e",
+    "v5e:2x2",
+    "A small MLP training step that fits: success log with 'XLA::TPU program HBM usage' and the "
+    "Total hbm usage block; memory_analysis() figures in meta.json.",
+    expect="fit",
+    dump=True,
+)
+def _fits_v5e(mesh):
+    return mlp_train_step_builder(mesh, batch=4 * 16384, width=4096, layers=4)
+
+
+# ---- 12. extras ---------------------------------------------------------------------------------
+
+
+def _terabyte_builder(mesh):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def outer_sort(a, b):
+        y = a[:, None] * b[None, :]  # f32[1048576, 1048576] = 4 TiB
+        y = jnp.sort(y, axis=1)
+        return y[:, :4]
+
+    a = sds((1 << 20,), jnp.float32, mesh, P())
+    b = sds((1 << 20,), jnp.float32, mesh, P())
+    return outer_sort, (a, b), {}
+
+
+@case(
+    "terabyte_v5e",
+    "v5e:2x2",
+    "A program needing terabytes (f32[1048576,1048576] outer product, sorted). Meant to provoke "
+    "'Aborting compilation early because it's unlikely to have enough memory'; this libtpu does not "
+    "print that here (also not with --xla_tpu_impure_oom_fast_exit_threshold=1/2/100), it reports "
+    "'Used 8.00T of 15.75G' and a rematerialization 'Can't reduce memory use below' warning.",
+    expect="oom",
+)
+def _terabyte_v5e(mesh):
+    return _terabyte_builder(mesh)
+
+
+@case(
+    "terabyte_no_crash_v5e",
+    "v5e:2x2",
+    "terabyte_v5e with --xla_tpu_no_crash_on_oom=true: the LLO verifier then fails with "
+    "'Allocation (size=4398046511104) would exceed memory (size=17179869184)' for hbm.",
+    expect="oom",
+    env=NO_CRASH,
+)
+def _terabyte_no_crash_v5e(mesh):
+    return _terabyte_builder(mesh)
+
+
+# --------------------------------------------------------------------------------------------
+# Worker (child process): build, lower, compile, record
+# --------------------------------------------------------------------------------------------
+
+
+def run_worker(name, outdir):
+    spec = CASES[name]
+    import importlib.metadata as md
+
+    import numpy as np
+    import jax
+    from jax.experimental import topologies
+    from jax.sharding import Mesh
+
+    result = {
+        "versions": {
+            "python": sys.version.split()[0],
+            "jax": jax.__version__,
+            "jaxlib": md.version("jaxlib"),
+            "libtpu": md.version("libtpu"),
+        }
+    }
+    topo = topologies.get_topology_desc(topology_name=spec["topology"], platform="tpu")
+    devices = topo.devices
+    result["num_devices"] = len(devices)
+    result["device_kind"] = devices[0].device_kind
+    mesh = Mesh(np.array(devices).reshape(len(devices)), ("d",))
+    fn, args, jit_kwargs = spec["builder"](mesh)
+    result["function"] = fn.__name__
+    result["jit_kwargs"] = {k: repr(v) for k, v in jit_kwargs.items()}
+    result["inputs"] = [
+        f"{a.dtype}[{','.join(map(str, a.shape))}] {a.sharding.spec}"
+        for a in jax.tree_util.tree_leaves(args)
+    ]
+    result["compiler_options"] = spec["compiler_options"]
+    t0 = time.time()
+    try:
+        lowered = jax.jit(fn, **jit_kwargs).trace(*args).lower(lowering_platforms=("tpu",))
+        if spec["compiler_options"]:
+            compiled = lowered.compile(spec["compiler_options"])
+        else:
+            compiled = lowered.compile()
+        result["compiled"] = True
+        ma = compiled.memory_analysis()
+        if ma is not None:
+            fields = [f for f in dir(ma) if f.endswith("_in_bytes")]
+            result["memory_analysis"] = {f: int(getattr(ma, f)) for f in sorted(fields)}
+    except Exception as e:  # noqa: BLE001 - we record whatever the user would see
+        result["compiled"] = False
+        result["exception_type"] = type(e).__module__ + "." + type(e).__qualname__
+        with open(os.path.join(outdir, "exception.txt"), "w") as f:
+            f.write(traceback.format_exc())
+    result["compile_seconds"] = round(time.time() - t0, 2)
+    with open(os.path.join(outdir, "result.json"), "w") as f:
+        json.dump(result, f, indent=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Parent: run cases, post-process
+# --------------------------------------------------------------------------------------------
+
+STDERR_LIMIT = 60 * 1024
+DUMP_PATTERNS = (
+    "before_optimizations.txt",
+    "after_optimizations.txt",
+    "-buffer-assignment.txt",
+    "-live-range.txt",
+    "-memory-usage-report.txt",
+)
+
+SIZE = r"[0-9.]+[BKMGT]"
+
+
+def parse_figures(stderr, exc):
+    """Headline figures exactly as printed (strings), from libtpu stderr and the exception text."""
+    fig = {}
+    text = stderr + "\n" + (exc or "")
+    m = re.search(
+        r"Ran out of memory in memory space (\w+)\. Used (" + SIZE + r") of (" + SIZE + r") \w+\. "
+        r"Exceeded \w+ capacity by (" + SIZE + r")\.",
+        text,
+    )
+    if m:
+        fig["oom_memory_space"] = m.group(1)
+        fig["used"] = m.group(2)
+        fig["limit"] = m.group(3)
+        fig["exceeded_by"] = m.group(4)
+        fig["used_line"] = text[m.start(): m.end()]
+    m = re.search(
+        r"total memory required for HLO temporaries \((" + SIZE + r")\) exceeds available HBM \((" + SIZE + r")\)",
+        text,
+    )
+    if m:
+        fig["exception_required"] = m.group(1)
+        fig["exception_available"] = m.group(2)
+    m = re.search(r"Aborting compilation early[^\n]*?Requires (" + SIZE + r"), has (" + SIZE + r") available", text)
+    if m:
+        fig["early_abort_requires"] = m.group(1)
+        fig["early_abort_available"] = m.group(2)
+    m = re.search(r"XLA::TPU program HBM usage: (" + SIZE + r") / (" + SIZE + r")", text)
+    if m:
+        fig["program_hbm_usage"] = m.group(1)
+        fig["program_hbm_limit"] = m.group(2)
+    m = re.search(r"Total hbm usage >= (" + SIZE + r"):\n((?:[ \t]+\S.*\n)+)", stderr)
+    if m:
+        fig["total_hbm_usage"] = m.group(1)
+        for line in m.group(2).splitlines():
+            parts = line.split()
+            if len(parts) >= 2:
+                fig["total_hbm_" + parts[0]] = " ".join(parts[1:])
+    m = re.search(r"Program hbm requirement (" + SIZE + r")", stderr)
+    if m:
+        fig["program_hbm_requirement"] = m.group(1)
+    m = re.search(r"HLO temp\s+(" + SIZE + r") \(([^\n]*)\)", stderr)
+    if m:
+        fig["hlo_temp"] = m.group(1)
+        fig["hlo_temp_detail"] = m.group(2)
+    pads = re.findall(r"Extra memory due to padding: (" + SIZE + r") \(([0-9.]+)x expansion\)", text)
+    if pads:
+        fig["padding_entries"] = [{"extra": a, "expansion": b} for a, b in pads]
+    m = re.search(r"Can't reduce memory use below (" + SIZE + r")[^\n]*", text)
+    if m:
+        fig["remat_cant_reduce_below"] = m.group(1)
+        fig["remat_line"] = m.group(0).strip()
+    m = re.search(r"rematerialization limit[^\n]*", text)
+    if m:
+        fig["remat_limit_line"] = m.group(0).strip()
+    m = re.search(
+        r"Scoped allocation with size (" + SIZE + r") and limit (" + SIZE + r") exceeded scoped (\w+) limit by (" + SIZE + r")",
+        text,
+    )
+    if m:
+        fig["scoped_size"], fig["scoped_limit"], fig["scoped_space"], fig["scoped_exceeded_by"] = m.groups()
+    m = re.search(r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\)[^\n]*", text)
+    if m:
+        fig["allocation_size_bytes"] = int(m.group(1))
+        fig["allocation_memory_bytes"] = int(m.group(2))
+        sp = re.search(r"space=(\w+)", m.group(0))
+        if sp:
+            fig["allocation_space"] = sp.group(1)
+    m = re.search(r"TPU TensorCore Hbm usage: (" + SIZE + r"), SparseCore Hbm usage (" + SIZE + r")[^\n]*", text)
+    if m:
+        fig["sparsecore_line"] = m.group(0)
+    m = re.search(r"Build label: (\S+)", stderr)
+    if m:
+        fig["libtpu_build_label"] = m.group(1)
+    # the first line of the exception message as the user reads it
+    if exc:
+        for line in exc.splitlines():
+            if re.match(r"^[\w.]+(Error|Exception): ", line):
+                fig["exception_line"] = line
+                break
+    return fig
+
+
+def trim_stderr(text):
+    """Keep the file < STDERR_LIMIT: first drop the startup boilerplate (before the compile
+    starts), then, if still needed, elide lines far away from the OOM / usage report."""
+    if len(text.encode()) <= STDERR_LIMIT:
+        return text, None
+    lines = text.splitlines(keepends=True)
+    start = 0
+    for i, l in enumerate(lines):
+        if "running hlo passes" in l or "Initial HLO module" in l:
+            start = i
+            break
+    notes = []
+    if start:
+        notes.append(f"[generate.py: trimmed {start} leading lines of libtpu startup output unrelated to the compile]\n")
+        lines = lines[start:]
+    if len("".join(lines).encode()) > STDERR_LIMIT:
+        # keep the head of the compile and everything from the first report line on, elide middle
+        key = None
+        for i, l in enumerate(lines):
+            if re.search(r"Ran out of memory|Aborting compilation early|RESOURCE_EXHAUSTED|"
+                         r"XLA::TPU program HBM usage|would exceed memory|Can't reduce memory", l):
+                key = i
+                break
+        if key is None:
+            key = len(lines) - 1
+        head = lines[:40]
+        tail = lines[max(40, key - 40):]
+        while len("".join(head + tail).encode()) > STDERR_LIMIT - 200 and len(tail) > 200:
+            tail = tail[:-1]
+        dropped_mid = max(0, key - 40 - 40)
+        mid_note = f"[generate.py: elided {dropped_mid} lines]\n"
+        cut_tail = len(lines) - (max(40, key - 40) + len(tail))
+        lines = head + [mid_note] + tail
+        if cut_tail > 0:
+            lines.append(f"[generate.py: trimmed {cut_tail} trailing lines]\n")
+        notes.append(mid_note)
+    return "".join(notes[:1]) + "".join(lines), "".join(notes)
+
+
+def pick_dump_files(dump_dir, fn_name):
+    files = [os.path.basename(p) for p in glob.glob(os.path.join(dump_dir, "*"))]
+    mod = f"jit_{fn_name}"
+    by_module = {}
+    for f in files:
+        m = re.match(r"(module_\d+)\.(" + re.escape(mod) + r")\.", f)
+        if m:
+            by_module.setdefault(m.group(1), []).append(f)
+    if not by_module:
+        return []
+    # the main module: the one with most files (the compiled one); tie -> highest number
+    best = max(by_module, key=lambda k: (len(by_module[k]), k))
+    return sorted(f for f in by_module[best] if f.endswith(DUMP_PATTERNS))
+
+
+def run_case(name, python):
+    spec = CASES[name]
+    out = os.path.join(HERE, name)
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    with tempfile.TemporaryDirectory(prefix=f"hbmdoc-{name}-") as tmp:
+        dump_dir = os.path.join(tmp, "dump")
+        work = os.path.join(tmp, "work")
+        os.makedirs(work)
+        env = dict(os.environ)
+        env.pop("LIBTPU_INIT_ARGS", None)  # only what the case sets
+        env.update(
+            TPU_STDERR_LOG_LEVEL="0",
+            TPU_MIN_LOG_LEVEL="0",
+            TPU_WORKER_HOSTNAMES="localhost",
+            TPU_ACCELERATOR_TYPE=ACCELERATOR_TYPE[spec["topology"]],
+            XLA_FLAGS=f"--xla_dump_to={dump_dir} --xla_dump_hlo_as_text",
+        )
+        env.update(spec["env"])
+        t0 = time.time()
+        proc = subprocess.run(
+            [python, os.path.abspath(__file__), "--worker", name, work],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=1800,
+        )
+        elapsed = time.time() - t0
+        stderr = proc.stderr.decode("utf-8", "replace")
+        res_path = os.path.join(work, "result.json")
+        if not os.path.exists(res_path):
+            with open(os.path.join(out, "stderr.log"), "w") as f:
+                f.write(stderr)
+            raise RuntimeError(f"worker for {name} failed (rc={proc.returncode}); see {out}/stderr.log")
+        with open(res_path) as f:
+            res = json.load(f)
+        exc = None
+        if os.path.exists(os.path.join(work, "exception.txt")):
+            with open(os.path.join(work, "exception.txt")) as f:
+                exc = f.read()
+            with open(os.path.join(out, "exception.txt"), "w") as f:
+                f.write(exc)
+        trimmed, note = trim_stderr(stderr)
+        with open(os.path.join(out, "stderr.log"), "w") as f:
+            f.write(trimmed)
+        figures = parse_figures(stderr, exc)
+        dump_files = []
+        if spec["dump"]:
+            dump_files = pick_dump_files(dump_dir, res["function"])
+            if dump_files:
+                os.makedirs(os.path.join(out, "dump"))
+                for fn in dump_files:
+                    shutil.copy(os.path.join(dump_dir, fn), os.path.join(out, "dump", fn))
+        dump_bytes = sum(os.path.getsize(os.path.join(out, "dump", f)) for f in dump_files)
+
+    shows = None
+    if spec["expect"] == "fit":
+        shows = bool(res["compiled"])
+    else:
+        shows = not res["compiled"]
+    meta = {
+        "case": name,
+        "purpose": spec["purpose"],
+        "expect": spec["expect"],
+        "shows_expected": shows,
+        "topology": spec["topology"],
+        "tpu_accelerator_type": ACCELERATOR_TYPE[spec["topology"]],
+        "num_devices": res["num_devices"],
+        "device_kind": res["device_kind"],
+        "versions": res["versions"],
+        "function": res["function"],
+        "jit_kwargs": res["jit_kwargs"],
+        "compiler_options": res["compiler_options"],
+        "extra_env": spec["env"],
+        "inputs": res["inputs"],
+        "compiled": res["compiled"],
+        "exception_type": res.get("exception_type"),
+        "memory_analysis": res.get("memory_analysis"),
+        "figures": figures,
+        "stderr_trimmed": note,
+        "dump_files": dump_files,
+        "dump_bytes": dump_bytes,
+        "worker_seconds": round(elapsed, 1),
+        "regenerate": f".venv-tpu/bin/python tests/corpus/tpu/generate.py {name}",
+    }
+    with open(os.path.join(out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
+    return meta
+
+
+def headline(meta):
+    f = meta["figures"]
+    if "used_line" in f:
+        return f["used_line"]
+    if "early_abort_requires" in f:
+        return f"Aborting compilation early: requires {f['early_abort_requires']}, has {f['early_abort_available']}"
+    if "scoped_size" in f:
+        return f"scoped {f['scoped_space']} {f['scoped_size']} > limit {f['scoped_limit']} (by {f['scoped_exceeded_by']})"
+    if "allocation_size_bytes" in f:
+        return f"Allocation (size={f['allocation_size_bytes']}) would exceed memory (size={f['allocation_memory_bytes']})"
+    if "program_hbm_usage" in f:
+        return f"XLA::TPU program HBM usage: {f['program_hbm_usage']} / {f['program_hbm_limit']}"
+    if "exception_line" in f:
+        return f["exception_line"][:200]
+    return ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cases", nargs="*", help="case names (default: all)")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--worker", nargs=2, metavar=("CASE", "OUTDIR"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        run_worker(*a.worker)
+        return
+    if a.list:
+        for n, s in CASES.items():
+            print(f"{n:24s} {s['topology']:10s} {s['expect']:4s} {s['purpose']}")
+        return
+    names = a.cases or list(CASES)
+    for n in names:
+        if n not in CASES:
+            sys.exit(f"unknown case {n!r}; try --list")
+    rows = []
+    t_all = time.time()
+    for n in names:
+        print(f"== {n} ...", flush=True)
+        meta = run_case(n, sys.executable)
+        ok = "ok" if meta["shows_expected"] else "NOT AS EXPECTED"
+        print(f"   compiled={meta['compiled']} {ok} ({meta['worker_seconds']}s) {headline(meta)}", flush=True)
+        rows.append(meta)
+    total = time.time() - t_all
+    print(f"total {total:.0f}s for {len(names)} cases")
+    if not a.cases:
+        with open(os.path.join(HERE, "summary.md"), "w") as f:
+            f.write("| case | topology | compiled | as expected | headline |\n|---|---|---|---|---|\n")
+            for m in rows:
+                f.write(f"| {m['case']} | {m['topology']} | {m['compiled']} | {m['shows_expected']} | "
+                        f"`{headline(m)}` |\n")
+            f.write(f"\nGenerated in {total:.0f}s for {len(rows)} cases.\n")
+
+
+if __name__ == "__main__":
+    main()
