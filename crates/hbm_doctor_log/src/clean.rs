@@ -17,6 +17,8 @@ pub struct Line {
     pub number: u64,
     /// Cleaned text, trimmed.
     pub text: String,
+    /// Length of the raw line, before cleaning (terminals wrap raw lines).
+    pub raw_len: usize,
 }
 
 struct Patterns {
@@ -41,6 +43,8 @@ fn patterns() -> &'static Patterns {
                 re(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} \d+\.\d+\.\d+\.\d+ \[\d+\]\s*"),
                 // XRT-era: 2020-01-01 12:00:00.000000: E 1234 tensorflow/...cc:76]
                 re(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+:\s+[IWEF]\s+(?:\d+\s+)?\S+:\d+\]\s?"),
+                // multi-process launchers: `[1] `
+                re(r"^\[\d{1,4}\]\s+"),
                 // Ray workers: (RayWorkerWrapper pid=1234, ip=10.0.0.1)
                 re(r"^\((?:[\w.\-]+\s+)?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?"),
                 // anything ending in a source location: vLLM `ERROR 05-12 10:11:12 [engine.py:123]`
@@ -110,29 +114,30 @@ pub fn clean_block(raw: &[u8], first_line: u64) -> Vec<Line> {
         if literal_breaks >= 2 {
             let text = String::from_utf8_lossy(raw_line).replace("\\t", " ").replace("\\\"", "\"");
             for piece in text.split("\\n") {
-                push_line(&mut out, number, clean_line(piece.as_bytes()));
+                push_line(&mut out, number, clean_line(piece.as_bytes()), piece.len());
             }
         } else {
-            push_line(&mut out, number, clean_line(raw_line));
+            push_line(&mut out, number, clean_line(raw_line), raw_line.len());
         }
         number += 1;
     }
     out
 }
 
-fn push_line(out: &mut Vec<Line>, number: u64, text: String) {
+fn push_line(out: &mut Vec<Line>, number: u64, text: String, raw_len: usize) {
     if let Some(prev) = out.last_mut() {
-        if is_hard_wrap(&prev.text, &text) {
+        if is_hard_wrap(&prev.text, prev.raw_len, &text) {
             prev.text.push_str(&text);
+            prev.raw_len = raw_len;
             return;
         }
     }
-    out.push(Line { number, text });
+    out.push(Line { number, text, raw_len });
 }
 
 /// A terminal wrapped a long line in the middle of a number: `... Used 49.3` / `4G of 32.00G`.
-fn is_hard_wrap(prev: &str, next: &str) -> bool {
-    if prev.len() < 60 {
+fn is_hard_wrap(prev: &str, prev_raw_len: usize, next: &str) -> bool {
+    if prev_raw_len < 60 {
         return false;
     }
     let Some(last) = prev.chars().last() else { return false };

@@ -221,6 +221,9 @@ pub struct Event {
     pub device: Option<String>,
     /// Extension: rematerialization figures that preceded the failure.
     pub remat: Option<Remat>,
+    /// Extension: only a report was found (a pasted `Largest program allocations`, `Peak buffers`
+    /// or allocator dump), not the error line itself.
+    pub partial: bool,
 }
 
 impl Event {

@@ -31,16 +31,39 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
             Piece::AllocatorStats { line, limit, in_use, largest_free } => {
                 if let Some(e) = events.last_mut() {
                     let close = line.saturating_sub(*last_line.last().unwrap_or(&0)) < 200_000;
-                    if close && matches!(e.family, Family::BfcAllocator | Family::GpuOomAllocate | Family::TfOomTensor | Family::Unrecognized) {
+                    if close && matches!(e.family, Family::BfcAllocator | Family::GpuOomAllocate | Family::TfOomTensor | Family::GpuFailedRequest | Family::Unrecognized) {
                         e.limit_bytes = e.limit_bytes.or(limit);
                         e.used_bytes = e.used_bytes.or(in_use);
                         e.largest_free_bytes = e.largest_free_bytes.or(largest_free);
                         if let Some(l) = last_line.last_mut() {
                             *l = line;
                         }
+                        continue;
                     }
                 }
+                if limit.is_none() && in_use.is_none() {
+                    continue;
+                }
+                // An allocator dump printed without (or before) its error line: it is printed only
+                // when an allocation failed.
+                events.push(Event {
+                    line,
+                    family: Family::BfcAllocator,
+                    phase: crate::event::Phase::Runtime,
+                    memory_space: Some(crate::event::MemorySpace::Device),
+                    backend: Some(crate::event::Backend::Gpu),
+                    fatal: true,
+                    partial: true,
+                    repeats: 1,
+                    used_bytes: in_use,
+                    limit_bytes: limit,
+                    largest_free_bytes: largest_free,
+                    message: "allocator dump (Stats:)".into(),
+                    ..Event::default()
+                });
+                last_line.push(line);
             }
+            Piece::Skip => {}
             Piece::Event(mut event) => {
                 let event_line = event.line;
                 if let Some((l, r, m)) = pending_remat.take() {
@@ -102,8 +125,21 @@ fn same_event(prev: &Event, prev_last: u64, next: &Event) -> bool {
     if prev.memory_space.is_some() && next.memory_space.is_some() && prev.memory_space != next.memory_space {
         return false;
     }
-    if prev.family == Family::Unrecognized || next.family == Family::Unrecognized {
+    if let (Some(a), Some(b)) = (&prev.device, &next.device) {
+        if a != b && prev.family == next.family {
+            return false;
+        }
+    }
+    if prev.family == Family::Unrecognized || next.family == Family::Unrecognized || prev.figure_count() == 0 || next.figure_count() == 0 {
         return distance <= BARE_EVENT_LINES;
+    }
+    if prev.partial || next.partial {
+        let conflict = [
+            agree(prev.used_bytes, next.used_bytes),
+            agree(prev.limit_bytes, next.limit_bytes),
+        ]
+        .contains(&Some(false));
+        return distance <= 400 && !conflict;
     }
     if distance > SAME_EVENT_LINES {
         return false;
@@ -121,8 +157,9 @@ fn same_event(prev: &Event, prev_last: u64, next: &Event) -> bool {
 }
 
 fn absorb(into: &mut Event, from: Event) {
-    let richer = from.family.richness() > into.family.richness()
-        || (from.family.richness() == into.family.richness() && from.figure_count() > into.figure_count());
+    let richer = (into.partial && !from.partial)
+        || (from.partial == into.partial && from.family.richness() > into.family.richness())
+        || (from.partial == into.partial && from.family.richness() == into.family.richness() && from.figure_count() > into.figure_count());
     if richer {
         into.family = from.family;
         into.message = from.message.clone();
@@ -141,5 +178,6 @@ fn absorb(into: &mut Event, from: Event) {
         into.allocations = from.allocations;
     }
     into.fatal |= from.fatal;
+    into.partial &= from.partial;
     into.repeats += from.repeats;
 }

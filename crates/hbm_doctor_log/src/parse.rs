@@ -26,6 +26,8 @@ pub enum Piece {
         /// The cleaned headline.
         message: String,
     },
+    /// Lines that look like an OOM but are a known non-fatal warning; dropped.
+    Skip,
     /// A BFC allocator `Stats:` block, attached to the allocator failure before it.
     AllocatorStats {
         /// 1-based line.
@@ -80,6 +82,15 @@ struct Patterns {
     source_line: Regex,
     ptxla_post: Regex,
     mem_info: Regex,
+    space_only: Regex,
+    async_alloc: Regex,
+    cuda_free_total: Regex,
+    host_pinned: Regex,
+    cuda_device_warning: Regex,
+    capacity: Regex,
+    report_start: Regex,
+    pool_limit: Regex,
+    bin_for: Regex,
 }
 
 fn p() -> &'static Patterns {
@@ -95,7 +106,7 @@ fn p() -> &'static Patterns {
             scoped_vmem: re(r"Scoped\s+allocation\s+with\s+size\s+SZ\s+and\s+limit\s+SZ\s+exceeded\s+scoped\s+(\w+)\s+limit\s+by\s+SZ"),
             allocation_exceeds: re(r"Allocation\s+\(size=(\d+)\)\s+would\s+exceed\s+memory\s+\(size=(\d+)\)(?:\s*::\s*(#?[\w.\-]+)\s*\[shape\s*=\s*'([^']*)',\s*space=(\w+)(?:[^\]]*?tag\s*=\s*'([^']*)')?)?"),
             runtime_alloc: re(r"(?:Error\s+allocating\s+device\s+buffer:\s+)?Attempting\s+to\s+allocate\s+SZ\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free\.?(?:;?\s*\(([\w]+)\))?"),
-            program_load: re(r"(?:Error\s+loading\s+program\s+'([^']+)':\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable"),
+            program_load: re(r"(?:Error\s+loading\s+program(?:\s+'([^']+)')?:\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?(?:\s+That\s+was\s+not\s+possible\.?)?(?:\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable)?"),
             gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+SZ"),
             failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?\s+on\s+device\s+ordinal\s+(\d+)"),
             bfc: re(r"Allocator\s+\(([\w:\-]+)\)\s+ran\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
@@ -123,6 +134,15 @@ fn p() -> &'static Patterns {
             source_line: re(r"source_line=(\d+)"),
             ptxla_post: re(r"(Graph input size|Graph output size|Aliased Input size|Intermediate tensor size|Compiled program size):\s*([\d.]+)\s*GB"),
             mem_info: re(r"'(bytes_used|bytes_limit|peak_bytes_used|kb_free|kb_total)':\s*(\d+)"),
+            space_only: re(r"Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)"),
+            async_alloc: re(r"(\w+)?\s*cuMemAllocAsync\s+failed\s+to\s+allocate\s+(\d+)\s*bytes"),
+            cuda_free_total: re(r"Free\s+memory/Total\s+memory:\s*(\d+)\s*/\s*(\d+)"),
+            host_pinned: re(r"(?:failed\s+to\s+alloc(?:ate)?\s+(\d+)\s+bytes\s+on\s+host|could\s+not\s+allocate\s+pinned\s+host\s+memory\s+of\s+size:\s*(\d+))"),
+            cuda_device_warning: re(r"failed\s+to\s+allocate\s+\S+\s+\(\d+\s+bytes\)\s+from\s+devic\s*e:\s+CUDA_ERROR_OUT_OF_MEMORY"),
+            capacity: re(r"^(\w+)\s+capacity\s+SZ:?"),
+            report_start: re(r"^(?:(Largest\s+program\s+allocations\s+in\s+(\w+))|(Peak\s+buffers:|BufferAssignment\s+OOM\s+Debugging)|(?:Program\s+(\w+)\s+requirement|Total\s+(\w+)\s+usage\s*>=)|((?:\d+\.\s+)?Size:\s+\d|Allocation\s+type:|XLA\s+[lL]abel:)|(Stats:\s*$|Stats:\s+Limit|.*memory_limit_))"),
+            bin_for: re(r"Bin\s+for\s+SZ\s+was\s+SZ,?\s+Chunk\s+State"),
+            pool_limit: re(r"memory_limit_:\s*SZ|memory_limit_:\s*(\d+)"),
         }
     })
 }
@@ -133,7 +153,19 @@ fn size(c: &Captures<'_>, i: usize) -> Option<u64> {
 
 /// Quick test: can this cleaned line start an OOM message?
 fn may_start(text: &str) -> bool {
-    const KEYS: [&str; 16] = [
+    const KEYS: [&str; 28] = [
+        "Chunk State",
+        "enough memory",
+        "Largest program allocations",
+        "Peak buffers",
+        "BufferAssignment OOM",
+        "requirement",
+        "usage >=",
+        "Size:",
+        "Allocation type:",
+        "memory_limit_",
+        "Stats:",
+        "cuMemAllocAsync",
         "RESOURCE_EXHAUSTED",
         "Resource exhausted",
         "ResourceExhausted",
@@ -151,7 +183,7 @@ fn may_start(text: &str) -> bool {
         "oom-kill",
         "Sum Total of in-use",
     ];
-    KEYS.iter().any(|k| text.contains(k))
+    KEYS.iter().any(|k| text.contains(k)) || text.contains("on host") || text.contains("pinned host")
 }
 
 /// Parses one cleaned block into pieces, in order.
@@ -169,7 +201,9 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         let end = (i + 4).min(lines.len());
         let flat = lines[i..end].iter().map(|l| l.text.as_str()).collect::<Vec<_>>().join("\n");
         let mut found = headline(&flat, lines[i].number, pat).map(|(piece, used)| (piece, flat[..used].matches('\n').count() + 1));
-        if found.is_none() && text.len() >= 50 && end > i + 1 {
+        let bare = |f: &Option<(Piece, usize)>| f.as_ref().is_none_or(|(p, _)| matches!(p, Piece::Event(e) if e.family == Family::Unrecognized));
+        if bare(&found) && lines[i].raw_len >= 60 && end > i + 1 {
+            let fallback = found.take();
             // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
             let glued: String = lines[i..end].iter().map(|l| l.text.as_str()).collect();
             found = headline(&glued, lines[i].number, pat).map(|(piece, used)| {
@@ -184,6 +218,12 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 }
                 (piece, n)
             });
+            if bare(&found) {
+                found = fallback;
+            }
+        }
+        if found.is_none() && heads.last().is_none_or(|h| lines[i].number.saturating_sub(lines[h.0].number) > 300) {
+            found = report_start(text, lines[i].number, pat).map(|piece| (piece, 1));
         }
         match found {
             Some((piece, used_lines)) => {
@@ -207,12 +247,18 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
             }
             Piece::AllocatorStats { limit, in_use, largest_free, .. } => {
                 for line in head_line_text.iter().chain(region.iter().take(40)) {
-                    read_bfc_stat(line.text.trim(), limit, in_use, largest_free, pat);
+                    let t = line.text.trim();
+                    read_bfc_stat(t, limit, in_use, largest_free, pat);
+                    if let Some(c) = pat.pool_limit.captures(t) {
+                        *limit = limit.or(size(&c, 1)).or_else(|| c.get(2).and_then(|m| m.as_str().parse().ok()));
+                    }
                 }
             }
-            Piece::Remat { .. } => {}
+            Piece::Remat { .. } | Piece::Skip => {}
         }
-        out.push(piece);
+        if piece != Piece::Skip {
+            out.push(piece);
+        }
     }
     out
 }
@@ -229,16 +275,19 @@ struct Hints {
 impl Hints {
     fn of(lines: &[Line]) -> Hints {
         let mut h = Hints::default();
-        let (mut jax, mut ptxla, mut tf) = (false, false, false);
+        let (mut jax, mut ptxla, mut tf, mut tf_strong) = (false, false, false, false);
         for line in lines {
             let t = line.text.as_str();
             if t.contains("torch_xla") || t.contains("Bad StatusOr access") || t.contains("PT_XLA") || t.contains("xla_util.cc") || t.contains("SyncTensorsGraph") || t.contains("pytorch/xla") || t.contains("torch/") {
                 ptxla = true;
             }
-            if t.contains("jax") || t.contains("XlaRuntimeError") || t.contains("JaxRuntimeError") || t.contains("jit(") || t.contains("flax") || t.contains("pjit") {
+            if t.contains("jax") || t.contains("XlaRuntimeError") || t.contains("JaxRuntimeError") || t.contains("jit(") || t.contains("flax") || t.contains("pjit") || t.contains("XLA_PYTHON_CLIENT") {
                 jax = true;
             }
-            if t.contains("tensorflow") || t.contains("ResourceExhaustedError") || t.contains("function_node") || t.contains("OOM when allocating") || t.contains("Compilation failure:") || t.contains("keras") || t.contains("tf.") {
+            if t.contains("tensorflow/python") || t.contains("ResourceExhaustedError") || t.contains("OOM when allocating") || t.contains("import tensorflow") {
+                tf_strong = true;
+            }
+            if t.contains("tensorflow") || t.contains("ResourceExhaustedError") || t.contains("function_node") || t.contains("OOM when allocating") || t.contains("tf.") {
                 tf = true;
             }
             if t.contains("TPU") || t.contains("tpu") || t.contains(" hbm") || t.contains("HBM") || t.contains(":T(") {
@@ -255,7 +304,7 @@ impl Hints {
         }
         h.framework = if ptxla {
             Some(Framework::PytorchXla)
-        } else if jax {
+        } else if jax && !tf_strong {
             Some(Framework::Jax)
         } else if tf {
             Some(Framework::Tensorflow)
@@ -268,6 +317,9 @@ impl Hints {
     fn apply(&self, event: &mut Event) {
         if event.framework.is_none() {
             event.framework = self.framework;
+        }
+        if event.backend.is_none() && !self.tpu && matches!(event.family, Family::GpuOomAllocate | Family::BfcAllocator) && event.memory_space != Some(MemorySpace::Host) {
+            event.backend = Some(Backend::Gpu);
         }
         if event.backend.is_none() {
             event.backend = if self.tpu && !self.gpu {
@@ -316,6 +368,30 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
     // The match must start on the first line, or the next line is the real start.
     let on_first = |m: regex::Match<'_>| m.start() <= first_line_len;
 
+    if let Some(m) = pat.cuda_device_warning.find(flat).filter(|m| on_first(*m)) {
+        // cuda_driver's "failed to allocate X from device": the allocator retries smaller; not fatal.
+        return Some((Piece::Skip, m.end()));
+    }
+    if let Some(c) = pat.async_alloc.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::GpuOomAllocate, Phase::Runtime, flat);
+        e.backend = Some(Backend::Gpu);
+        e.memory_space = Some(MemorySpace::Device);
+        e.requested_bytes = c[2].parse().ok();
+        e.device = c.get(1).map(|m| m.as_str().to_string());
+        let mut used = c.get(0)?.end();
+        if let Some(f) = pat.cuda_free_total.captures(flat) {
+            e.free_bytes = f[1].parse().ok();
+            e.limit_bytes = f[2].parse().ok();
+            used = used.max(f.get(0)?.end());
+        }
+        return Some((Piece::Event(Box::new(e)), used));
+    }
+    if let Some(c) = pat.host_pinned.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Host);
+        e.requested_bytes = c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok());
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if let Some(c) = pat.tc_sc.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
         let mut e = new_event(line, Family::TpuTcSc, Phase::Compile, flat);
         e.backend = Some(Backend::Tpu);
@@ -506,10 +582,25 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.device = c.get(2).filter(|m| !m.as_str().is_empty()).map(|m| format!("process {}", m.as_str()));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
+    if let Some(c) = pat.bin_for.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        // The middle of a BFC dump: the bin the failed request fell in names its size.
+        let mut e = new_event(line, Family::BfcAllocator, Phase::Runtime, flat);
+        e.partial = true;
+        e.requested_bytes = size(&c, 1);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if let Some(c) = pat.bfc_summary.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
         // The stats follow within a few lines; read them from `flat` and the region later.
         let stats = Piece::AllocatorStats { line, limit: None, in_use: size(&c, 1), largest_free: None };
         return Some((stats, c.get(0)?.end()));
+    }
+    if let Some(c) = pat.space_only.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        let space = MemorySpace::from_name(&c[1]);
+        let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) { Family::TpuCompileVmem } else { Family::TpuCompileHbm };
+        let mut e = new_event(line, family, Phase::Compile, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = space;
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     let first = &flat[..first_line_len];
     if let Some(m) = pat.generic.find(first) {
@@ -541,6 +632,32 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
     None
 }
 
+/// A report pasted without its error line: a TPU listing or requirement block, GPU peak buffers,
+/// or an allocator dump. It is an event of its own (marked `partial`) unless an error line nearby
+/// absorbs it.
+fn report_start(text: &str, line: u64, pat: &Patterns) -> Option<Piece> {
+    let c = pat.report_start.captures(text)?;
+    if c.get(7).is_some() {
+        return Some(Piece::AllocatorStats { line, limit: None, in_use: None, largest_free: None });
+    }
+    let space = c.get(2).or(c.get(4)).or(c.get(5)).and_then(|m| MemorySpace::from_name(m.as_str()));
+    let gpu = c.get(3).is_some();
+    let family = if gpu {
+        Family::GpuOomAllocate
+    } else if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) {
+        Family::TpuCompileVmem
+    } else {
+        Family::TpuCompileHbm
+    };
+    let mut e = new_event(line, family, if gpu { Phase::Runtime } else { Phase::Compile }, text);
+    e.partial = true;
+    e.memory_space = space;
+    if !gpu {
+        e.backend = Some(Backend::Tpu);
+    }
+    Some(Piece::Event(Box::new(e)))
+}
+
 /// Padded and unpadded bytes of a printed shape (padded falls back to unpadded without tiles).
 fn hbm_doctor_shape_bytes(text: &str) -> Option<(u64, u64)> {
     let shape = hbm_doctor_hlo::Shape::parse(text)?;
@@ -549,7 +666,8 @@ fn hbm_doctor_shape_bytes(text: &str) -> Option<(u64, u64)> {
 
 /// Reads the report lines that follow a headline into the event.
 fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
-    let mut in_largest = false;
+    let mut in_largest = e.partial && e.family != Family::BfcAllocator;
+    let mut saw_scoped = false;
     let mut current: Option<Allocation> = None;
     let mut in_program = false;
     let all = head.iter().chain(region.iter());
@@ -557,6 +675,11 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
     for line in all {
         let t = line.text.trim();
         if t.is_empty() {
+            continue;
+        }
+        saw_scoped |= t == "Allocation type: scoped";
+        if let Some(c) = pat.capacity.captures(t) {
+            e.limit_bytes = e.limit_bytes.or(size(&c, 2));
             continue;
         }
         if let Some(c) = pat.total_usage.captures(t) {
@@ -677,6 +800,11 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
     }
     if let Some(a) = current.take() {
         e.allocations.push(a);
+    }
+    if e.partial && e.memory_space.is_none() && !e.allocations.is_empty() && saw_scoped && !e.allocations.iter().any(|a| a.allocation_type.as_deref() == Some("HLO temp")) {
+        // Scoped allocations live in vmem: a listing fragment made only of them is a vmem report.
+        e.memory_space = Some(MemorySpace::Vmem);
+        e.family = Family::TpuCompileVmem;
     }
     if ptxla && e.framework.is_none() {
         e.framework = Some(Framework::PytorchXla);

@@ -44,6 +44,19 @@ const ANCHORS: &[&str] = &[
     "Killed process",
     "oom-kill",
     "Sum Total of in-use",
+    "Largest program allocations",
+    "Peak buffers",
+    "BufferAssignment OOM",
+    "hbm requirement",
+    "vmem requirement",
+    "usage >=",
+    "Allocation type:",
+    "memory_limit_",
+    "cuMemAllocAsync",
+    "on host",
+    "pinned host",
+    "enough memory",
+    "Chunk State",
 ];
 
 #[derive(Debug)]
