@@ -63,14 +63,14 @@ pub fn categorize(e: &Event) -> Category {
         }
         return Category::RuntimeAllocation;
     }
-    if e.allocations.iter().any(over_half) {
-        return Category::SingleLargeAllocation;
-    }
     if let (Some(args), Some(l)) = (e.arguments_bytes, limit) {
         let outputs = e.output_bytes.unwrap_or(0).saturating_sub(e.output_aliased_bytes.unwrap_or(0));
         if args >= l || args.saturating_add(outputs) >= l {
             return Category::Arguments;
         }
+    }
+    if e.allocations.iter().any(over_half) {
+        return Category::SingleLargeAllocation;
     }
     if e.used_bytes.is_some() && limit.is_some() {
         return Category::Aggregate;
@@ -167,9 +167,12 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
     }
     if !matches!(category, Category::Vmem | Category::HostMemory) {
         rank!(1.2, large_activation(&ctx));
-        rank!(0.9, padding(&ctx));
+        let pad = padding(&ctx);
+        let extreme = pad.as_ref().and_then(|c| c.savings_bytes).zip(ctx.used).is_some_and(|(w, u)| w.saturating_mul(3) > u);
+        rank!(if extreme { 1.8 } else { 0.9 }, pad);
         rank!(1.0, batch_too_large(&ctx));
         rank!(1.1, no_donation(&ctx));
+        rank!(1.2, undonated_arguments(&ctx));
         rank!(0.5, f32_precision(&ctx));
         rank!(0.6, no_remat(&ctx));
         rank!(if category == Category::SingleLargeAllocation { 1.5 } else { 0.3 }, replicated_tensor(&ctx));
@@ -464,7 +467,7 @@ fn activation_kind(shape: &Shape) -> Option<&'static str> {
     if n >= 3 && d[n - 1] == d[n - 2] && d[n - 1] >= 512 {
         return Some("attention scores [.., S, S]");
     }
-    if n >= 2 && d[n - 1] >= 30_000 {
+    if n >= 3 && d[n - 1] >= 30_000 {
         return Some("logits over a vocabulary [.., V]");
     }
     None
@@ -472,6 +475,9 @@ fn activation_kind(shape: &Shape) -> Option<&'static str> {
 
 fn large_activation(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
+    if ctx.category == Category::Arguments {
+        return None;
+    }
     let l = ctx.limit.or(ctx.used)?;
     let big: Vec<&Allocation> = e
         .allocations
@@ -662,6 +668,31 @@ fn no_donation(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
+/// The TPU compiler's rematerialization-limit line states the arguments and how much output aliases
+/// them: nothing aliased with large arguments means nothing was donated.
+fn undonated_arguments(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.output_bytes.is_some() || ctx.category == Category::Arguments {
+        return None; // no_donation() judges with the output size, arguments_exceed() covers the rest.
+    }
+    let args = e.arguments_bytes?;
+    let used = ctx.used?;
+    if e.output_aliased_bytes != Some(0) || (args as f64) < used as f64 * 0.25 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::NoDonation,
+        Some(args),
+        format!("the arguments take {} ({} of the requirement) and none of the outputs alias them (aliased_output 0B): if the step returns updated parameters or optimizer state, both copies are live (savings: up to the arguments' size)", fmt(args), pct(args, used)),
+        vec!["Donate the arguments the step overwrites (parameters, optimizer state): the outputs then reuse their buffers; up to the size of the donated arguments is saved.".into()],
+        ctx.snippets(
+            "train_step = jax.jit(train_step, donate_argnums=(0, 1))  # params, opt_state",
+            "# in-place optimizer updates are aliased automatically (XLA_ENABLE_PARAM_ALIASING=1)
+optimizer.step()",
+        ),
+    ))
+}
+
 fn f32_precision(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     let base = ctx.used.or(ctx.limit)?;
@@ -729,10 +760,11 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
         None if ctx.category == Category::SingleLargeAllocation => "an allocation over half the device usually means an array is replicated instead of sharded".into(),
         None => return None,
     };
+    let savings = big.map(|a| a.size_bytes / 2);
     Some(ctx.cause(
         CauseKind::ReplicatedTensor,
-        None,
-        evidence,
+        savings,
+        format!("{evidence}{}", if savings.is_some() { " (savings assume sharding over just 2 devices)" } else { "" }),
         vec![
             "Check the mesh shape and the sharding of the large arrays (jax.debug.visualize_array_sharding, or the sharding= of the dump's HLO): the per-device shape should be the global shape divided by the mesh axes.".into(),
             "Add sharding constraints on large intermediates so propagation does not fall back to replication.".into(),
@@ -751,7 +783,7 @@ fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
         .iter()
         .filter(|a| {
             let t = format!("{} {}", a.op_name.as_deref().unwrap_or(""), a.label.as_deref().unwrap_or("")).to_ascii_lowercase();
-            t.contains("debug_callback") || t.contains("debug_print") || t.contains("outfeed") || t.contains("host_callback") || t.contains("pure_callback") || t.contains("io_callback")
+            t.contains("token[]") || t.contains("debug_callback") || t.contains("debug_print") || t.contains("outfeed") || t.contains("host_callback") || t.contains("pure_callback") || t.contains("io_callback")
         })
         .collect();
     if hits.is_empty() {

@@ -19,6 +19,7 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
     let mut events: Vec<Event> = Vec::new();
     let mut last_line: Vec<u64> = Vec::new(); // last line of each event, parallel to `events`
     let mut pending_remat: Option<(u64, crate::event::Remat, String)> = None;
+    let mut pending_context: Option<(u64, Option<u64>, Option<u64>)> = None;
     for piece in pieces {
         match piece {
             Piece::Remat { line, remat, message } => {
@@ -64,8 +65,15 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
                 last_line.push(line);
             }
             Piece::Skip => {}
+            Piece::Context { line, arguments, aliased } => pending_context = Some((line, arguments, aliased)),
             Piece::Event(mut event) => {
                 let event_line = event.line;
+                if let Some((l, args, aliased)) = pending_context.take() {
+                    if event_line.saturating_sub(l) < SAME_EVENT_LINES {
+                        event.arguments_bytes = event.arguments_bytes.or(args);
+                        event.output_aliased_bytes = event.output_aliased_bytes.or(aliased);
+                    }
+                }
                 if let Some((l, r, m)) = pending_remat.take() {
                     if event.fatal && event_line.saturating_sub(l) < SAME_EVENT_LINES {
                         event.remat = Some(r);
@@ -92,6 +100,9 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
     for e in &mut events {
         e.derive();
     }
+    // A requirement block with no listing and no figure over a limit is what a *successful*
+    // compile logs (`Total hbm usage >= 1.88G`): not an event.
+    events.retain(|e| !(e.partial && e.allocations.is_empty() && e.family != Family::BfcAllocator && e.exceeded_bytes.is_none()));
     events
 }
 
@@ -110,7 +121,7 @@ fn remat_event(line: u64, remat: crate::event::Remat, message: String) -> Event 
 }
 
 /// Two figures agree when both are stated and equal within the 0.5% rounding of `28.50G`.
-fn agree(a: Option<u64>, b: Option<u64>) -> Option<bool> {
+pub fn agree(a: Option<u64>, b: Option<u64>) -> Option<bool> {
     match (a, b) {
         (Some(a), Some(b)) => {
             let (lo, hi) = (a.min(b) as f64, a.max(b) as f64);

@@ -28,6 +28,16 @@ pub enum Piece {
     },
     /// Lines that look like an OOM but are a known non-fatal warning; dropped.
     Skip,
+    /// Figures logged before the failure (the TPU compiler's rematerialization limit line names
+    /// the program's arguments); attached to the next event.
+    Context {
+        /// 1-based line.
+        line: u64,
+        /// Bytes of the program's arguments.
+        arguments: Option<u64>,
+        /// Bytes of outputs aliased with arguments.
+        aliased: Option<u64>,
+    },
     /// A BFC allocator `Stats:` block, attached to the allocator failure before it.
     AllocatorStats {
         /// 1-based line.
@@ -91,6 +101,12 @@ struct Patterns {
     report_start: Regex,
     pool_limit: Regex,
     bin_for: Regex,
+    remat_limit: Regex,
+    usage_space: Regex,
+    usage_total: Regex,
+    usage_row: Regex,
+    window: Regex,
+    meta_op: Regex,
 }
 
 fn p() -> &'static Patterns {
@@ -141,6 +157,12 @@ fn p() -> &'static Patterns {
             cuda_device_warning: re(r"failed\s+to\s+allocate\s+\S+\s+\(\d+\s+bytes\)\s+from\s+devic\s*e:\s+CUDA_ERROR_OUT_OF_MEMORY"),
             capacity: re(r"^(\w+)\s+capacity\s+SZ:?"),
             report_start: re(r"^(?:(Largest\s+program\s+allocations\s+in\s+(\w+))|(Peak\s+buffers:|BufferAssignment\s+OOM\s+Debugging)|(?:Program\s+(\w+)\s+requirement|Total\s+(\w+)\s+usage\s*>=)|((?:\d+\.\s+)?Size:\s+\d|Allocation\s+type:|XLA\s+[lL]abel:)|(Stats:\s*$|Stats:\s+Limit|.*memory_limit_))"),
+            remat_limit: re(r"rematerialization\s+limit\s+SZ\s*=\s*[\d.]+%\s+\w+\s+\(SZ\)\s*-\s*\(arguments\s+\(SZ\)\s*-\s*aliased_output\s*\(SZ\)\)"),
+            usage_space: re(r"^Memory\s+Space:\s+(\w+)"),
+            usage_total: re(r"^Total\s+bytes:\s+(\d+)"),
+            usage_row: re(r"^SZ\(\s*\d+%\);\s*SZ;\s*(\d+);\s*(\d+);\s*(.*)$"),
+            window: re(r"window\s+shape\s+is\s+(\w+\[[^\]]*\]),\s+while\s+the\s+full\s+shape\s+is\s+(\w+\[[^\]]*\])"),
+            meta_op: re(r#"op_name="([^"]*)""#),
             bin_for: re(r"Bin\s+for\s+SZ\s+was\s+SZ,?\s+Chunk\s+State"),
             pool_limit: re(r"memory_limit_:\s*SZ|memory_limit_:\s*(\d+)"),
         }
@@ -153,7 +175,8 @@ fn size(c: &Captures<'_>, i: usize) -> Option<u64> {
 
 /// Quick test: can this cleaned line start an OOM message?
 fn may_start(text: &str) -> bool {
-    const KEYS: [&str; 28] = [
+    const KEYS: [&str; 29] = [
+        "rematerialization limit",
         "Chunk State",
         "enough memory",
         "Largest program allocations",
@@ -254,7 +277,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                     }
                 }
             }
-            Piece::Remat { .. } | Piece::Skip => {}
+            Piece::Remat { .. } | Piece::Skip | Piece::Context { .. } => {}
         }
         if piece != Piece::Skip {
             out.push(piece);
@@ -406,17 +429,24 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.backend = Some(Backend::Tpu);
         e.memory_space = MemorySpace::from_name(&c[1]);
         let shape = c[3].to_string();
-        let bytes = hbm_doctor_shape_bytes(&shape);
-        e.requested_bytes = bytes.map(|b| b.0);
-        e.allocations.push(Allocation {
-            size_bytes: bytes.map_or(0, |b| b.0),
-            unpadded_bytes: bytes.map(|b| b.1),
-            shape: Some(shape),
-            label: Some(c[2].trim_start_matches('%').to_string()),
-            allocation_type: Some("stack".into()),
+        let mut used = c.get(0)?.end();
+        let scoped = pat.scoped_vmem.captures(flat);
+        if let Some(sc) = &scoped {
+            e.requested_bytes = size(sc, 1);
+            e.used_bytes = size(sc, 1);
+            e.limit_bytes = size(sc, 2);
+            e.exceeded_bytes = size(sc, 4);
+            used = used.max(sc.get(0)?.end());
+        }
+        e.allocations.extend(e.requested_bytes.map(|size_bytes| Allocation {
+            size_bytes,
+            shape: None,
+            op_name: pat.meta_op.captures(flat).map(|m| m[1].to_string()),
+            label: Some(format!("{} ({shape})", c[2].trim_start_matches('%'))),
+            allocation_type: Some("scoped".into()),
             ..Allocation::default()
-        });
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+        }));
+        return Some((Piece::Event(Box::new(e)), used));
     }
     if let Some(c) = pat.tpu_hbm.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
         let old = c.get(1).is_some() || flat.contains("Compilation failure");
@@ -470,12 +500,17 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.requested_bytes = c[1].parse().ok();
         e.limit_bytes = c[2].parse().ok();
         if let Some(shape) = c.get(4) {
-            let bytes = hbm_doctor_shape_bytes(shape.as_str());
+            let window = pat.window.captures(flat);
+            let shape = window.as_ref().map_or(shape.as_str(), |w| w.get(1).map_or("", |m| m.as_str())).to_string();
+            let bytes = hbm_doctor_shape_bytes(&shape);
             e.allocations.push(Allocation {
                 size_bytes: e.requested_bytes.unwrap_or(0),
-                unpadded_bytes: bytes.map(|b| b.1),
-                shape: Some(shape.as_str().to_string()),
-                label: c.get(6).or(c.get(3)).map(|m| m.as_str().to_string()),
+                unpadded_bytes: bytes.map(|b| b.1).filter(|_| window.is_none()),
+                shape: Some(shape),
+                label: window
+                    .as_ref()
+                    .map(|w| format!("block window of {}", &w[2]))
+                    .or_else(|| c.get(6).or(c.get(3)).map(|m| m.as_str().chars().take(200).collect())),
                 allocation_type: Some(if scoped { "scoped".into() } else { "buffer".into() }),
                 ..Allocation::default()
             });
@@ -504,6 +539,9 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
             e.largest_free_bytes = size(&l, 1);
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat.remat_limit.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+        return Some((Piece::Context { line, arguments: size(&c, 3), aliased: size(&c, 4) }, c.get(0)?.end()));
     }
     if let Some(c) = pat.remat.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
         let exact = |i: usize, j: usize| c.get(i).and_then(|m| m.as_str().parse().ok()).or_else(|| size(&c, j));
@@ -668,6 +706,8 @@ fn hbm_doctor_shape_bytes(text: &str) -> Option<(u64, u64)> {
 fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
     let mut in_largest = e.partial && e.family != Family::BfcAllocator;
     let mut saw_scoped = false;
+    let mut usage_space: Option<String> = None;
+    let mut usage_rows: Vec<Allocation> = Vec::new();
     let mut current: Option<Allocation> = None;
     let mut in_program = false;
     let all = head.iter().chain(region.iter());
@@ -678,6 +718,42 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
             continue;
         }
         saw_scoped |= t == "Allocation type: scoped";
+        if let Some(c) = pat.usage_space.captures(t) {
+            usage_space = Some(c[1].to_string());
+            in_largest = false;
+            continue;
+        }
+        if usage_space.as_deref() == Some("default") {
+            if let Some(c) = pat.usage_total.captures(t) {
+                let exact = c[1].parse().ok();
+                if crate::merge::agree(e.used_bytes, exact) != Some(false) {
+                    e.used_bytes = exact;
+                }
+                continue;
+            }
+            if let Some(c) = pat.usage_row.captures(t) {
+                let shapes = c[5].trim();
+                if !shapes.starts_with('(') {
+                    let first = shapes.split(", ").next().unwrap_or(shapes);
+                    let first = first.split('×').next_back().unwrap_or(first).to_string();
+                    // A slot holds each of its values in turn: its logical size is the largest's.
+                    let unpadded = shapes
+                        .split(", ")
+                        .filter_map(|v| hbm_doctor_hlo::Shape::parse(v.split('×').next_back().unwrap_or(v)))
+                        .map(|sh| sh.unpadded_bytes())
+                        .max();
+                    usage_rows.push(Allocation {
+                        size_bytes: size(&c, 2).unwrap_or(0),
+                        unpadded_bytes: unpadded,
+                        shape: Some(first),
+                        label: (c[4].trim() != "1").then(|| format!("slot shared by {} values: {}", &c[4], shapes.chars().take(160).collect::<String>())),
+                        allocation_type: Some("memory usage report".into()),
+                        ..Allocation::default()
+                    });
+                }
+                continue;
+            }
+        }
         if let Some(c) = pat.capacity.captures(t) {
             e.limit_bytes = e.limit_bytes.or(size(&c, 2));
             continue;
@@ -800,6 +876,12 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
     }
     if let Some(a) = current.take() {
         e.allocations.push(a);
+    }
+    if e.allocations.is_empty() && !usage_rows.is_empty() {
+        // Newer libtpu prints a memory usage report instead of "Largest program allocations".
+        usage_rows.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes));
+        usage_rows.truncate(20);
+        e.allocations = usage_rows;
     }
     if e.partial && e.memory_space.is_none() && !e.allocations.is_empty() && saw_scoped && !e.allocations.iter().any(|a| a.allocation_type.as_deref() == Some("HLO temp")) {
         // Scoped allocations live in vmem: a listing fragment made only of them is a vmem report.

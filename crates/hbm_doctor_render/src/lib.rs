@@ -188,7 +188,7 @@ fn alloc_padding(a: &Allocation) -> String {
     match a.unpadded_bytes {
         Some(u) if u > 0 && a.size_bytes > u => format!("{:.1}x", a.size_bytes as f64 / u as f64),
         Some(_) => "-".into(),
-        None => "?".into(),
+        None => String::new(),
     }
 }
 
@@ -208,6 +208,15 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
         return out;
     };
     let e = &report.events[d.event];
+    if !e.fatal {
+        let _ = writeln!(out, "{} no out-of-memory error in {source_name}", st.green("✓"));
+        let _ = writeln!(out, "{} warning (line {}): {}", st.yellow("!"), e.line, e.message);
+        let _ = writeln!(out, "  {}", st.dim("the compiler could not bring the program under its memory target by rematerialization; it may still fit, or fail later in the same compile"));
+        for (k, v) in figures(e) {
+            let _ = writeln!(out, "  {k}: {v}");
+        }
+        return out;
+    }
     let _ = writeln!(out, "{} {}", st.red("✗"), st.bold(&d.summary));
     let _ = writeln!(
         out,

@@ -24,7 +24,8 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
     if args.dump.is_some() {
         eprintln!("hbm-doctor: note: --dump is read by `hbm-doctor analyze` (not in this build yet); explaining the log alone");
     }
-    let found = !scanned.events.is_empty();
+    // Warnings (rematerialization that fell short) are reported but are not out-of-memory errors.
+    let found = scanned.events.iter().any(|e| e.fatal);
     let report = hbm_doctor_analysis::explain(scanned.events);
     let format = match args.format {
         OutputFormat::Human => Format::Human,
