@@ -11,9 +11,23 @@ pub fn explain(events: Vec<Event>) -> ExplainReport {
     ExplainReport { schema_version: SCHEMA_VERSION, events, diagnosis }
 }
 
-/// The most important event: the last fatal one, else the last one.
+/// The most important event: the last fatal one, else the last one. A compile-time HBM report
+/// followed closely by a lower-level failure it caused (an LLO `Allocation (size=...) would
+/// exceed memory`, a bare `RESOURCE_EXHAUSTED`) stays the main event: it names the root cause.
 fn main_event(events: &[Event]) -> Option<usize> {
-    events.iter().rposition(|e| e.fatal).or_else(|| events.len().checked_sub(1))
+    let last = events.iter().rposition(|e| e.fatal).or_else(|| events.len().checked_sub(1))?;
+    let derivative = matches!(events[last].family, Family::TpuAllocationExceeds | Family::Unrecognized) && events[last].memory_space != Some(MemorySpace::Vmem);
+    if derivative {
+        let root = events[..last].iter().rposition(|e| {
+            e.fatal
+                && matches!(e.family, Family::TpuCompileHbm | Family::TpuHloTemporaries | Family::TpuTcSc | Family::TpuAbortEarly)
+                && events[last].line.saturating_sub(e.line) < 2_000
+        });
+        if let Some(root) = root {
+            return Some(root);
+        }
+    }
+    Some(last)
 }
 
 fn pct(part: u64, whole: u64) -> String {

@@ -371,7 +371,8 @@ fn new_event(line: u64, family: Family, phase: Phase, message: &str) -> Event {
         line,
         family,
         phase,
-        fatal: true,
+        // `--xla_tpu_no_crash_on_oom` logs the error and carries on.
+        fatal: !message.contains("Suppressing"),
         repeats: 1,
         message: headline_text(message),
         ..Event::default()

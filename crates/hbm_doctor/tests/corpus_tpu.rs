@@ -1,0 +1,136 @@
+//! Real TPU compiler output (tests/corpus/tpu, made by tests/corpus/tpu/generate.py with jax[tpu]
+//! compiling deviceless): every OOM is found in libtpu's stderr log and in the Python exception,
+//! its figures equal what the compiler printed, the diagnosis follows the guide, and programs that
+//! fit produce no OOM event.
+
+use hbm_doctor_analysis::{explain, Category, CauseKind};
+use hbm_doctor_log::{parse_size, scan_all, Event};
+use std::path::{Path, PathBuf};
+
+fn corpus() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/tpu")
+}
+
+fn meta(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).expect("meta.json")).expect("meta parses")
+}
+
+fn close(want: &str, got: Option<u64>) -> bool {
+    match (parse_size(want), got) {
+        (Some(w), Some(g)) => {
+            let (lo, hi) = (w.min(g) as f64, w.max(g) as f64);
+            hi - lo <= hi * 0.006 + 1.0
+        }
+        _ => false,
+    }
+}
+
+/// What the guide's decision tree must conclude for each case, and a cause that must rank in the
+/// top three.
+fn expectation(case: &str) -> Option<(Category, CauseKind)> {
+    let c = case;
+    Some(if c.starts_with("aggregate") {
+        (Category::Aggregate, CauseKind::BatchTooLarge)
+    } else if c.starts_with("huge_alloc") {
+        (Category::SingleLargeAllocation, CauseKind::LargeActivation)
+    } else if c.starts_with("arguments") {
+        (Category::Arguments, CauseKind::ArgumentsExceed)
+    } else if c.starts_with("terabyte") {
+        (Category::SingleLargeAllocation, CauseKind::ShapeBug)
+    } else if c.starts_with("padding") {
+        (Category::SingleLargeAllocation, CauseKind::Padding)
+    } else if c.starts_with("debug_print") {
+        (Category::SingleLargeAllocation, CauseKind::DebugPrint)
+    } else if c.starts_with("replicated") {
+        (Category::SingleLargeAllocation, CauseKind::ReplicatedTensor)
+    } else if c.starts_with("no_donation") {
+        (Category::Aggregate, CauseKind::NoDonation)
+    } else if c.contains("vmem") || c.contains("smem") {
+        (Category::Vmem, CauseKind::KernelTiling)
+    } else {
+        return None;
+    })
+}
+
+fn fatal(events: &[Event]) -> Vec<&Event> {
+    events.iter().filter(|e| e.fatal).collect()
+}
+
+#[test]
+fn tpu_compiler_output_is_read_and_diagnosed() {
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(corpus()).expect("corpus").filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("meta.json").is_file()).collect();
+    dirs.sort();
+    for dir in dirs {
+        let case = dir.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        let m = meta(&dir);
+        if m["shows_expected"] != serde_json::Value::Bool(true) {
+            continue;
+        }
+        let oom = m["expect"] == "oom";
+        let figures = &m["figures"];
+        // With --xla_tpu_no_crash_on_oom the exception is a later, derived error; the log has it all.
+        let files: &[&str] = if case.contains("no_crash") { &["stderr.log"] } else { &["stderr.log", "exception.txt"] };
+        for &file in files {
+            let path = dir.join(file);
+            let Ok(text) = std::fs::read(&path) else { continue };
+            let events = scan_all(&text);
+            let fatal = fatal(&events);
+            let mut err = |msg: String| failures.push(format!("{case}/{file}: {msg}"));
+            if !oom {
+                if !fatal.is_empty() {
+                    err(format!("program fits, but {} OOM event(s) found: {:?}", fatal.len(), fatal.iter().map(|e| &e.message).collect::<Vec<_>>()));
+                }
+                continue;
+            }
+            checked += 1;
+            let report = explain(events.clone());
+            let Some(e) = report.diagnosis.as_ref().map(|d| &report.events[d.event]) else {
+                err("no OOM event found".into());
+                continue;
+            };
+            for (key, got) in [("used", e.used_bytes), ("limit", e.limit_bytes), ("exceeded_by", e.exceeded_bytes)] {
+                if let Some(want) = figures[key].as_str() {
+                    if !close(want, got) {
+                        err(format!("{key}: want {want}, got {got:?}"));
+                    }
+                }
+            }
+            if let (Some(size), Some(limit)) = (figures["allocation_size_bytes"].as_u64(), figures["allocation_memory_bytes"].as_u64()) {
+                if !events.iter().any(|x| x.requested_bytes == Some(size) && x.limit_bytes == Some(limit)) {
+                    err(format!("allocation: want {size} of {limit}, got {:?} of {:?}", e.requested_bytes, e.limit_bytes));
+                }
+            }
+            if let (Some(size), Some(limit)) = (figures["scoped_size"].as_str(), figures["scoped_limit"].as_str()) {
+                if !close(size, e.requested_bytes) || !close(limit, e.limit_bytes) {
+                    err(format!("scoped: want {size} of {limit}, got {:?} of {:?}", e.requested_bytes, e.limit_bytes));
+                }
+            }
+            // The full diagnosis is judged on libtpu's log, which carries the memory report.
+            if file != "stderr.log" {
+                continue;
+            }
+            let Some(d) = report.diagnosis.clone() else {
+                err("no diagnosis".into());
+                continue;
+            };
+            if let Some((category, cause)) = expectation(&case) {
+                if d.category != category {
+                    err(format!("category: want {category:?}, got {:?}", d.category));
+                }
+                let top: Vec<CauseKind> = d.causes.iter().take(3).map(|c| c.cause).collect();
+                if !top.contains(&cause) {
+                    err(format!("cause {cause:?} not in the top three: {top:?}"));
+                }
+            }
+            if m["topology"].as_str().is_some_and(|t| t.starts_with("v5e")) && e.memory_space == Some(hbm_doctor_log::MemorySpace::Hbm) {
+                if !d.chip.as_deref().is_some_and(|c| c.contains("v5e")) {
+                    err(format!("chip: want v5e, got {:?}", d.chip));
+                }
+            }
+        }
+    }
+    assert!(checked >= 10, "expected at least 10 OOM fixtures, checked {checked}");
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
