@@ -29,7 +29,14 @@ pub fn main() -> ExitCode {
 /// Runs a parsed command line and returns the exit code.
 pub fn run(args: cli::Cli) -> u8 {
     let color = args.global.color.resolve_stderr();
-    match commands::dispatch(args) {
+    // A bug must not look like a crash to the user: report it in one line, exit 2.
+    std::panic::set_hook(Box::new(|info| {
+        let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("hbm-doctor: internal error{location}: please report it with the command line and input (https://github.com/hbm-doctor/hbm-doctor/issues)");
+    }));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commands::dispatch(args)));
+    let Ok(result) = outcome else { return exit::USAGE };
+    match result {
         Ok(code) => code,
         Err(err) => {
             if is_broken_pipe(&err) {
@@ -37,10 +44,10 @@ pub fn run(args: cli::Cli) -> u8 {
             }
             let mut stderr = std::io::stderr().lock();
             let head = if color { "\x1b[1;31merror\x1b[0m" } else { "error" };
-            let _ = writeln!(stderr, "hbm-doctor: {head}: {err}");
-            for cause in err.chain().skip(1) {
-                let _ = writeln!(stderr, "  caused by: {cause}");
-            }
+            // One line: the message says what to do; the causes follow in parentheses.
+            let causes: Vec<String> = err.chain().skip(1).map(|c| c.to_string()).collect();
+            let tail = if causes.is_empty() { String::new() } else { format!(" ({})", causes.join(": ")) };
+            let _ = writeln!(stderr, "hbm-doctor: {head}: {err}{tail}");
             exit::USAGE
         }
     }

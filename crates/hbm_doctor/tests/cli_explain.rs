@@ -1,0 +1,188 @@
+//! `hbm-doctor explain` from the outside: exit codes, bad input, formats, streams, noise.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hbm-doctor"));
+    c.env_remove("NO_COLOR").env_remove("FORCE_COLOR");
+    c
+}
+
+fn corpus(path: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus").join(path)
+}
+
+fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    if let Some(data) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin");
+        let data = data.to_vec();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&data);
+        });
+    } else {
+        drop(child.stdin.take());
+    }
+    child.wait_with_output().expect("wait")
+}
+
+fn tmp(name: &str, data: &[u8]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("hbm-doctor-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, data).expect("write tmp");
+    path
+}
+
+fn stderr_one_line(out: &Output) -> String {
+    let s = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(s.trim_end().lines().count(), 1, "one-line error expected, got: {s}");
+    s
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let empty = tmp("empty.log", b"");
+    let out = run(&["explain", empty.to_str().expect("utf8")], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_one_line(&out).contains("is empty"));
+
+    let dir = std::env::temp_dir();
+    let out = run(&["explain", dir.to_str().expect("utf8")], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_one_line(&out).contains("is a directory"));
+
+    let mut binary = vec![0u8; 4096];
+    for (i, b) in binary.iter_mut().enumerate() {
+        *b = (i * 7 % 256) as u8;
+    }
+    let bin_file = tmp("core.bin", &binary);
+    let out = run(&["explain", bin_file.to_str().expect("utf8")], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_one_line(&out).contains("looks binary"));
+
+    let out = run(&["explain", "/nonexistent/train.log"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_one_line(&out).contains("cannot read"));
+
+    let out = run(&["explain", "--format", "yaml", "x"], None);
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = run(&["pad", "not a shape"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_one_line(&out).contains("cannot read shape"));
+}
+
+#[test]
+fn no_oom_exits_0_and_says_so() {
+    let out = run(&["explain", "-"], Some(b"step 1 loss 2.3\nstep 2 loss 2.1\nXLA::TPU program HBM usage: 1.13G / 15.75G\n"));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no out-of-memory"));
+}
+
+#[test]
+fn oom_exits_1_in_every_format() {
+    let f = corpus("issues/erfanzar-EasyDeL-166.txt");
+    for format in ["human", "json", "markdown"] {
+        let out = run(&["explain", f.to_str().expect("utf8"), "--format", format, "--color", "never"], None);
+        assert_eq!(out.status.code(), Some(1), "{format}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("63.80G") || text.contains("68504728371"), "{format}: {text}");
+        assert!(!text.contains('\x1b'), "no colour when asked for none");
+    }
+}
+
+#[test]
+fn json_follows_the_contract() {
+    let f = corpus("issues/erfanzar-EasyDeL-166.txt");
+    let out = run(&["explain", f.to_str().expect("utf8"), "--format", "json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(v["schema_version"], 1);
+    let e = &v["events"][0];
+    for key in ["line", "phase", "backend", "framework", "memory_space", "used_bytes", "limit_bytes", "exceeded_bytes", "requested_bytes", "free_bytes", "tensorcore_bytes", "sparsecore_bytes", "allocations"] {
+        assert!(e.get(key).is_some(), "event lacks `{key}`");
+    }
+    assert_eq!(e["phase"], "compile");
+    assert_eq!(e["backend"], "tpu");
+    assert_eq!(e["memory_space"], "hbm");
+    assert_eq!(e["used_bytes"].as_u64(), hbm_doctor_log::parse_size("63.80G"));
+    assert_eq!(e["limit_bytes"].as_u64(), hbm_doctor_log::parse_size("30.75G"));
+    let a = &e["allocations"][0];
+    for key in ["size_bytes", "unpadded_bytes", "shape", "op_name", "source", "label", "allocation_type"] {
+        assert!(a.get(key).is_some(), "allocation lacks `{key}`");
+    }
+    assert_eq!(a["shape"], "f32[32,4096,4096]{1,2,0:T(8,128)}");
+    assert!(a["source"].as_str().is_some_and(|s| s.ends_with("attention_module.py:1059")));
+    let d = &v["diagnosis"];
+    assert_eq!(d["event"], 0);
+    assert_eq!(d["category"], "aggregate");
+    let c = &d["causes"][0];
+    for key in ["cause", "savings_bytes", "evidence", "actions"] {
+        assert!(c.get(key).is_some(), "cause lacks `{key}`");
+    }
+    let vocabulary = [
+        "batch_too_large", "replicated_tensor", "debug_print", "padding", "no_donation", "no_remat", "large_activation", "f32_precision",
+        "optimizer_state_unsharded", "arguments_exceed", "sparsecore_stack", "sparsecore_padding", "kernel_tiling", "shape_bug",
+        "fragmentation", "preallocation", "other_process", "memory_leak", "memory_spike", "recompilation", "host_oom", "device_too_small",
+    ];
+    for c in d["causes"].as_array().expect("causes") {
+        assert!(vocabulary.contains(&c["cause"].as_str().expect("cause")), "{c}");
+    }
+}
+
+#[test]
+fn stdin_gzip_and_noise_give_the_same_figures() {
+    let plain = std::fs::read(corpus("issues/erfanzar-EasyDeL-166.txt")).expect("fixture");
+    let want = run(&["explain", "-", "--format", "json"], Some(&plain));
+    let want: serde_json::Value = serde_json::from_slice(&want.stdout).expect("json");
+
+    // The same message buried in a big noisy log: CRLF, ANSI colours, glog prefixes, 200k lines.
+    let mut noisy = Vec::new();
+    for i in 0..100_000 {
+        writeln!(noisy, "I1121 23:09:{:02}.211174 2507 train.py:{i}] \x1b[32mstep {i}\x1b[0m loss=2.{i} memory ok\r", i % 60).expect("write");
+    }
+    for line in plain.split(|&b| b == b'\n') {
+        noisy.extend_from_slice(b"E1121 23:09:56.211174 2507 tpu_compiler.cc:3781] ");
+        noisy.extend_from_slice(line);
+        noisy.extend_from_slice(b"\r\n");
+    }
+    for i in 0..100_000 {
+        writeln!(noisy, "I1121 23:10:00.000000 2507 train.py:{i}] shutting down {i}").expect("write");
+    }
+    let got = run(&["explain", "-", "--format", "json"], Some(&noisy));
+    assert_eq!(got.status.code(), Some(1));
+    let got: serde_json::Value = serde_json::from_slice(&got.stdout).expect("json");
+    assert_eq!(got["events"].as_array().map(Vec::len), Some(1));
+    for key in ["used_bytes", "limit_bytes", "exceeded_bytes", "reserved_bytes", "hlo_temp_bytes"] {
+        assert_eq!(got["events"][0][key], want["events"][0][key], "{key}");
+    }
+    assert_eq!(got["events"][0]["allocations"], want["events"][0]["allocations"]);
+    assert_eq!(got["events"][0]["line"].as_u64(), Some(100_000 + want["events"][0]["line"].as_u64().expect("line")));
+
+    let gz = {
+        let mut enc = flate2_write(&noisy);
+        std::mem::take(&mut enc)
+    };
+    let path = tmp("train.log.gz", &gz);
+    let out = run(&["explain", path.to_str().expect("utf8"), "--format", "json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["events"][0]["used_bytes"], want["events"][0]["used_bytes"]);
+}
+
+fn flate2_write(data: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(data).expect("gzip");
+    enc.finish().expect("gzip")
+}
+
+#[test]
+fn pad_prints_the_aligned_shape() {
+    let out = run(&["pad", "f32[129,1024]{1,0:T(8,128)}", "--format", "json"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["padded_bytes"], 557_056);
+    assert_eq!(v["unpadded_bytes"], 528_384);
+    assert_eq!(v["aligned_down"], "f32[128,1024]");
+    assert_eq!(v["aligned_up"], "f32[136,1024]");
+}
