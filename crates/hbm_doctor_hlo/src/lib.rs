@@ -5,9 +5,20 @@
 //! ([`Shape::padded_bytes`], XLA's `ShapeUtil::ArraySize`), and which nearby shape wastes nothing
 //! ([`Shape::aligned_dims`]).
 //!
+//! It also parses the text artifacts of an XLA dump directory: HLO module text ([`hlo`]),
+//! `*-buffer-assignment.txt` ([`buffer_assignment`]), live-range text ([`live_range`]) and
+//! `*-memory-usage-report.txt` ([`usage_report`]). Every parser borrows from its input, skips what
+//! it does not know with a [`Diagnostic`], and never fails wholesale.
+//!
 //! Architecture invariant: no I/O and no dependencies on terminal, HTTP or Python crates. Parsing
 //! never panics; text it cannot read gives `None`.
 
+pub mod buffer_assignment;
+pub mod hlo;
+pub mod live_range;
 pub mod shape;
+pub mod text;
+pub mod usage_report;
 
 pub use shape::{Layout, PrimitiveType, Shape, Tile};
+pub use text::Diagnostic;
