@@ -41,7 +41,9 @@ impl ColorChoice {
             ColorChoice::Always => true,
             ColorChoice::Never => false,
             ColorChoice::Auto => {
-                let forced = ["FORCE_COLOR", "CLICOLOR_FORCE"].iter().any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty() && x != "0"));
+                let forced = ["FORCE_COLOR", "CLICOLOR_FORCE"]
+                    .iter()
+                    .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty() && x != "0"));
                 if forced {
                     return true;
                 }

@@ -34,17 +34,26 @@ pub fn open(path: Option<&Path>) -> Result<(Box<dyn Read>, String)> {
     }
     let path = path.expect("checked above");
     let name = path.display().to_string();
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot read `{name}`: check the path"))?;
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read `{name}`: check the path"))?;
     if meta.is_dir() {
         bail!("`{name}` is a directory: pass a log file (for an XLA dump directory use `hbm-doctor analyze {name}` or `explain LOG --dump {name}`)");
     }
-    let mut file = File::open(path).with_context(|| format!("cannot open `{name}`: check its permissions"))?;
+    let mut file =
+        File::open(path).with_context(|| format!("cannot open `{name}`: check its permissions"))?;
     let mut magic = [0u8; 2];
-    let n = file.read(&mut magic).with_context(|| format!("cannot read `{name}`"))?;
+    let n = file
+        .read(&mut magic)
+        .with_context(|| format!("cannot read `{name}`"))?;
     drop(file);
     let file = File::open(path).with_context(|| format!("cannot open `{name}`"))?;
     if n == 2 && magic == [0x1f, 0x8b] {
-        return Ok((Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file))), name));
+        return Ok((
+            Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(
+                file,
+            ))),
+            name,
+        ));
     }
     Ok((Box::new(file), name))
 }
@@ -65,7 +74,11 @@ pub fn scan(mut reader: Box<dyn Read>, name: String) -> Result<Scanned> {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).with_context(|| format!("cannot read `{name}` (for a compressed log, check it is complete)")),
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("cannot read `{name}` (for a compressed log, check it is complete)")
+                    })
+                }
             }
         }
         let eof = filled < buf.len();
@@ -80,7 +93,12 @@ pub fn scan(mut reader: Box<dyn Read>, name: String) -> Result<Scanned> {
             break;
         }
     }
-    Ok(Scanned { events: scanner.finish(), bytes, looks_binary: looks_binary.unwrap_or(false), name })
+    Ok(Scanned {
+        events: scanner.finish(),
+        bytes,
+        looks_binary: looks_binary.unwrap_or(false),
+        name,
+    })
 }
 
 /// Text logs have few control bytes; binaries (protobufs, core dumps, images) have many.
@@ -89,7 +107,10 @@ fn is_binary(head: &[u8]) -> bool {
         return false;
     }
     let nul = memchr_count(head, 0);
-    let control = head.iter().filter(|&&b| b < 0x09 || (0x0e..0x1b).contains(&b) || (0x1c..0x20).contains(&b)).count();
+    let control = head
+        .iter()
+        .filter(|&&b| b < 0x09 || (0x0e..0x1b).contains(&b) || (0x1c..0x20).contains(&b))
+        .count();
     nul * 100 > head.len() || control * 10 > head.len()
 }
 

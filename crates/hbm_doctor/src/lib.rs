@@ -18,7 +18,11 @@ pub fn main() -> ExitCode {
     let args = match cli::Cli::try_parse() {
         Ok(args) => args,
         Err(err) => {
-            let code = if err.use_stderr() { exit::USAGE } else { exit::OK };
+            let code = if err.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
             let _ = err.print();
             return ExitCode::from(code);
         }
@@ -31,11 +35,17 @@ pub fn run(args: cli::Cli) -> u8 {
     let color = args.global.color.resolve_stderr();
     // A bug must not look like a crash to the user: report it in one line, exit 2.
     std::panic::set_hook(Box::new(|info| {
-        let location = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        let location = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
         eprintln!("hbm-doctor: internal error{location}: please report it with the command line and input (https://github.com/hbm-doctor/hbm-doctor/issues)");
     }));
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commands::dispatch(args)));
-    let Ok(result) = outcome else { return exit::USAGE };
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commands::dispatch(args)));
+    let Ok(result) = outcome else {
+        return exit::USAGE;
+    };
     match result {
         Ok(code) => code,
         Err(err) => {
@@ -43,10 +53,18 @@ pub fn run(args: cli::Cli) -> u8 {
                 return exit::OK;
             }
             let mut stderr = std::io::stderr().lock();
-            let head = if color { "\x1b[1;31merror\x1b[0m" } else { "error" };
+            let head = if color {
+                "\x1b[1;31merror\x1b[0m"
+            } else {
+                "error"
+            };
             // One line: the message says what to do; the causes follow in parentheses.
             let causes: Vec<String> = err.chain().skip(1).map(|c| c.to_string()).collect();
-            let tail = if causes.is_empty() { String::new() } else { format!(" ({})", causes.join(": ")) };
+            let tail = if causes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", causes.join(": "))
+            };
             let _ = writeln!(stderr, "hbm-doctor: {head}: {err}{tail}");
             exit::USAGE
         }
@@ -54,5 +72,8 @@ pub fn run(args: cli::Cli) -> u8 {
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

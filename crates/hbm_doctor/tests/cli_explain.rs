@@ -10,11 +10,19 @@ fn bin() -> Command {
 }
 
 fn corpus(path: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus").join(path)
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/corpus")
+        .join(path)
 }
 
 fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut child = bin()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
     if let Some(data) = stdin {
         let mut pipe = child.stdin.take().expect("stdin");
         let data = data.to_vec();
@@ -37,7 +45,11 @@ fn tmp(name: &str, data: &[u8]) -> std::path::PathBuf {
 
 fn stderr_one_line(out: &Output) -> String {
     let s = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(s.trim_end().lines().count(), 1, "one-line error expected, got: {s}");
+    assert_eq!(
+        s.trim_end().lines().count(),
+        1,
+        "one-line error expected, got: {s}"
+    );
     s
 }
 
@@ -76,8 +88,16 @@ fn bad_input_is_one_line_and_exit_2() {
 
 #[test]
 fn no_oom_exits_0_and_says_so() {
-    let out = run(&["explain", "-"], Some(b"step 1 loss 2.3\nstep 2 loss 2.1\nXLA::TPU program HBM usage: 1.13G / 15.75G\n"));
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(
+        &["explain", "-"],
+        Some(b"step 1 loss 2.3\nstep 2 loss 2.1\nXLA::TPU program HBM usage: 1.13G / 15.75G\n"),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("no out-of-memory"));
 }
 
@@ -85,10 +105,28 @@ fn no_oom_exits_0_and_says_so() {
 fn oom_exits_1_in_every_format() {
     let f = corpus("issues/erfanzar-EasyDeL-166.txt");
     for format in ["human", "json", "markdown"] {
-        let out = run(&["explain", f.to_str().expect("utf8"), "--format", format, "--color", "never"], None);
-        assert_eq!(out.status.code(), Some(1), "{format}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = run(
+            &[
+                "explain",
+                f.to_str().expect("utf8"),
+                "--format",
+                format,
+                "--color",
+                "never",
+            ],
+            None,
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{format}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("63.80G") || text.contains("68504728371"), "{format}: {text}");
+        assert!(
+            text.contains("63.80G") || text.contains("68504728371"),
+            "{format}: {text}"
+        );
         assert!(!text.contains('\x1b'), "no colour when asked for none");
     }
 }
@@ -96,24 +134,57 @@ fn oom_exits_1_in_every_format() {
 #[test]
 fn json_follows_the_contract() {
     let f = corpus("issues/erfanzar-EasyDeL-166.txt");
-    let out = run(&["explain", f.to_str().expect("utf8"), "--format", "json"], None);
+    let out = run(
+        &["explain", f.to_str().expect("utf8"), "--format", "json"],
+        None,
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     assert_eq!(v["schema_version"], 1);
     let e = &v["events"][0];
-    for key in ["line", "phase", "backend", "framework", "memory_space", "used_bytes", "limit_bytes", "exceeded_bytes", "requested_bytes", "free_bytes", "tensorcore_bytes", "sparsecore_bytes", "allocations"] {
+    for key in [
+        "line",
+        "phase",
+        "backend",
+        "framework",
+        "memory_space",
+        "used_bytes",
+        "limit_bytes",
+        "exceeded_bytes",
+        "requested_bytes",
+        "free_bytes",
+        "tensorcore_bytes",
+        "sparsecore_bytes",
+        "allocations",
+    ] {
         assert!(e.get(key).is_some(), "event lacks `{key}`");
     }
     assert_eq!(e["phase"], "compile");
     assert_eq!(e["backend"], "tpu");
     assert_eq!(e["memory_space"], "hbm");
-    assert_eq!(e["used_bytes"].as_u64(), hbm_doctor_log::parse_size("63.80G"));
-    assert_eq!(e["limit_bytes"].as_u64(), hbm_doctor_log::parse_size("30.75G"));
+    assert_eq!(
+        e["used_bytes"].as_u64(),
+        hbm_doctor_log::parse_size("63.80G")
+    );
+    assert_eq!(
+        e["limit_bytes"].as_u64(),
+        hbm_doctor_log::parse_size("30.75G")
+    );
     let a = &e["allocations"][0];
-    for key in ["size_bytes", "unpadded_bytes", "shape", "op_name", "source", "label", "allocation_type"] {
+    for key in [
+        "size_bytes",
+        "unpadded_bytes",
+        "shape",
+        "op_name",
+        "source",
+        "label",
+        "allocation_type",
+    ] {
         assert!(a.get(key).is_some(), "allocation lacks `{key}`");
     }
     assert_eq!(a["shape"], "f32[32,4096,4096]{1,2,0:T(8,128)}");
-    assert!(a["source"].as_str().is_some_and(|s| s.ends_with("attention_module.py:1059")));
+    assert!(a["source"]
+        .as_str()
+        .is_some_and(|s| s.ends_with("attention_module.py:1059")));
     let d = &v["diagnosis"];
     assert_eq!(d["event"], 0);
     assert_eq!(d["category"], "aggregate");
@@ -122,12 +193,34 @@ fn json_follows_the_contract() {
         assert!(c.get(key).is_some(), "cause lacks `{key}`");
     }
     let vocabulary = [
-        "batch_too_large", "replicated_tensor", "debug_print", "padding", "no_donation", "no_remat", "large_activation", "f32_precision",
-        "optimizer_state_unsharded", "arguments_exceed", "sparsecore_stack", "sparsecore_padding", "kernel_tiling", "shape_bug",
-        "fragmentation", "preallocation", "other_process", "memory_leak", "memory_spike", "recompilation", "host_oom", "device_too_small",
+        "batch_too_large",
+        "replicated_tensor",
+        "debug_print",
+        "padding",
+        "no_donation",
+        "no_remat",
+        "large_activation",
+        "f32_precision",
+        "optimizer_state_unsharded",
+        "arguments_exceed",
+        "sparsecore_stack",
+        "sparsecore_padding",
+        "kernel_tiling",
+        "shape_bug",
+        "fragmentation",
+        "preallocation",
+        "other_process",
+        "memory_leak",
+        "memory_spike",
+        "recompilation",
+        "host_oom",
+        "device_too_small",
     ];
     for c in d["causes"].as_array().expect("causes") {
-        assert!(vocabulary.contains(&c["cause"].as_str().expect("cause")), "{c}");
+        assert!(
+            vocabulary.contains(&c["cause"].as_str().expect("cause")),
+            "{c}"
+        );
     }
 }
 
@@ -148,26 +241,48 @@ fn stdin_gzip_and_noise_give_the_same_figures() {
         noisy.extend_from_slice(b"\r\n");
     }
     for i in 0..100_000 {
-        writeln!(noisy, "I1121 23:10:00.000000 2507 train.py:{i}] shutting down {i}").expect("write");
+        writeln!(
+            noisy,
+            "I1121 23:10:00.000000 2507 train.py:{i}] shutting down {i}"
+        )
+        .expect("write");
     }
     let got = run(&["explain", "-", "--format", "json"], Some(&noisy));
     assert_eq!(got.status.code(), Some(1));
     let got: serde_json::Value = serde_json::from_slice(&got.stdout).expect("json");
     assert_eq!(got["events"].as_array().map(Vec::len), Some(1));
-    for key in ["used_bytes", "limit_bytes", "exceeded_bytes", "reserved_bytes", "hlo_temp_bytes"] {
+    for key in [
+        "used_bytes",
+        "limit_bytes",
+        "exceeded_bytes",
+        "reserved_bytes",
+        "hlo_temp_bytes",
+    ] {
         assert_eq!(got["events"][0][key], want["events"][0][key], "{key}");
     }
-    assert_eq!(got["events"][0]["allocations"], want["events"][0]["allocations"]);
-    assert_eq!(got["events"][0]["line"].as_u64(), Some(100_000 + want["events"][0]["line"].as_u64().expect("line")));
+    assert_eq!(
+        got["events"][0]["allocations"],
+        want["events"][0]["allocations"]
+    );
+    assert_eq!(
+        got["events"][0]["line"].as_u64(),
+        Some(100_000 + want["events"][0]["line"].as_u64().expect("line"))
+    );
 
     let gz = {
         let mut enc = flate2_write(&noisy);
         std::mem::take(&mut enc)
     };
     let path = tmp("train.log.gz", &gz);
-    let out = run(&["explain", path.to_str().expect("utf8"), "--format", "json"], None);
+    let out = run(
+        &["explain", path.to_str().expect("utf8"), "--format", "json"],
+        None,
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(v["events"][0]["used_bytes"], want["events"][0]["used_bytes"]);
+    assert_eq!(
+        v["events"][0]["used_bytes"],
+        want["events"][0]["used_bytes"]
+    );
 }
 
 fn flate2_write(data: &[u8]) -> Vec<u8> {
@@ -178,7 +293,10 @@ fn flate2_write(data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn pad_prints_the_aligned_shape() {
-    let out = run(&["pad", "f32[129,1024]{1,0:T(8,128)}", "--format", "json"], None);
+    let out = run(
+        &["pad", "f32[129,1024]{1,0:T(8,128)}", "--format", "json"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["padded_bytes"], 557_056);

@@ -36,8 +36,10 @@ struct Fixture {
     largest_first_size: Option<String>,
 }
 
-pub fn corpus_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus").join(name)
+fn corpus_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/corpus")
+        .join(name)
 }
 
 fn families(name: &str) -> &'static [Family] {
@@ -48,7 +50,9 @@ fn families(name: &str) -> &'static [Family] {
         "tpu_hlo_temporaries" => &[TpuHloTemporaries, TpuCompileHbm],
         "tpu_tc_sc" => &[TpuTcSc],
         "tpu_abort_early" => &[TpuAbortEarly],
-        "tpu_compile_vmem" | "tpu_scoped_vmem" | "tpu_smem" => &[TpuCompileVmem, TpuAllocationExceeds],
+        "tpu_compile_vmem" | "tpu_scoped_vmem" | "tpu_smem" => {
+            &[TpuCompileVmem, TpuAllocationExceeds]
+        }
         "tpu_allocation_exceeds" => &[TpuAllocationExceeds],
         "tpu_runtime_alloc" => &[TpuRuntimeAlloc],
         "tpu_program_load" => &[TpuProgramLoad],
@@ -61,7 +65,9 @@ fn families(name: &str) -> &'static [Family] {
 }
 
 fn close(expected: &str, got: Option<u64>) -> bool {
-    let Some(want) = parse_size(expected) else { return false };
+    let Some(want) = parse_size(expected) else {
+        return false;
+    };
     let Some(got) = got else { return false };
     let (lo, hi) = (want.min(got) as f64, want.max(got) as f64);
     hi - lo <= hi * 0.006 + 1.0
@@ -79,12 +85,21 @@ fn check(f: &Fixture) -> Vec<String> {
     let fatal: Vec<&Event> = events.iter().filter(|e| e.fatal).collect();
     if !f.oom {
         if !fatal.is_empty() {
-            errors.push(format!("negative fixture, but found {} fatal event(s): {:?}", fatal.len(), fatal.iter().map(|e| &e.message).collect::<Vec<_>>()));
+            errors.push(format!(
+                "negative fixture, but found {} fatal event(s): {:?}",
+                fatal.len(),
+                fatal.iter().map(|e| &e.message).collect::<Vec<_>>()
+            ));
         }
         return errors;
     }
     if fatal.len() != f.events {
-        errors.push(format!("events: want {}, got {} ({:?})", f.events, fatal.len(), fatal.iter().map(|e| (e.line, e.family)).collect::<Vec<_>>()));
+        errors.push(format!(
+            "events: want {}, got {} ({:?})",
+            f.events,
+            fatal.len(),
+            fatal.iter().map(|e| (e.line, e.family)).collect::<Vec<_>>()
+        ));
     }
     let Some(e) = main_event(&events) else {
         errors.push("no event found".into());
@@ -92,7 +107,8 @@ fn check(f: &Fixture) -> Vec<String> {
     };
     let want = families(&f.family);
     // A listing pasted without its headline cannot tell the old message format from the new.
-    let partial_ok = e.partial && f.family == "tpu_compile_hbm_old" && e.family == Family::TpuCompileHbm;
+    let partial_ok =
+        e.partial && f.family == "tpu_compile_hbm_old" && e.family == Family::TpuCompileHbm;
     if !want.is_empty() && !want.contains(&e.family) && !partial_ok {
         errors.push(format!("family: want {} got {:?}", f.family, e.family));
     }
@@ -113,27 +129,51 @@ fn check(f: &Fixture) -> Vec<String> {
         }
     }
     // The allocation that failed (TensorFlow's tensor, a scoped vmem block) is listed too.
-    let failed_one = e.allocations.len() == f.largest_allocations + 1 && e.allocations.first().is_some_and(|a| e.requested_bytes.is_some_and(|r| a.size_bytes == r || a.unpadded_bytes == Some(r)));
+    let failed_one = e.allocations.len() == f.largest_allocations + 1
+        && e.allocations.first().is_some_and(|a| {
+            e.requested_bytes
+                .is_some_and(|r| a.size_bytes == r || a.unpadded_bytes == Some(r))
+        });
     if e.allocations.len() != f.largest_allocations && !failed_one {
-        errors.push(format!("allocations: want {} got {}", f.largest_allocations, e.allocations.len()));
+        errors.push(format!(
+            "allocations: want {} got {}",
+            f.largest_allocations,
+            e.allocations.len()
+        ));
     }
     if let Some(w) = f.largest_first_size.as_deref().filter(|w| !w.is_empty()) {
         if !close(w, e.allocations.first().map(|a| a.size_bytes)) {
-            errors.push(format!("first allocation: want {w} got {:?}", e.allocations.first().map(|a| a.size_bytes)));
+            errors.push(format!(
+                "first allocation: want {w} got {:?}",
+                e.allocations.first().map(|a| a.size_bytes)
+            ));
         }
     }
-    let got_space = e.memory_space.map(|s| format!("{s:?}").to_lowercase()).unwrap_or_default();
+    let got_space = e
+        .memory_space
+        .map(|s| format!("{s:?}").to_lowercase())
+        .unwrap_or_default();
     // `device` is a GPU's memory in the contract; on a TPU the same message means HBM.
-    let want_space = if f.memory_space == "device" && f.backend == "tpu" { "hbm" } else { f.memory_space.as_str() };
+    let want_space = if f.memory_space == "device" && f.backend == "tpu" {
+        "hbm"
+    } else {
+        f.memory_space.as_str()
+    };
     let unknown_device = got_space.is_empty() && e.backend.is_none();
     if !want_space.is_empty() && want_space != got_space && !unknown_device {
-        errors.push(format!("memory_space: want {} got {got_space}", f.memory_space));
+        errors.push(format!(
+            "memory_space: want {} got {got_space}",
+            f.memory_space
+        ));
     }
     let got_phase = format!("{:?}", e.phase).to_lowercase();
     if !f.phase.is_empty() && f.phase != got_phase {
         errors.push(format!("phase: want {} got {got_phase}", f.phase));
     }
-    let got_backend = e.backend.map(|b| format!("{b:?}").to_lowercase()).unwrap_or_default();
+    let got_backend = e
+        .backend
+        .map(|b| format!("{b:?}").to_lowercase())
+        .unwrap_or_default();
     // A figure the text does not state is null, never a guess: only a wrong value fails.
     if !f.backend.is_empty() && !got_backend.is_empty() && f.backend != got_backend {
         errors.push(format!("backend: want {} got {got_backend}", f.backend));
@@ -144,7 +184,10 @@ fn check(f: &Fixture) -> Vec<String> {
         Some(hbm_doctor_log::Framework::Tensorflow) => "tensorflow",
         None => "",
     };
-    if matches!(f.framework.as_str(), "jax" | "pytorch_xla" | "tensorflow") && !got_fw.is_empty() && f.framework != got_fw {
+    if matches!(f.framework.as_str(), "jax" | "pytorch_xla" | "tensorflow")
+        && !got_fw.is_empty()
+        && f.framework != got_fw
+    {
         errors.push(format!("framework: want {} got {got_fw}", f.framework));
     }
     errors
@@ -152,14 +195,31 @@ fn check(f: &Fixture) -> Vec<String> {
 
 #[test]
 fn every_issue_fixture_parses_exactly() {
-    let manifest: Manifest = toml::from_str(&std::fs::read_to_string(corpus_dir("issues").join("MANIFEST.toml")).expect("manifest")).expect("manifest parses");
-    assert!(manifest.fixture.len() >= 40, "the corpus must hold at least 40 real messages");
+    let manifest: Manifest = toml::from_str(
+        &std::fs::read_to_string(corpus_dir("issues").join("MANIFEST.toml")).expect("manifest"),
+    )
+    .expect("manifest parses");
+    assert!(
+        manifest.fixture.len() >= 40,
+        "the corpus must hold at least 40 real messages"
+    );
     let mut failures = Vec::new();
     for f in &manifest.fixture {
         let errors = check(f);
         if !errors.is_empty() {
-            failures.push(format!("{} ({}):\n    {}", f.file, f.family, errors.join("\n    ")));
+            failures.push(format!(
+                "{} ({}):\n    {}",
+                f.file,
+                f.family,
+                errors.join("\n    ")
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} fixtures fail:\n{}", failures.len(), manifest.fixture.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} fixtures fail:\n{}",
+        failures.len(),
+        manifest.fixture.len(),
+        failures.join("\n")
+    );
 }

@@ -12,7 +12,8 @@ fn corpus() -> PathBuf {
 }
 
 fn meta(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).expect("meta.json")).expect("meta parses")
+    serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).expect("meta.json"))
+        .expect("meta parses")
 }
 
 fn close(want: &str, got: Option<u64>) -> bool {
@@ -60,10 +61,18 @@ fn fatal(events: &[Event]) -> Vec<&Event> {
 fn tpu_compiler_output_is_read_and_diagnosed() {
     let mut checked = 0;
     let mut failures = Vec::new();
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(corpus()).expect("corpus").filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("meta.json").is_file()).collect();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(corpus())
+        .expect("corpus")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("meta.json").is_file())
+        .collect();
     dirs.sort();
     for dir in dirs {
-        let case = dir.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        let case = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string();
         let m = meta(&dir);
         if m["shows_expected"] != serde_json::Value::Bool(true) {
             continue;
@@ -71,16 +80,26 @@ fn tpu_compiler_output_is_read_and_diagnosed() {
         let oom = m["expect"] == "oom";
         let figures = &m["figures"];
         // With --xla_tpu_no_crash_on_oom the exception is a later, derived error; the log has it all.
-        let files: &[&str] = if case.contains("no_crash") { &["stderr.log"] } else { &["stderr.log", "exception.txt"] };
+        let files: &[&str] = if case.contains("no_crash") {
+            &["stderr.log"]
+        } else {
+            &["stderr.log", "exception.txt"]
+        };
         for &file in files {
             let path = dir.join(file);
-            let Ok(text) = std::fs::read(&path) else { continue };
+            let Ok(text) = std::fs::read(&path) else {
+                continue;
+            };
             let events = scan_all(&text);
             let fatal = fatal(&events);
             let mut err = |msg: String| failures.push(format!("{case}/{file}: {msg}"));
             if !oom {
                 if !fatal.is_empty() {
-                    err(format!("program fits, but {} OOM event(s) found: {:?}", fatal.len(), fatal.iter().map(|e| &e.message).collect::<Vec<_>>()));
+                    err(format!(
+                        "program fits, but {} OOM event(s) found: {:?}",
+                        fatal.len(),
+                        fatal.iter().map(|e| &e.message).collect::<Vec<_>>()
+                    ));
                 }
                 continue;
             }
@@ -90,21 +109,40 @@ fn tpu_compiler_output_is_read_and_diagnosed() {
                 err("no OOM event found".into());
                 continue;
             };
-            for (key, got) in [("used", e.used_bytes), ("limit", e.limit_bytes), ("exceeded_by", e.exceeded_bytes)] {
+            for (key, got) in [
+                ("used", e.used_bytes),
+                ("limit", e.limit_bytes),
+                ("exceeded_by", e.exceeded_bytes),
+            ] {
                 if let Some(want) = figures[key].as_str() {
                     if !close(want, got) {
                         err(format!("{key}: want {want}, got {got:?}"));
                     }
                 }
             }
-            if let (Some(size), Some(limit)) = (figures["allocation_size_bytes"].as_u64(), figures["allocation_memory_bytes"].as_u64()) {
-                if !events.iter().any(|x| x.requested_bytes == Some(size) && x.limit_bytes == Some(limit)) {
-                    err(format!("allocation: want {size} of {limit}, got {:?} of {:?}", e.requested_bytes, e.limit_bytes));
+            if let (Some(size), Some(limit)) = (
+                figures["allocation_size_bytes"].as_u64(),
+                figures["allocation_memory_bytes"].as_u64(),
+            ) {
+                if !events
+                    .iter()
+                    .any(|x| x.requested_bytes == Some(size) && x.limit_bytes == Some(limit))
+                {
+                    err(format!(
+                        "allocation: want {size} of {limit}, got {:?} of {:?}",
+                        e.requested_bytes, e.limit_bytes
+                    ));
                 }
             }
-            if let (Some(size), Some(limit)) = (figures["scoped_size"].as_str(), figures["scoped_limit"].as_str()) {
+            if let (Some(size), Some(limit)) = (
+                figures["scoped_size"].as_str(),
+                figures["scoped_limit"].as_str(),
+            ) {
                 if !close(size, e.requested_bytes) || !close(limit, e.limit_bytes) {
-                    err(format!("scoped: want {size} of {limit}, got {:?} of {:?}", e.requested_bytes, e.limit_bytes));
+                    err(format!(
+                        "scoped: want {size} of {limit}, got {:?} of {:?}",
+                        e.requested_bytes, e.limit_bytes
+                    ));
                 }
             }
             // The full diagnosis is judged on libtpu's log, which carries the memory report.
@@ -124,13 +162,21 @@ fn tpu_compiler_output_is_read_and_diagnosed() {
                     err(format!("cause {cause:?} not in the top three: {top:?}"));
                 }
             }
-            if m["topology"].as_str().is_some_and(|t| t.starts_with("v5e")) && e.memory_space == Some(hbm_doctor_log::MemorySpace::Hbm) {
-                if !d.chip.as_deref().is_some_and(|c| c.contains("v5e")) {
-                    err(format!("chip: want v5e, got {:?}", d.chip));
-                }
+            let on_v5e = m["topology"].as_str().is_some_and(|t| t.starts_with("v5e"))
+                && e.memory_space == Some(hbm_doctor_log::MemorySpace::Hbm);
+            if on_v5e && !d.chip.as_deref().is_some_and(|c| c.contains("v5e")) {
+                err(format!("chip: want v5e, got {:?}", d.chip));
             }
         }
     }
-    assert!(checked >= 10, "expected at least 10 OOM fixtures, checked {checked}");
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        checked >= 10,
+        "expected at least 10 OOM fixtures, checked {checked}"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

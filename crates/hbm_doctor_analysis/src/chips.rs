@@ -20,13 +20,48 @@ const GIB: u64 = 1 << 30;
 
 /// Known TPU generations, smallest memory first.
 pub const TPUS: &[TpuGeneration] = &[
-    TpuGeneration { name: "v2", long_name: "TPU v2", physical_bytes: 8 * GIB, usable_bytes: 8_031_043_584 },
-    TpuGeneration { name: "v4", long_name: "TPU v4", physical_bytes: 16 * GIB, usable_bytes: 16_373_514_240 },
-    TpuGeneration { name: "v3", long_name: "TPU v3", physical_bytes: 16 * GIB, usable_bytes: 16_621_830_144 },
-    TpuGeneration { name: "v5e", long_name: "TPU v5e (v5 lite)", physical_bytes: 16 * GIB, usable_bytes: 16_909_336_576 },
-    TpuGeneration { name: "v6e", long_name: "TPU v6e (Trillium)", physical_bytes: 32 * GIB, usable_bytes: 33_550_237_696 },
-    TpuGeneration { name: "v5p", long_name: "TPU v5p", physical_bytes: 95 * GIB, usable_bytes: 102_803_439_616 },
-    TpuGeneration { name: "v7", long_name: "TPU v7 (Ironwood)", physical_bytes: 192 * GIB, usable_bytes: 192 * GIB - 2 * GIB },
+    TpuGeneration {
+        name: "v2",
+        long_name: "TPU v2",
+        physical_bytes: 8 * GIB,
+        usable_bytes: 8_031_043_584,
+    },
+    TpuGeneration {
+        name: "v4",
+        long_name: "TPU v4",
+        physical_bytes: 16 * GIB,
+        usable_bytes: 16_373_514_240,
+    },
+    TpuGeneration {
+        name: "v3",
+        long_name: "TPU v3",
+        physical_bytes: 16 * GIB,
+        usable_bytes: 16_621_830_144,
+    },
+    TpuGeneration {
+        name: "v5e",
+        long_name: "TPU v5e (v5 lite)",
+        physical_bytes: 16 * GIB,
+        usable_bytes: 16_909_336_576,
+    },
+    TpuGeneration {
+        name: "v6e",
+        long_name: "TPU v6e (Trillium)",
+        physical_bytes: 32 * GIB,
+        usable_bytes: 33_550_237_696,
+    },
+    TpuGeneration {
+        name: "v5p",
+        long_name: "TPU v5p",
+        physical_bytes: 95 * GIB,
+        usable_bytes: 102_803_439_616,
+    },
+    TpuGeneration {
+        name: "v7",
+        long_name: "TPU v7 (Ironwood)",
+        physical_bytes: 192 * GIB,
+        usable_bytes: 192 * GIB - 2 * GIB,
+    },
 ];
 
 /// Looks a generation up by the name users type (`v5e`, `v5litepod`, `v6e`, `trillium`...).
@@ -50,7 +85,14 @@ pub fn infer_tpu(limit: u64, reserved: Option<u64>) -> Option<(String, u64)> {
         let rounded = (t.usable_bytes as f64 / GIB as f64 * 100.0).round() / 100.0;
         let limit_g = limit as f64 / GIB as f64;
         if t.usable_bytes == limit || (limit_g - rounded).abs() < 0.006 {
-            return Some((format!("{} ({} HBM per device)", t.long_name, hbm_doctor_log::size::format_size_iec(t.physical_bytes)), t.physical_bytes));
+            return Some((
+                format!(
+                    "{} ({} HBM per device)",
+                    t.long_name,
+                    hbm_doctor_log::size::format_size_iec(t.physical_bytes)
+                ),
+                t.physical_bytes,
+            ));
         }
     }
     let total = limit + reserved.unwrap_or(0);
@@ -64,14 +106,31 @@ pub fn infer_tpu(limit: u64, reserved: Option<u64>) -> Option<(String, u64)> {
         95 | 96 => "TPU v5p",
         _ => "TPU v7 (Ironwood)",
     };
-    Some((format!("{names} ({} HBM per device)", hbm_doctor_log::size::format_size_iec(physical)), physical))
+    Some((
+        format!(
+            "{names} ({} HBM per device)",
+            hbm_doctor_log::size::format_size_iec(physical)
+        ),
+        physical,
+    ))
 }
 
 /// The TPU generations whose usable HBM holds `bytes` on one device.
 pub fn tpus_that_fit(bytes: u64) -> Vec<String> {
-    let mut out: Vec<&TpuGeneration> = TPUS.iter().filter(|t| t.usable_bytes >= bytes && t.name != "v2" && t.name != "v3").collect();
+    let mut out: Vec<&TpuGeneration> = TPUS
+        .iter()
+        .filter(|t| t.usable_bytes >= bytes && t.name != "v2" && t.name != "v3")
+        .collect();
     out.sort_by_key(|t| t.usable_bytes);
-    out.into_iter().map(|t| format!("{} ({} usable)", t.name, hbm_doctor_log::format_size(t.usable_bytes))).collect()
+    out.into_iter()
+        .map(|t| {
+            format!(
+                "{} ({} usable)",
+                t.name,
+                hbm_doctor_log::format_size(t.usable_bytes)
+            )
+        })
+        .collect()
 }
 
 /// Common GPU memory sizes (bytes), for spotting an allocator capped below the device.
@@ -83,13 +142,33 @@ mod tests {
 
     #[test]
     fn infers_chips() {
-        assert!(infer_tpu(16_909_336_576, None).expect("v5e").0.contains("v5e"));
-        assert!(infer_tpu(hbm_doctor_log::parse_size("15.75G").expect("size"), None).expect("v5e").0.contains("v5e"));
-        assert!(infer_tpu(hbm_doctor_log::parse_size("95.74G").expect("size"), None).expect("v5p").0.contains("v5p"));
-        let (name, physical) = infer_tpu(hbm_doctor_log::parse_size("30.75G").expect("size"), hbm_doctor_log::parse_size("1.25G")).expect("32G");
+        assert!(infer_tpu(16_909_336_576, None)
+            .expect("v5e")
+            .0
+            .contains("v5e"));
+        assert!(
+            infer_tpu(hbm_doctor_log::parse_size("15.75G").expect("size"), None)
+                .expect("v5e")
+                .0
+                .contains("v5e")
+        );
+        assert!(
+            infer_tpu(hbm_doctor_log::parse_size("95.74G").expect("size"), None)
+                .expect("v5p")
+                .0
+                .contains("v5p")
+        );
+        let (name, physical) = infer_tpu(
+            hbm_doctor_log::parse_size("30.75G").expect("size"),
+            hbm_doctor_log::parse_size("1.25G"),
+        )
+        .expect("32G");
         assert_eq!(physical, 32 * GIB, "{name}");
         assert_eq!(infer_tpu(100, None), None);
         assert_eq!(tpu_by_name("v5litepod-4").map(|t| t.name), Some("v5e"));
-        assert_eq!(tpus_that_fit(20 * GIB).first().map(String::as_str), Some("v6e (31.25G usable)"));
+        assert_eq!(
+            tpus_that_fit(20 * GIB).first().map(String::as_str),
+            Some("v6e (31.25G usable)")
+        );
     }
 }

@@ -3,24 +3,42 @@
 use crate::chips;
 use crate::model::{Category, Cause, CauseKind, Diagnosis, ExplainReport, Snippet, SCHEMA_VERSION};
 use hbm_doctor_hlo::Shape;
-use hbm_doctor_log::{format_size, Allocation, Backend, Event, Family, Framework, MemorySpace, Phase};
+use hbm_doctor_log::{
+    format_size, Allocation, Backend, Event, Family, Framework, MemorySpace, Phase,
+};
 
 /// Builds the report for the events of one log.
 pub fn explain(events: Vec<Event>) -> ExplainReport {
     let diagnosis = main_event(&events).map(|i| diagnose(i, &events[i]));
-    ExplainReport { schema_version: SCHEMA_VERSION, events, diagnosis }
+    ExplainReport {
+        schema_version: SCHEMA_VERSION,
+        events,
+        diagnosis,
+    }
 }
 
 /// The most important event: the last fatal one, else the last one. A compile-time HBM report
 /// followed closely by a lower-level failure it caused (an LLO `Allocation (size=...) would
 /// exceed memory`, a bare `RESOURCE_EXHAUSTED`) stays the main event: it names the root cause.
 fn main_event(events: &[Event]) -> Option<usize> {
-    let last = events.iter().rposition(|e| e.fatal).or_else(|| events.len().checked_sub(1))?;
-    let derivative = matches!(events[last].family, Family::TpuAllocationExceeds | Family::Unrecognized) && events[last].memory_space != Some(MemorySpace::Vmem);
+    let last = events
+        .iter()
+        .rposition(|e| e.fatal)
+        .or_else(|| events.len().checked_sub(1))?;
+    let derivative = matches!(
+        events[last].family,
+        Family::TpuAllocationExceeds | Family::Unrecognized
+    ) && events[last].memory_space != Some(MemorySpace::Vmem);
     if derivative {
         let root = events[..last].iter().rposition(|e| {
             e.fatal
-                && matches!(e.family, Family::TpuCompileHbm | Family::TpuHloTemporaries | Family::TpuTcSc | Family::TpuAbortEarly)
+                && matches!(
+                    e.family,
+                    Family::TpuCompileHbm
+                        | Family::TpuHloTemporaries
+                        | Family::TpuTcSc
+                        | Family::TpuAbortEarly
+                )
                 && events[last].line.saturating_sub(e.line) < 2_000
         });
         if let Some(root) = root {
@@ -61,12 +79,20 @@ pub fn categorize(e: &Event) -> Category {
             }
         }
         if let (Some(req), Some(largest)) = (e.requested_bytes, e.largest_free_bytes) {
-            let free_total = e.free_bytes.or(e.limit_bytes.zip(e.used_bytes).map(|(l, u)| l.saturating_sub(u)));
+            let free_total = e.free_bytes.or(e
+                .limit_bytes
+                .zip(e.used_bytes)
+                .map(|(l, u)| l.saturating_sub(u)));
             if largest < req && free_total.is_some_and(|f| f >= req) {
                 return Category::RuntimeFragmentation;
             }
         }
-        if e.allocations.iter().any(over_half) || (e.requested_bytes.zip(limit).is_some_and(|(r, l)| r.saturating_mul(2) > l)) {
+        if e.allocations.iter().any(over_half)
+            || (e
+                .requested_bytes
+                .zip(limit)
+                .is_some_and(|(r, l)| r.saturating_mul(2) > l))
+        {
             return Category::SingleLargeAllocation;
         }
         if e.arguments_bytes.zip(limit).is_some_and(|(a, l)| a >= l) {
@@ -78,7 +104,10 @@ pub fn categorize(e: &Event) -> Category {
         return Category::RuntimeAllocation;
     }
     if let (Some(args), Some(l)) = (e.arguments_bytes, limit) {
-        let outputs = e.output_bytes.unwrap_or(0).saturating_sub(e.output_aliased_bytes.unwrap_or(0));
+        let outputs = e
+            .output_bytes
+            .unwrap_or(0)
+            .saturating_sub(e.output_aliased_bytes.unwrap_or(0));
         if args >= l || args.saturating_add(outputs) >= l {
             return Category::Arguments;
         }
@@ -107,21 +136,41 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn cause(&self, cause: CauseKind, savings: Option<u64>, evidence: String, actions: Vec<String>, snippets: Vec<Snippet>) -> Cause {
+    fn cause(
+        &self,
+        cause: CauseKind,
+        savings: Option<u64>,
+        evidence: String,
+        actions: Vec<String>,
+        snippets: Vec<Snippet>,
+    ) -> Cause {
         let sufficient = match (savings, self.exceeded) {
             (Some(s), Some(x)) if x > 0 => Some(s >= x),
             _ => None,
         };
-        Cause { cause, savings_bytes: savings, evidence, actions, snippets, sufficient }
+        Cause {
+            cause,
+            savings_bytes: savings,
+            evidence,
+            actions,
+            snippets,
+            sufficient,
+        }
     }
 
     fn snippets(&self, jax: &str, ptxla: &str) -> Vec<Snippet> {
         let mut out = Vec::new();
         if !jax.is_empty() && (self.jax || !self.ptxla) {
-            out.push(Snippet { framework: "jax".into(), code: jax.into() });
+            out.push(Snippet {
+                framework: "jax".into(),
+                code: jax.into(),
+            });
         }
         if !ptxla.is_empty() && (self.ptxla || !self.jax) && !self.tf {
-            out.push(Snippet { framework: "pytorch_xla".into(), code: ptxla.into() });
+            out.push(Snippet {
+                framework: "pytorch_xla".into(),
+                code: ptxla.into(),
+            });
         }
         out
     }
@@ -134,15 +183,27 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         category,
         limit: e.limit_bytes,
         used: e.used_bytes,
-        exceeded: e.exceeded_bytes.or_else(|| e.used_bytes.zip(e.limit_bytes).and_then(|(u, l)| u.checked_sub(l))),
+        exceeded: e.exceeded_bytes.or_else(|| {
+            e.used_bytes
+                .zip(e.limit_bytes)
+                .and_then(|(u, l)| u.checked_sub(l))
+        }),
         jax: e.framework == Some(Framework::Jax),
         ptxla: e.framework == Some(Framework::PytorchXla),
         tf: e.framework == Some(Framework::Tensorflow),
     };
-    let tpu = e.backend == Some(Backend::Tpu) || matches!(e.memory_space, Some(MemorySpace::Hbm | MemorySpace::Vmem | MemorySpace::Smem));
+    let tpu = e.backend == Some(Backend::Tpu)
+        || matches!(
+            e.memory_space,
+            Some(MemorySpace::Hbm | MemorySpace::Vmem | MemorySpace::Smem)
+        );
     let (chip, physical) = match (tpu, e.limit_bytes, e.memory_space) {
         (true, Some(l), Some(MemorySpace::Hbm)) if e.phase == Phase::Compile => {
-            let reserved = if e.family == Family::TpuCompileHbmOld { None } else { e.reserved_bytes };
+            let reserved = if e.family == Family::TpuCompileHbmOld {
+                None
+            } else {
+                e.reserved_bytes
+            };
             chips::infer_tpu(l, reserved).map_or((None, None), |(c, p)| (Some(c), Some(p)))
         }
         _ => (None, None),
@@ -182,14 +243,25 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
     if !matches!(category, Category::Vmem | Category::HostMemory) {
         rank!(1.2, large_activation(&ctx));
         let pad = padding(&ctx);
-        let extreme = pad.as_ref().and_then(|c| c.savings_bytes).zip(ctx.used).is_some_and(|(w, u)| w.saturating_mul(3) > u);
+        let extreme = pad
+            .as_ref()
+            .and_then(|c| c.savings_bytes)
+            .zip(ctx.used)
+            .is_some_and(|(w, u)| w.saturating_mul(3) > u);
         rank!(if extreme { 1.8 } else { 0.9 }, pad);
         rank!(1.0, batch_too_large(&ctx));
         rank!(1.1, no_donation(&ctx));
         rank!(1.2, undonated_arguments(&ctx));
         rank!(0.5, f32_precision(&ctx));
         rank!(0.6, no_remat(&ctx));
-        rank!(if category == Category::SingleLargeAllocation { 1.5 } else { 0.3 }, replicated_tensor(&ctx));
+        rank!(
+            if category == Category::SingleLargeAllocation {
+                1.5
+            } else {
+                0.3
+            },
+            replicated_tensor(&ctx)
+        );
         rank!(1.6, debug_print(&ctx));
         rank!(1.0, optimizer_state(&ctx));
         rank!(1.4, other_process(&ctx));
@@ -215,7 +287,15 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         (Some(MemorySpace::Hbm), Some(u), Phase::Compile) if tpu => chips::tpus_that_fit(u),
         _ => Vec::new(),
     };
-    Diagnosis { event: index, category, summary: summary(&ctx, chip.as_deref()), causes, chip, physical_bytes: physical, fits_on }
+    Diagnosis {
+        event: index,
+        category,
+        summary: summary(&ctx, chip.as_deref()),
+        causes,
+        chip,
+        physical_bytes: physical,
+        fits_on,
+    }
 }
 
 fn summary(ctx: &Ctx<'_>, chip: Option<&str>) -> String {
@@ -240,7 +320,13 @@ fn summary(ctx: &Ctx<'_>, chip: Option<&str>) -> String {
             fmt(e.sparsecore_bytes.unwrap_or(0)),
             ctx.limit.map_or("?".into(), fmt)
         ),
-        (Some(u), Some(l), _, _) if u > l => format!("needs {} but {} is available ({} over, {} of the limit)", fmt(u), fmt(l), fmt(u - l), pct(u, l)),
+        (Some(u), Some(l), _, _) if u > l => format!(
+            "needs {} but {} is available ({} over, {} of the limit)",
+            fmt(u),
+            fmt(l),
+            fmt(u - l),
+            pct(u, l)
+        ),
         (_, _, Some(r), Some(f)) => format!("asked for {} with {} free", fmt(r), fmt(f)),
         (_, Some(l), Some(r), _) => format!("asked for {} with a limit of {}", fmt(r), fmt(l)),
         (_, _, Some(r), _) => format!("failed to allocate {}", fmt(r)),
@@ -258,12 +344,17 @@ fn summary(ctx: &Ctx<'_>, chip: Option<&str>) -> String {
         Category::HostMemory => "host RAM, not the accelerator, ran out",
         Category::Unknown => "the message does not say enough to classify it",
     };
-    format!("Out of {space} {when}{on}: {figures}. {}.", capitalize(what))
+    format!(
+        "Out of {space} {when}{on}: {figures}. {}.",
+        capitalize(what)
+    )
 }
 
 fn capitalize(s: &str) -> String {
     let mut c = s.chars();
-    c.next().map(|f| f.to_uppercase().collect::<String>() + c.as_str()).unwrap_or_default()
+    c.next()
+        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
 }
 
 fn describe(a: &Allocation) -> String {
@@ -323,7 +414,9 @@ fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
         fmt(need),
         need as f64 / l as f64,
         fmt(l),
-        biggest.map(|b| format!("; largest buffer: {b}")).unwrap_or_default()
+        biggest
+            .map(|b| format!("; largest buffer: {b}"))
+            .unwrap_or_default()
     );
     Some(ctx.cause(
         CauseKind::ShapeBug,
@@ -340,14 +433,27 @@ fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
 
 fn kernel_tiling(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    let space = if e.memory_space == Some(MemorySpace::Smem) { "SMEM" } else { "VMEM" };
+    let space = if e.memory_space == Some(MemorySpace::Smem) {
+        "SMEM"
+    } else {
+        "VMEM"
+    };
     let need = e.requested_bytes.or(e.used_bytes);
-    let factor = need.zip(e.limit_bytes).map(|(n, l)| (n as f64 / l.max(1) as f64).ceil() as u64);
+    let factor = need
+        .zip(e.limit_bytes)
+        .map(|(n, l)| (n as f64 / l.max(1) as f64).ceil() as u64);
     let evidence = match (need, e.limit_bytes) {
-        (Some(n), Some(l)) => format!("the kernel needs {} of scoped {space} against a limit of {} ({}x)", fmt(n), fmt(l), factor.unwrap_or(1)),
+        (Some(n), Some(l)) => format!(
+            "the kernel needs {} of scoped {space} against a limit of {} ({}x)",
+            fmt(n),
+            fmt(l),
+            factor.unwrap_or(1)
+        ),
         _ => format!("a kernel ran out of scoped {space}"),
     };
-    let shrink = factor.filter(|&f| f > 1).map_or("smaller".into(), |f| format!("at least {}x smaller", f.next_power_of_two()));
+    let shrink = factor.filter(|&f| f > 1).map_or("smaller".into(), |f| {
+        format!("at least {}x smaller", f.next_power_of_two())
+    });
     let mut actions = vec![
         format!("Make the kernel's blocks {shrink}: reduce block sizes in the BlockSpecs (e.g. block_q/block_k/block_kv of a Pallas attention kernel, tm/tn/tk of a matmul); keep the last two block dims multiples of (8, 128)."),
         "Batch size rarely matters here: the block, not the array, must fit on chip.".into(),
@@ -372,7 +478,10 @@ fn host_oom(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     let evidence = match e.requested_bytes {
         Some(r) => format!("host memory could not supply {}", fmt(r)),
-        None => format!("the operating system killed the process for lack of RAM ({})", e.message.chars().take(120).collect::<String>()),
+        None => format!(
+            "the operating system killed the process for lack of RAM ({})",
+            e.message.chars().take(120).collect::<String>()
+        ),
     };
     Some(ctx.cause(
         CauseKind::HostOom,
@@ -428,9 +537,20 @@ fn sparsecore_padding(ctx: &Ctx<'_>) -> Option<Cause> {
 fn fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     let evidence = match (e.requested_bytes, e.free_bytes, e.largest_free_bytes) {
-        (Some(r), Some(f), Some(lf)) => format!("{} requested, {} free in total but the largest free block is {}", fmt(r), fmt(f), fmt(lf)),
-        (Some(r), Some(f), None) => format!("{} requested while {} is free: the free memory is split into pieces", fmt(r), fmt(f)),
-        (Some(r), None, Some(lf)) => format!("{} requested; largest free block {}", fmt(r), fmt(lf)),
+        (Some(r), Some(f), Some(lf)) => format!(
+            "{} requested, {} free in total but the largest free block is {}",
+            fmt(r),
+            fmt(f),
+            fmt(lf)
+        ),
+        (Some(r), Some(f), None) => format!(
+            "{} requested while {} is free: the free memory is split into pieces",
+            fmt(r),
+            fmt(f)
+        ),
+        (Some(r), None, Some(lf)) => {
+            format!("{} requested; largest free block {}", fmt(r), fmt(lf))
+        }
         _ => "free memory exists but not in one contiguous block".into(),
     };
     let mut actions = vec![
@@ -442,7 +562,13 @@ fn fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
     } else {
         actions.push("On TPU the runtime defragments and evicts programs before failing; if this recurs after many steps, restart from a checkpoint periodically.".into());
     }
-    Some(ctx.cause(CauseKind::Fragmentation, e.requested_bytes, evidence, actions, Vec::new()))
+    Some(ctx.cause(
+        CauseKind::Fragmentation,
+        e.requested_bytes,
+        evidence,
+        actions,
+        Vec::new(),
+    ))
 }
 
 fn arguments_exceed(ctx: &Ctx<'_>) -> Option<Cause> {
@@ -496,7 +622,10 @@ fn large_activation(ctx: &Ctx<'_>) -> Option<Cause> {
     let big: Vec<&Allocation> = e
         .allocations
         .iter()
-        .filter(|a| a.allocation_type.as_deref() != Some("Entry Parameter") && a.size_bytes as f64 >= l as f64 * 0.25)
+        .filter(|a| {
+            a.allocation_type.as_deref() != Some("Entry Parameter")
+                && a.size_bytes as f64 >= l as f64 * 0.25
+        })
         .collect();
     let first = big.first()?;
     let kind = shape_of(first).and_then(|s| activation_kind(&s));
@@ -538,10 +667,13 @@ fn padding(ctx: &Ctx<'_>) -> Option<Cause> {
     let mut offenders: Vec<(u64, &Allocation)> = e
         .allocations
         .iter()
-        .filter_map(|a| a.unpadded_bytes.map(|u| (a.size_bytes.saturating_sub(u), a)))
+        .filter_map(|a| {
+            a.unpadded_bytes
+                .map(|u| (a.size_bytes.saturating_sub(u), a))
+        })
         .filter(|(w, _)| *w > 0)
         .collect();
-    offenders.sort_by(|a, b| b.0.cmp(&a.0));
+    offenders.sort_by_key(|o| std::cmp::Reverse(o.0));
     let listed: u64 = offenders.iter().map(|o| o.0).sum();
     let heap = match (e.hlo_temp_padded_bytes, e.hlo_temp_unpadded_bytes) {
         (Some(p), Some(u)) if p > u => p - u,
@@ -558,7 +690,10 @@ fn padding(ctx: &Ctx<'_>) -> Option<Cause> {
         let down = shape.aligned_dims(false);
         let up = shape.aligned_dims(true);
         let name = shape.without_layout();
-        let fix = if down != shape.dims && down.iter().zip(&shape.dims).all(|(d, s)| d <= s) && down.iter().all(|&d| d > 0) {
+        let fix = if down != shape.dims
+            && down.iter().zip(&shape.dims).all(|(d, s)| d <= s)
+            && down.iter().all(|&d| d > 0)
+        {
             format!(
                 "use {} (no padding) or {} (same memory, none wasted)",
                 hbm_doctor_hlo::shape::format_dims(name.split('[').next().unwrap_or("f32"), &down),
@@ -567,16 +702,38 @@ fn padding(ctx: &Ctx<'_>) -> Option<Cause> {
         } else {
             "move the small dimension away from the two minor (tiled) positions, e.g. transpose [N,3] to [3,N] or fold it into a larger dimension".into()
         };
-        let ratio = a.unpadded_bytes.map_or(0.0, |u| a.size_bytes as f64 / u.max(1) as f64);
-        actions.push(format!("{name} takes {} for {} of data ({ratio:.1}x, {} wasted): {fix}.", fmt(a.size_bytes), fmt(a.unpadded_bytes.unwrap_or(0)), fmt(*w)));
+        let ratio = a
+            .unpadded_bytes
+            .map_or(0.0, |u| a.size_bytes as f64 / u.max(1) as f64);
+        actions.push(format!(
+            "{name} takes {} for {} of data ({ratio:.1}x, {} wasted): {fix}.",
+            fmt(a.size_bytes),
+            fmt(a.unpadded_bytes.unwrap_or(0)),
+            fmt(*w)
+        ));
     }
     actions.push("Make large dimensions (batch, hidden, embedding, heads x head_dim) multiples of 128, and second-minor ones multiples of 8 (16 for bf16 packing).".into());
     let evidence = if listed >= heap {
-        format!("tile padding wastes {} in the listed allocations ({} of the requirement)", fmt(listed), pct(listed, base))
+        format!(
+            "tile padding wastes {} in the listed allocations ({} of the requirement)",
+            fmt(listed),
+            pct(listed, base)
+        )
     } else {
-        format!("HLO temporaries are {} padded for {} of data: {} lost to tile padding", fmt(e.hlo_temp_padded_bytes.unwrap_or(0)), fmt(e.hlo_temp_unpadded_bytes.unwrap_or(0)), fmt(heap))
+        format!(
+            "HLO temporaries are {} padded for {} of data: {} lost to tile padding",
+            fmt(e.hlo_temp_padded_bytes.unwrap_or(0)),
+            fmt(e.hlo_temp_unpadded_bytes.unwrap_or(0)),
+            fmt(heap)
+        )
     };
-    Some(ctx.cause(CauseKind::Padding, Some(waste), evidence, actions, Vec::new()))
+    Some(ctx.cause(
+        CauseKind::Padding,
+        Some(waste),
+        evidence,
+        actions,
+        Vec::new(),
+    ))
 }
 
 /// The leading dimension most listed allocations share: probably the batch.
@@ -605,7 +762,14 @@ fn common_batch(allocs: &[Allocation]) -> Option<(u64, u64)> {
 
 fn batch_too_large(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    if !matches!(ctx.category, Category::Aggregate | Category::SingleLargeAllocation | Category::RuntimeAllocation | Category::TcScImbalance | Category::Unknown) {
+    if !matches!(
+        ctx.category,
+        Category::Aggregate
+            | Category::SingleLargeAllocation
+            | Category::RuntimeAllocation
+            | Category::TcScImbalance
+            | Category::Unknown
+    ) {
         return None;
     }
     let (u, l) = (ctx.used?, ctx.limit?);
@@ -613,8 +777,14 @@ fn batch_too_large(ctx: &Ctx<'_>) -> Option<Cause> {
         return None;
     }
     let x = u - l;
-    let fixed = e.arguments_bytes.unwrap_or(0) + e.output_bytes.unwrap_or(0).saturating_sub(e.output_aliased_bytes.unwrap_or(0));
-    let temps = e.hlo_temp_bytes.filter(|&t| t > 0).unwrap_or_else(|| u.saturating_sub(fixed));
+    let fixed = e.arguments_bytes.unwrap_or(0)
+        + e.output_bytes
+            .unwrap_or(0)
+            .saturating_sub(e.output_aliased_bytes.unwrap_or(0));
+    let temps = e
+        .hlo_temp_bytes
+        .filter(|&t| t > 0)
+        .unwrap_or_else(|| u.saturating_sub(fixed));
     if temps <= x {
         return None;
     }
@@ -640,9 +810,19 @@ fn batch_too_large(ctx: &Ctx<'_>) -> Option<Cause> {
             actions.push(format!("Or keep the global batch and split it into {micro} micro-batches of {} with gradient accumulation.", b.div_ceil(micro)));
         }
         None => {
-            evidence = format!("temporaries of {} must shrink by {} ({}) to fit", fmt(temps), fmt(x), pct(x, temps));
-            actions.push(format!("Reduce the batch to at most {} of its current size (temporaries scale with it).", pct((keep * 100.0).floor() as u64, 100)));
-            actions.push(format!("Or split each batch into {micro} micro-batches with gradient accumulation."));
+            evidence = format!(
+                "temporaries of {} must shrink by {} ({}) to fit",
+                fmt(temps),
+                fmt(x),
+                pct(x, temps)
+            );
+            actions.push(format!(
+                "Reduce the batch to at most {} of its current size (temporaries scale with it).",
+                pct((keep * 100.0).floor() as u64, 100)
+            ));
+            actions.push(format!(
+                "Or split each batch into {micro} micro-batches with gradient accumulation."
+            ));
         }
     }
     Some(ctx.cause(
@@ -710,7 +890,15 @@ optimizer.step()",
 fn f32_precision(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     let base = ctx.used.or(ctx.limit)?;
-    let f32: Vec<&Allocation> = e.allocations.iter().filter(|a| a.shape.as_deref().is_some_and(|s| s.trim_start().starts_with("f32["))).collect();
+    let f32: Vec<&Allocation> = e
+        .allocations
+        .iter()
+        .filter(|a| {
+            a.shape
+                .as_deref()
+                .is_some_and(|s| s.trim_start().starts_with("f32["))
+        })
+        .collect();
     let total: u64 = f32.iter().map(|a| a.size_bytes).sum();
     if (total as f64) < base as f64 * 0.2 {
         return None;
@@ -728,24 +916,39 @@ fn f32_precision(ctx: &Ctx<'_>) -> Option<Cause> {
 }
 
 fn is_forward_activation(a: &Allocation) -> bool {
-    a.op_name.as_deref().is_some_and(|op| (op.contains("jvp(") || op.contains("/forward")) && !op.contains("transpose("))
+    a.op_name.as_deref().is_some_and(|op| {
+        (op.contains("jvp(") || op.contains("/forward")) && !op.contains("transpose(")
+    })
 }
 
 fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    if !matches!(ctx.category, Category::Aggregate | Category::SingleLargeAllocation) {
+    if !matches!(
+        ctx.category,
+        Category::Aggregate | Category::SingleLargeAllocation
+    ) {
         return None;
     }
-    let fwd: Vec<&Allocation> = e.allocations.iter().filter(|a| is_forward_activation(a)).collect();
+    let fwd: Vec<&Allocation> = e
+        .allocations
+        .iter()
+        .filter(|a| is_forward_activation(a))
+        .collect();
     let saved: u64 = fwd.iter().map(|a| a.size_bytes).sum();
-    let training = !fwd.is_empty() || e.allocations.iter().any(|a| a.op_name.as_deref().is_some_and(|o| o.contains("transpose(") || o.contains("backward")));
+    let training = !fwd.is_empty()
+        || e.allocations.iter().any(|a| {
+            a.op_name
+                .as_deref()
+                .is_some_and(|o| o.contains("transpose(") || o.contains("backward"))
+        });
     if !training && !e.allocations.is_empty() {
         return None;
     }
     let evidence = if saved > 0 {
         format!("{} of the listed buffers ({}) are forward-pass values (jvp) kept alive for the backward pass", fwd.len(), fmt(saved))
     } else {
-        "activations saved for the backward pass usually dominate a training step's temporaries".into()
+        "activations saved for the backward pass usually dominate a training step's temporaries"
+            .into()
     };
     Some(ctx.cause(
         CauseKind::NoRemat,
@@ -764,11 +967,18 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
 
 fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    if !matches!(ctx.category, Category::SingleLargeAllocation | Category::Aggregate) || e.backend == Some(Backend::Gpu) {
+    if !matches!(
+        ctx.category,
+        Category::SingleLargeAllocation | Category::Aggregate
+    ) || e.backend == Some(Backend::Gpu)
+    {
         return None;
     }
     let l = ctx.limit?;
-    let big = e.allocations.iter().find(|a| a.size_bytes.saturating_mul(2) > l);
+    let big = e
+        .allocations
+        .iter()
+        .find(|a| a.size_bytes.saturating_mul(2) > l);
     let evidence = match big {
         Some(a) => format!("{} is over half the device: an array that big is usually meant to be sharded, and a missing or lost sharding annotation replicates it on every chip", describe(a)),
         None if ctx.category == Category::SingleLargeAllocation => "an allocation over half the device usually means an array is replicated instead of sharded".into(),
@@ -796,8 +1006,19 @@ fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
         .allocations
         .iter()
         .filter(|a| {
-            let t = format!("{} {}", a.op_name.as_deref().unwrap_or(""), a.label.as_deref().unwrap_or("")).to_ascii_lowercase();
-            t.contains("token[]") || t.contains("debug_callback") || t.contains("debug_print") || t.contains("outfeed") || t.contains("host_callback") || t.contains("pure_callback") || t.contains("io_callback")
+            let t = format!(
+                "{} {}",
+                a.op_name.as_deref().unwrap_or(""),
+                a.label.as_deref().unwrap_or("")
+            )
+            .to_ascii_lowercase();
+            t.contains("token[]")
+                || t.contains("debug_callback")
+                || t.contains("debug_print")
+                || t.contains("outfeed")
+                || t.contains("host_callback")
+                || t.contains("pure_callback")
+                || t.contains("io_callback")
         })
         .collect();
     if hits.is_empty() {
@@ -819,7 +1040,12 @@ fn optimizer_state(ctx: &Ctx<'_>) -> Option<Cause> {
         .allocations
         .iter()
         .filter(|a| {
-            let t = format!("{} {}", a.op_name.as_deref().unwrap_or(""), a.label.as_deref().unwrap_or("")).to_ascii_lowercase();
+            let t = format!(
+                "{} {}",
+                a.op_name.as_deref().unwrap_or(""),
+                a.label.as_deref().unwrap_or("")
+            )
+            .to_ascii_lowercase();
             t.contains("opt_state") || t.contains("adam") || t.contains("/mu") || t.contains("/nu")
         })
         .collect();
@@ -881,7 +1107,12 @@ fn preallocation(ctx: &Ctx<'_>) -> Option<Cause> {
 
 fn runtime_growth(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    if e.phase != Phase::Runtime || matches!(ctx.category, Category::RuntimeFragmentation | Category::HostMemory) {
+    if e.phase != Phase::Runtime
+        || matches!(
+            ctx.category,
+            Category::RuntimeFragmentation | Category::HostMemory
+        )
+    {
         return None;
     }
     let mut actions = vec![
@@ -906,8 +1137,17 @@ fn device_too_small(ctx: &Ctx<'_>) -> Option<Cause> {
     let chips_needed = (u as f64 / (l as f64 * 0.9)).ceil() as u64;
     let mut actions = vec![format!("Spread the program over at least {chips_needed}x as many chips with model/FSDP sharding, so each holds its share.")];
     if !fits.is_empty() {
-        actions.push(format!("Or run on a chip with more HBM per device: {}.", fits.join(", ")));
+        actions.push(format!(
+            "Or run on a chip with more HBM per device: {}.",
+            fits.join(", ")
+        ));
     }
     actions.push("Or offload parameters/optimizer state or saved activations to host memory (memory_kind='pinned_host').".into());
-    Some(ctx.cause(CauseKind::DeviceTooSmall, Some(u - l), format!("the program needs {} and the device has {}", fmt(u), fmt(l)), actions, Vec::new()))
+    Some(ctx.cause(
+        CauseKind::DeviceTooSmall,
+        Some(u - l),
+        format!("the program needs {} and the device has {}", fmt(u), fmt(l)),
+        actions,
+        Vec::new(),
+    ))
 }

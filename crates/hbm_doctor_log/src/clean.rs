@@ -108,18 +108,18 @@ pub fn clean_line(raw: &[u8]) -> String {
 /// repr or JSON), cleans each piece, and joins numbers that a terminal hard-wrapped.
 pub fn clean_block(raw: &[u8], first_line: u64) -> Vec<Line> {
     let mut out: Vec<Line> = Vec::new();
-    let mut number = first_line;
-    for raw_line in raw.split(|&b| b == b'\n') {
+    for (number, raw_line) in (first_line..).zip(raw.split(|&b| b == b'\n')) {
         let literal_breaks = memchr::memmem::find_iter(raw_line, b"\\n").count();
         if literal_breaks >= 2 {
-            let text = String::from_utf8_lossy(raw_line).replace("\\t", " ").replace("\\\"", "\"");
+            let text = String::from_utf8_lossy(raw_line)
+                .replace("\\t", " ")
+                .replace("\\\"", "\"");
             for piece in text.split("\\n") {
                 push_line(&mut out, number, clean_line(piece.as_bytes()), piece.len());
             }
         } else {
             push_line(&mut out, number, clean_line(raw_line), raw_line.len());
         }
-        number += 1;
     }
     out
 }
@@ -132,7 +132,11 @@ fn push_line(out: &mut Vec<Line>, number: u64, text: String, raw_len: usize) {
             return;
         }
     }
-    out.push(Line { number, text, raw_len });
+    out.push(Line {
+        number,
+        text,
+        raw_len,
+    });
 }
 
 /// A terminal wrapped a long line in the middle of a number: `... Used 49.3` / `4G of 32.00G`.
@@ -140,12 +144,16 @@ fn is_hard_wrap(prev: &str, prev_raw_len: usize, next: &str) -> bool {
     if prev_raw_len < 60 {
         return false;
     }
-    let Some(last) = prev.chars().last() else { return false };
+    let Some(last) = prev.chars().last() else {
+        return false;
+    };
     if !(last.is_ascii_digit() || last == '.') {
         return false;
     }
     let mut chars = next.chars();
-    let Some(first) = chars.next() else { return false };
+    let Some(first) = chars.next() else {
+        return false;
+    };
     if first.is_ascii_digit() || first == '.' {
         // `Limit:  1600` / `0000` is a wrap; a new field (`2. Size:`) is not.
         return !next.contains(". Size:") && !next.contains(':');
@@ -153,7 +161,10 @@ fn is_hard_wrap(prev: &str, prev_raw_len: usize, next: &str) -> bool {
     if matches!(first, 'K' | 'M' | 'G' | 'T' | 'P' | 'E' | 'B') {
         let rest: String = chars.take(3).collect();
         let unit_end = rest.trim_start_matches("iB").trim_start_matches('B');
-        return unit_end.chars().next().is_none_or(|c| !c.is_ascii_alphabetic());
+        return unit_end
+            .chars()
+            .next()
+            .is_none_or(|c| !c.is_ascii_alphabetic());
     }
     false
 }
@@ -182,7 +193,8 @@ mod tests {
 
     #[test]
     fn splits_literal_newlines_and_joins_wraps() {
-        let raw = b"XlaRuntimeError('RESOURCE_EXHAUSTED: a\\nTotal hbm usage >= 1G:\\n    reserved 1M')";
+        let raw =
+            b"XlaRuntimeError('RESOURCE_EXHAUSTED: a\\nTotal hbm usage >= 1G:\\n    reserved 1M')";
         let lines = clean_block(raw, 7);
         assert_eq!(lines.len(), 3);
         assert!(lines.iter().all(|l| l.number == 7));

@@ -71,7 +71,9 @@ impl MemorySpace {
 }
 
 /// The family of message an event was read from (extension field `family`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, PartialOrd, Ord, Hash,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
     /// `Ran out of memory in memory space hbm. Used X of Y hbm. Exceeded hbm capacity by Z.`

@@ -22,17 +22,35 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
     let mut pending_context: Option<(u64, Option<u64>, Option<u64>)> = None;
     for piece in pieces {
         match piece {
-            Piece::Remat { line, remat, message } => {
+            Piece::Remat {
+                line,
+                remat,
+                message,
+            } => {
                 if let Some((l, r, m)) = pending_remat.take() {
                     events.push(remat_event(l, r, m));
                     last_line.push(l);
                 }
                 pending_remat = Some((line, remat, message));
             }
-            Piece::AllocatorStats { line, limit, in_use, largest_free } => {
+            Piece::AllocatorStats {
+                line,
+                limit,
+                in_use,
+                largest_free,
+            } => {
                 if let Some(e) = events.last_mut() {
                     let close = line.saturating_sub(*last_line.last().unwrap_or(&0)) < 200_000;
-                    if close && matches!(e.family, Family::BfcAllocator | Family::GpuOomAllocate | Family::TfOomTensor | Family::GpuFailedRequest | Family::Unrecognized) {
+                    if close
+                        && matches!(
+                            e.family,
+                            Family::BfcAllocator
+                                | Family::GpuOomAllocate
+                                | Family::TfOomTensor
+                                | Family::GpuFailedRequest
+                                | Family::Unrecognized
+                        )
+                    {
                         e.limit_bytes = e.limit_bytes.or(limit);
                         e.used_bytes = e.used_bytes.or(in_use);
                         e.largest_free_bytes = e.largest_free_bytes.or(largest_free);
@@ -65,7 +83,11 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
                 last_line.push(line);
             }
             Piece::Skip => {}
-            Piece::Context { line, arguments, aliased } => pending_context = Some((line, arguments, aliased)),
+            Piece::Context {
+                line,
+                arguments,
+                aliased,
+            } => pending_context = Some((line, arguments, aliased)),
             Piece::Event(mut event) => {
                 let event_line = event.line;
                 if let Some((l, args, aliased)) = pending_context.take() {
@@ -102,7 +124,12 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
     }
     // A requirement block with no listing and no figure over a limit is what a *successful*
     // compile logs (`Total hbm usage >= 1.88G`): not an event.
-    events.retain(|e| !(e.partial && e.allocations.is_empty() && e.family != Family::BfcAllocator && e.exceeded_bytes.is_none()));
+    events.retain(|e| {
+        !(e.partial
+            && e.allocations.is_empty()
+            && e.family != Family::BfcAllocator
+            && e.exceeded_bytes.is_none())
+    });
     events
 }
 
@@ -133,7 +160,10 @@ pub fn agree(a: Option<u64>, b: Option<u64>) -> Option<bool> {
 
 fn same_event(prev: &Event, prev_last: u64, next: &Event) -> bool {
     let distance = next.line.saturating_sub(prev_last);
-    if prev.memory_space.is_some() && next.memory_space.is_some() && prev.memory_space != next.memory_space {
+    if prev.memory_space.is_some()
+        && next.memory_space.is_some()
+        && prev.memory_space != next.memory_space
+    {
         return false;
     }
     if let (Some(a), Some(b)) = (&prev.device, &next.device) {
@@ -141,7 +171,11 @@ fn same_event(prev: &Event, prev_last: u64, next: &Event) -> bool {
             return false;
         }
     }
-    if prev.family == Family::Unrecognized || next.family == Family::Unrecognized || prev.figure_count() == 0 || next.figure_count() == 0 {
+    if prev.family == Family::Unrecognized
+        || next.family == Family::Unrecognized
+        || prev.figure_count() == 0
+        || next.figure_count() == 0
+    {
         return distance <= BARE_EVENT_LINES;
     }
     if prev.partial || next.partial {
@@ -170,7 +204,9 @@ fn same_event(prev: &Event, prev_last: u64, next: &Event) -> bool {
 fn absorb(into: &mut Event, from: Event) {
     let richer = (into.partial && !from.partial)
         || (from.partial == into.partial && from.family.richness() > into.family.richness())
-        || (from.partial == into.partial && from.family.richness() == into.family.richness() && from.figure_count() > into.figure_count());
+        || (from.partial == into.partial
+            && from.family.richness() == into.family.richness()
+            && from.figure_count() > into.figure_count());
     if richer {
         into.family = from.family;
         into.message = from.message.clone();
@@ -180,10 +216,29 @@ fn absorb(into: &mut Event, from: Event) {
         ($($f:ident),*) => { $( if into.$f.is_none() { into.$f = from.$f.clone(); } )* };
     }
     fill!(
-        backend, framework, memory_space, used_bytes, limit_bytes, exceeded_bytes, requested_bytes,
-        free_bytes, tensorcore_bytes, sparsecore_bytes, program, reserved_bytes, program_bytes,
-        arguments_bytes, output_bytes, output_aliased_bytes, hlo_temp_bytes, hlo_temp_unpadded_bytes,
-        hlo_temp_padded_bytes, fragmentation_bytes, largest_free_bytes, device, remat
+        backend,
+        framework,
+        memory_space,
+        used_bytes,
+        limit_bytes,
+        exceeded_bytes,
+        requested_bytes,
+        free_bytes,
+        tensorcore_bytes,
+        sparsecore_bytes,
+        program,
+        reserved_bytes,
+        program_bytes,
+        arguments_bytes,
+        output_bytes,
+        output_aliased_bytes,
+        hlo_temp_bytes,
+        hlo_temp_unpadded_bytes,
+        hlo_temp_padded_bytes,
+        fragmentation_bytes,
+        largest_free_bytes,
+        device,
+        remat
     );
     if from.allocations.len() > into.allocations.len() {
         into.allocations = from.allocations;

@@ -206,7 +206,9 @@ fn may_start(text: &str) -> bool {
         "oom-kill",
         "Sum Total of in-use",
     ];
-    KEYS.iter().any(|k| text.contains(k)) || text.contains("on host") || text.contains("pinned host")
+    KEYS.iter().any(|k| text.contains(k))
+        || text.contains("on host")
+        || text.contains("pinned host")
 }
 
 /// Parses one cleaned block into pieces, in order.
@@ -222,9 +224,18 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
             continue;
         }
         let end = (i + 4).min(lines.len());
-        let flat = lines[i..end].iter().map(|l| l.text.as_str()).collect::<Vec<_>>().join("\n");
-        let mut found = headline(&flat, lines[i].number, pat).map(|(piece, used)| (piece, flat[..used].matches('\n').count() + 1));
-        let bare = |f: &Option<(Piece, usize)>| f.as_ref().is_none_or(|(p, _)| matches!(p, Piece::Event(e) if e.family == Family::Unrecognized));
+        let flat = lines[i..end]
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut found = headline(&flat, lines[i].number, pat)
+            .map(|(piece, used)| (piece, flat[..used].matches('\n').count() + 1));
+        let bare = |f: &Option<(Piece, usize)>| {
+            f.as_ref().is_none_or(
+                |(p, _)| matches!(p, Piece::Event(e) if e.family == Family::Unrecognized),
+            )
+        };
         if bare(&found) && lines[i].raw_len >= 60 && end > i + 1 {
             let fallback = found.take();
             // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
@@ -245,7 +256,11 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 found = fallback;
             }
         }
-        if found.is_none() && heads.last().is_none_or(|h| lines[i].number.saturating_sub(lines[h.0].number) > 300) {
+        if found.is_none()
+            && heads
+                .last()
+                .is_none_or(|h| lines[i].number.saturating_sub(lines[h.0].number) > 300)
+        {
             found = report_start(text, lines[i].number, pat).map(|piece| (piece, 1));
         }
         match found {
@@ -268,12 +283,19 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 read_report(event, head_line_text, region, pat);
                 hints.apply(event);
             }
-            Piece::AllocatorStats { limit, in_use, largest_free, .. } => {
+            Piece::AllocatorStats {
+                limit,
+                in_use,
+                largest_free,
+                ..
+            } => {
                 for line in head_line_text.iter().chain(region.iter().take(40)) {
                     let t = line.text.trim();
                     read_bfc_stat(t, limit, in_use, largest_free, pat);
                     if let Some(c) = pat.pool_limit.captures(t) {
-                        *limit = limit.or(size(&c, 1)).or_else(|| c.get(2).and_then(|m| m.as_str().parse().ok()));
+                        *limit = limit
+                            .or(size(&c, 1))
+                            .or_else(|| c.get(2).and_then(|m| m.as_str().parse().ok()));
                     }
                 }
             }
@@ -301,22 +323,55 @@ impl Hints {
         let (mut jax, mut ptxla, mut tf, mut tf_strong) = (false, false, false, false);
         for line in lines {
             let t = line.text.as_str();
-            if t.contains("torch_xla") || t.contains("Bad StatusOr access") || t.contains("PT_XLA") || t.contains("xla_util.cc") || t.contains("SyncTensorsGraph") || t.contains("pytorch/xla") || t.contains("torch/") {
+            if t.contains("torch_xla")
+                || t.contains("Bad StatusOr access")
+                || t.contains("PT_XLA")
+                || t.contains("xla_util.cc")
+                || t.contains("SyncTensorsGraph")
+                || t.contains("pytorch/xla")
+                || t.contains("torch/")
+            {
                 ptxla = true;
             }
-            if t.contains("jax") || t.contains("XlaRuntimeError") || t.contains("JaxRuntimeError") || t.contains("jit(") || t.contains("flax") || t.contains("pjit") || t.contains("XLA_PYTHON_CLIENT") {
+            if t.contains("jax")
+                || t.contains("XlaRuntimeError")
+                || t.contains("JaxRuntimeError")
+                || t.contains("jit(")
+                || t.contains("flax")
+                || t.contains("pjit")
+                || t.contains("XLA_PYTHON_CLIENT")
+            {
                 jax = true;
             }
-            if t.contains("tensorflow/python") || t.contains("ResourceExhaustedError") || t.contains("OOM when allocating") || t.contains("import tensorflow") {
+            if t.contains("tensorflow/python")
+                || t.contains("ResourceExhaustedError")
+                || t.contains("OOM when allocating")
+                || t.contains("import tensorflow")
+            {
                 tf_strong = true;
             }
-            if t.contains("tensorflow") || t.contains("ResourceExhaustedError") || t.contains("function_node") || t.contains("OOM when allocating") || t.contains("tf.") {
+            if t.contains("tensorflow")
+                || t.contains("ResourceExhaustedError")
+                || t.contains("function_node")
+                || t.contains("OOM when allocating")
+                || t.contains("tf.")
+            {
                 tf = true;
             }
-            if t.contains("TPU") || t.contains("tpu") || t.contains(" hbm") || t.contains("HBM") || t.contains(":T(") {
+            if t.contains("TPU")
+                || t.contains("tpu")
+                || t.contains(" hbm")
+                || t.contains("HBM")
+                || t.contains(":T(")
+            {
                 h.tpu = true;
             }
-            if t.contains("GPU") || t.contains("cuda") || t.contains("CUDA") || t.contains("gpu_") || t.contains("NVIDIA") {
+            if t.contains("GPU")
+                || t.contains("cuda")
+                || t.contains("CUDA")
+                || t.contains("gpu_")
+                || t.contains("NVIDIA")
+            {
                 h.gpu = true;
             }
             if h.program.is_none() {
@@ -341,7 +396,11 @@ impl Hints {
         if event.framework.is_none() {
             event.framework = self.framework;
         }
-        if event.backend.is_none() && !self.tpu && matches!(event.family, Family::GpuOomAllocate | Family::BfcAllocator) && event.memory_space != Some(MemorySpace::Host) {
+        if event.backend.is_none()
+            && !self.tpu
+            && matches!(event.family, Family::GpuOomAllocate | Family::BfcAllocator)
+            && event.memory_space != Some(MemorySpace::Host)
+        {
             event.backend = Some(Backend::Gpu);
         }
         if event.backend.is_none() {
@@ -381,7 +440,13 @@ fn new_event(line: u64, family: Family, phase: Phase, message: &str) -> Event {
 
 /// The first line of a message, shortened to something a person reads at a glance.
 fn headline_text(flat: &str) -> String {
-    let first: String = flat.split('\n').next().unwrap_or("").chars().take(400).collect();
+    let first: String = flat
+        .split('\n')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(400)
+        .collect();
     first.trim().to_string()
 }
 
@@ -396,7 +461,11 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         // cuda_driver's "failed to allocate X from device": the allocator retries smaller; not fatal.
         return Some((Piece::Skip, m.end()));
     }
-    if let Some(c) = pat.async_alloc.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .async_alloc
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::GpuOomAllocate, Phase::Runtime, flat);
         e.backend = Some(Backend::Gpu);
         e.memory_space = Some(MemorySpace::Device);
@@ -410,13 +479,21 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         }
         return Some((Piece::Event(Box::new(e)), used));
     }
-    if let Some(c) = pat.host_pinned.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .host_pinned
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
         e.memory_space = Some(MemorySpace::Host);
         e.requested_bytes = c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok());
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.tc_sc.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .tc_sc
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::TpuTcSc, Phase::Compile, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = Some(MemorySpace::Hbm);
@@ -425,7 +502,11 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.limit_bytes = size(&c, 3);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.vmem_stack.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .vmem_stack
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::TpuCompileVmem, Phase::Compile, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = MemorySpace::from_name(&c[1]);
@@ -439,21 +520,34 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
             e.exceeded_bytes = size(sc, 4);
             used = used.max(sc.get(0)?.end());
         }
-        e.allocations.extend(e.requested_bytes.map(|size_bytes| Allocation {
-            size_bytes,
-            shape: None,
-            op_name: pat.meta_op.captures(flat).map(|m| m[1].to_string()),
-            label: Some(format!("{} ({shape})", c[2].trim_start_matches('%'))),
-            allocation_type: Some("scoped".into()),
-            ..Allocation::default()
-        }));
+        e.allocations
+            .extend(e.requested_bytes.map(|size_bytes| Allocation {
+                size_bytes,
+                shape: None,
+                op_name: pat.meta_op.captures(flat).map(|m| m[1].to_string()),
+                label: Some(format!("{} ({shape})", c[2].trim_start_matches('%'))),
+                allocation_type: Some("scoped".into()),
+                ..Allocation::default()
+            }));
         return Some((Piece::Event(Box::new(e)), used));
     }
-    if let Some(c) = pat.tpu_hbm.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .tpu_hbm
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let old = c.get(1).is_some() || flat.contains("Compilation failure");
-        let family = if old { Family::TpuCompileHbmOld } else { Family::TpuCompileHbm };
+        let family = if old {
+            Family::TpuCompileHbmOld
+        } else {
+            Family::TpuCompileHbm
+        };
         let space = MemorySpace::from_name(&c[2]);
-        let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) { Family::TpuCompileVmem } else { family };
+        let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) {
+            Family::TpuCompileVmem
+        } else {
+            family
+        };
         let mut e = new_event(line, family, Phase::Compile, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = space;
@@ -465,7 +559,11 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.hlo_temporaries.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .hlo_temporaries
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::TpuHloTemporaries, Phase::Compile, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = MemorySpace::from_name(&c[1]).or(Some(MemorySpace::Hbm));
@@ -473,7 +571,11 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.limit_bytes = size(&c, 3);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.abort_early.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .abort_early
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::TpuAbortEarly, Phase::Compile, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = Some(MemorySpace::Hbm);
@@ -481,7 +583,11 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.limit_bytes = size(&c, 2);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.scoped_vmem.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .scoped_vmem
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::TpuCompileVmem, Phase::Compile, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = MemorySpace::from_name(&c[3]).or(Some(MemorySpace::Vmem));
@@ -491,10 +597,19 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.exceeded_bytes = size(&c, 4);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.allocation_exceeds.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .allocation_exceeds
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let space = c.get(5).and_then(|m| MemorySpace::from_name(m.as_str()));
-        let scoped = flat.contains("scoped") || matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem));
-        let phase = if scoped || flat.contains("compile") { Phase::Compile } else { Phase::Runtime };
+        let scoped =
+            flat.contains("scoped") || matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem));
+        let phase = if scoped || flat.contains("compile") {
+            Phase::Compile
+        } else {
+            Phase::Runtime
+        };
         let mut e = new_event(line, Family::TpuAllocationExceeds, phase, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = space.or(Some(MemorySpace::Hbm));
@@ -502,7 +617,10 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.limit_bytes = c[2].parse().ok();
         if let Some(shape) = c.get(4) {
             let window = pat.window.captures(flat);
-            let shape = window.as_ref().map_or(shape.as_str(), |w| w.get(1).map_or("", |m| m.as_str())).to_string();
+            let shape = window
+                .as_ref()
+                .map_or(shape.as_str(), |w| w.get(1).map_or("", |m| m.as_str()))
+                .to_string();
             let bytes = hbm_doctor_shape_bytes(&shape);
             e.allocations.push(Allocation {
                 size_bytes: e.requested_bytes.unwrap_or(0),
@@ -511,14 +629,26 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
                 label: window
                     .as_ref()
                     .map(|w| format!("block window of {}", &w[2]))
-                    .or_else(|| c.get(6).or(c.get(3)).map(|m| m.as_str().chars().take(200).collect())),
-                allocation_type: Some(if scoped { "scoped".into() } else { "buffer".into() }),
+                    .or_else(|| {
+                        c.get(6)
+                            .or(c.get(3))
+                            .map(|m| m.as_str().chars().take(200).collect())
+                    }),
+                allocation_type: Some(if scoped {
+                    "scoped".into()
+                } else {
+                    "buffer".into()
+                }),
                 ..Allocation::default()
             });
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.program_load.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .program_load
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::TpuProgramLoad, Phase::Runtime, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = Some(MemorySpace::Hbm);
@@ -529,7 +659,11 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.largest_free_bytes = size(&c, 5);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.runtime_alloc.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .runtime_alloc
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::TpuRuntimeAlloc, Phase::Runtime, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = Some(MemorySpace::Hbm);
@@ -541,35 +675,80 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.remat_limit.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
-        return Some((Piece::Context { line, arguments: size(&c, 3), aliased: size(&c, 4) }, c.get(0)?.end()));
+    if let Some(c) = pat
+        .remat_limit
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
+        return Some((
+            Piece::Context {
+                line,
+                arguments: size(&c, 3),
+                aliased: size(&c, 4),
+            },
+            c.get(0)?.end(),
+        ));
     }
-    if let Some(c) = pat.remat.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
-        let exact = |i: usize, j: usize| c.get(i).and_then(|m| m.as_str().parse().ok()).or_else(|| size(&c, j));
+    if let Some(c) = pat
+        .remat
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
+        let exact = |i: usize, j: usize| {
+            c.get(i)
+                .and_then(|m| m.as_str().parse().ok())
+                .or_else(|| size(&c, j))
+        };
         let remat = Remat {
             target_bytes: exact(2, 1).unwrap_or(0),
             reduced_to_bytes: exact(4, 3).unwrap_or(0),
             original_bytes: exact(6, 5),
         };
-        return Some((Piece::Remat { line, remat, message: headline_text(flat) }, c.get(0)?.end()));
+        return Some((
+            Piece::Remat {
+                line,
+                remat,
+                message: headline_text(flat),
+            },
+            c.get(0)?.end(),
+        ));
     }
-    if let Some(c) = pat.bfc.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .bfc
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         if flat.contains("not a failure") || flat.contains("caller indicates") {
             return None;
         }
         let allocator = c[1].to_string();
-        let host = allocator.to_ascii_lowercase().contains("cpu") || allocator.to_ascii_lowercase().contains("host");
+        let host = allocator.to_ascii_lowercase().contains("cpu")
+            || allocator.to_ascii_lowercase().contains("host");
         let mut e = new_event(line, Family::BfcAllocator, Phase::Runtime, flat);
         e.backend = if host { None } else { Some(Backend::Gpu) };
-        e.memory_space = Some(if host { MemorySpace::Host } else { MemorySpace::Device });
-        e.requested_bytes = c.get(3).and_then(|m| m.as_str().parse().ok()).or_else(|| size(&c, 2));
+        e.memory_space = Some(if host {
+            MemorySpace::Host
+        } else {
+            MemorySpace::Device
+        });
+        e.requested_bytes = c
+            .get(3)
+            .and_then(|m| m.as_str().parse().ok())
+            .or_else(|| size(&c, 2));
         e.device = Some(allocator);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.tf_oom.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .tf_oom
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::TfOomTensor, Phase::Runtime, flat);
         e.framework = Some(Framework::Tensorflow);
-        let dims: Vec<u64> = c[1].split(',').filter_map(|d| d.trim().parse().ok()).collect();
+        let dims: Vec<u64> = c[1]
+            .split(',')
+            .filter_map(|d| d.trim().parse().ok())
+            .collect();
         let dtype = c[2].to_string();
         let device = c[3].trim_end_matches([',', '.']).to_string();
         let lower = device.to_ascii_lowercase();
@@ -592,50 +771,109 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         let elements = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
         let bytes = elements.saturating_mul(u64::from(bits)).div_ceil(8);
         e.requested_bytes = Some(bytes);
-        let shape = format!("{dtype}[{}]", dims.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
-        e.allocations.push(Allocation { size_bytes: bytes, shape: Some(shape), allocation_type: Some("tensor".into()), ..Allocation::default() });
+        let shape = format!(
+            "{dtype}[{}]",
+            dims.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        e.allocations.push(Allocation {
+            size_bytes: bytes,
+            shape: Some(shape),
+            allocation_type: Some("tensor".into()),
+            ..Allocation::default()
+        });
         e.device = Some(device);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.failed_request.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .failed_request
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let mut e = new_event(line, Family::GpuFailedRequest, Phase::Runtime, flat);
-        e.requested_bytes = c.get(2).and_then(|m| m.as_str().parse().ok()).or_else(|| size(&c, 1));
+        e.requested_bytes = c
+            .get(2)
+            .and_then(|m| m.as_str().parse().ok())
+            .or_else(|| size(&c, 1));
         e.device = Some(format!("device ordinal {}", &c[3]));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.gpu_oom.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .gpu_oom
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let host = c.get(1).is_some();
-        let mut e = new_event(line, if host { Family::HostOom } else { Family::GpuOomAllocate }, Phase::Runtime, flat);
+        let mut e = new_event(
+            line,
+            if host {
+                Family::HostOom
+            } else {
+                Family::GpuOomAllocate
+            },
+            Phase::Runtime,
+            flat,
+        );
         e.requested_bytes = size(&c, 2);
         if host {
             e.memory_space = Some(MemorySpace::Host);
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.host_killed.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .host_killed
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         if !(flat.contains("Out of memory") || flat.contains("oom") || flat.contains("OOM")) {
             return None;
         }
         let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
         e.memory_space = Some(MemorySpace::Host);
-        e.device = c.get(2).filter(|m| !m.as_str().is_empty()).map(|m| format!("process {}", m.as_str()));
+        e.device = c
+            .get(2)
+            .filter(|m| !m.as_str().is_empty())
+            .map(|m| format!("process {}", m.as_str()));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.bin_for.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .bin_for
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         // The middle of a BFC dump: the bin the failed request fell in names its size.
         let mut e = new_event(line, Family::BfcAllocator, Phase::Runtime, flat);
         e.partial = true;
         e.requested_bytes = size(&c, 1);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat.bfc_summary.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .bfc_summary
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         // The stats follow within a few lines; read them from `flat` and the region later.
-        let stats = Piece::AllocatorStats { line, limit: None, in_use: size(&c, 1), largest_free: None };
+        let stats = Piece::AllocatorStats {
+            line,
+            limit: None,
+            in_use: size(&c, 1),
+            largest_free: None,
+        };
         return Some((stats, c.get(0)?.end()));
     }
-    if let Some(c) = pat.space_only.captures(flat).filter(|c| on_first(c.get(0).expect("match"))) {
+    if let Some(c) = pat
+        .space_only
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         let space = MemorySpace::from_name(&c[1]);
-        let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) { Family::TpuCompileVmem } else { Family::TpuCompileHbm };
+        let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) {
+            Family::TpuCompileVmem
+        } else {
+            Family::TpuCompileHbm
+        };
         let mut e = new_event(line, family, Phase::Compile, flat);
         e.backend = Some(Backend::Tpu);
         e.memory_space = space;
@@ -648,8 +886,14 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         }
         // "out of memory" in prose (a log that *talks* about OOMs) is not an event unless it is
         // the status text itself.
-        let status = first.contains("RESOURCE_EXHAUSTED") || first.contains("Resource exhausted") || first.contains("ResourceExhausted") || first.contains("OOM when") || first.contains("ScopedVmemOom");
-        let oom_phrase = first.contains("Ran out of memory") || first.contains("Out of memory") || first.contains("out of memory");
+        let status = first.contains("RESOURCE_EXHAUSTED")
+            || first.contains("Resource exhausted")
+            || first.contains("ResourceExhausted")
+            || first.contains("OOM when")
+            || first.contains("ScopedVmemOom");
+        let oom_phrase = first.contains("Ran out of memory")
+            || first.contains("Out of memory")
+            || first.contains("out of memory");
         if !status && !oom_phrase {
             return None;
         }
@@ -677,9 +921,18 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
 fn report_start(text: &str, line: u64, pat: &Patterns) -> Option<Piece> {
     let c = pat.report_start.captures(text)?;
     if c.get(7).is_some() {
-        return Some(Piece::AllocatorStats { line, limit: None, in_use: None, largest_free: None });
+        return Some(Piece::AllocatorStats {
+            line,
+            limit: None,
+            in_use: None,
+            largest_free: None,
+        });
     }
-    let space = c.get(2).or(c.get(4)).or(c.get(5)).and_then(|m| MemorySpace::from_name(m.as_str()));
+    let space = c
+        .get(2)
+        .or(c.get(4))
+        .or(c.get(5))
+        .and_then(|m| MemorySpace::from_name(m.as_str()));
     let gpu = c.get(3).is_some();
     let family = if gpu {
         Family::GpuOomAllocate
@@ -688,7 +941,12 @@ fn report_start(text: &str, line: u64, pat: &Patterns) -> Option<Piece> {
     } else {
         Family::TpuCompileHbm
     };
-    let mut e = new_event(line, family, if gpu { Phase::Runtime } else { Phase::Compile }, text);
+    let mut e = new_event(
+        line,
+        family,
+        if gpu { Phase::Runtime } else { Phase::Compile },
+        text,
+    );
     e.partial = true;
     e.memory_space = space;
     if !gpu {
@@ -740,14 +998,22 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
                     // A slot holds each of its values in turn: its logical size is the largest's.
                     let unpadded = shapes
                         .split(", ")
-                        .filter_map(|v| hbm_doctor_hlo::Shape::parse(v.split('×').next_back().unwrap_or(v)))
+                        .filter_map(|v| {
+                            hbm_doctor_hlo::Shape::parse(v.split('×').next_back().unwrap_or(v))
+                        })
                         .map(|sh| sh.unpadded_bytes())
                         .max();
                     usage_rows.push(Allocation {
                         size_bytes: size(&c, 2).unwrap_or(0),
                         unpadded_bytes: unpadded,
                         shape: Some(first),
-                        label: (c[4].trim() != "1").then(|| format!("slot shared by {} values: {}", &c[4], shapes.chars().take(160).collect::<String>())),
+                        label: (c[4].trim() != "1").then(|| {
+                            format!(
+                                "slot shared by {} values: {}",
+                                &c[4],
+                                shapes.chars().take(160).collect::<String>()
+                            )
+                        }),
                         allocation_type: Some("memory usage report".into()),
                         ..Allocation::default()
                     });
@@ -802,11 +1068,18 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
             continue;
         }
         if in_largest {
-            if let Some(c) = pat.entry_size.captures(t).or_else(|| pat.gpu_buffer.captures(t)) {
+            if let Some(c) = pat
+                .entry_size
+                .captures(t)
+                .or_else(|| pat.gpu_buffer.captures(t))
+            {
                 if let Some(a) = current.take() {
                     e.allocations.push(a);
                 }
-                current = Some(Allocation { size_bytes: size(&c, 2).unwrap_or(0), ..Allocation::default() });
+                current = Some(Allocation {
+                    size_bytes: size(&c, 2).unwrap_or(0),
+                    ..Allocation::default()
+                });
                 continue;
             }
             if let Some(c) = pat.field.captures(t).filter(|c| &c[1] == "Size") {
@@ -815,7 +1088,10 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
                     if let Some(a) = current.take() {
                         e.allocations.push(a);
                     }
-                    current = Some(Allocation { size_bytes: parse_size(c[2].trim()).unwrap_or(0), ..Allocation::default() });
+                    current = Some(Allocation {
+                        size_bytes: parse_size(c[2].trim()).unwrap_or(0),
+                        ..Allocation::default()
+                    });
                     continue;
                 }
             }
@@ -846,7 +1122,10 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
         if let Some(c) = pat.largest_free.captures(t) {
             e.largest_free_bytes = size(&c, 1);
         }
-        if matches!(e.family, Family::BfcAllocator | Family::GpuOomAllocate | Family::TfOomTensor) {
+        if matches!(
+            e.family,
+            Family::BfcAllocator | Family::GpuOomAllocate | Family::TfOomTensor
+        ) {
             let (mut limit, mut in_use, mut largest) = (None, None, None);
             read_bfc_stat(t, &mut limit, &mut in_use, &mut largest, pat);
             e.limit_bytes = e.limit_bytes.or(limit);
@@ -855,7 +1134,10 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
         }
         if let Some(c) = pat.ptxla_post.captures(t) {
             ptxla = true;
-            let gb = c[2].parse::<f64>().ok().map(|v| (v * 1024f64.powi(3)).round() as u64);
+            let gb = c[2]
+                .parse::<f64>()
+                .ok()
+                .map(|v| (v * 1024f64.powi(3)).round() as u64);
             match &c[1] {
                 "Graph input size" => e.arguments_bytes = e.arguments_bytes.or(gb),
                 "Graph output size" => e.output_bytes = e.output_bytes.or(gb),
@@ -880,11 +1162,19 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
     }
     if e.allocations.is_empty() && !usage_rows.is_empty() {
         // Newer libtpu prints a memory usage report instead of "Largest program allocations".
-        usage_rows.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes));
+        usage_rows.sort_by_key(|a| std::cmp::Reverse(a.size_bytes));
         usage_rows.truncate(20);
         e.allocations = usage_rows;
     }
-    if e.partial && e.memory_space.is_none() && !e.allocations.is_empty() && saw_scoped && !e.allocations.iter().any(|a| a.allocation_type.as_deref() == Some("HLO temp")) {
+    if e.partial
+        && e.memory_space.is_none()
+        && !e.allocations.is_empty()
+        && saw_scoped
+        && !e
+            .allocations
+            .iter()
+            .any(|a| a.allocation_type.as_deref() == Some("HLO temp"))
+    {
         // Scoped allocations live in vmem: a listing fragment made only of them is a vmem report.
         e.memory_space = Some(MemorySpace::Vmem);
         e.family = Family::TpuCompileVmem;
@@ -895,16 +1185,32 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
     for a in &mut e.allocations {
         if a.unpadded_bytes.is_none() && e.backend != Some(Backend::Gpu) {
             // TPU listings omit "Unpadded size" only in old messages; GPU sizes are never padded.
-            a.unpadded_bytes = a.shape.as_deref().and_then(hbm_doctor_shape_bytes).filter(|b| b.0 == a.size_bytes).map(|b| b.1);
+            a.unpadded_bytes = a
+                .shape
+                .as_deref()
+                .and_then(hbm_doctor_shape_bytes)
+                .filter(|b| b.0 == a.size_bytes)
+                .map(|b| b.1);
         }
-        if a.unpadded_bytes.is_none() && (e.family == Family::GpuOomAllocate || a.allocation_type.as_deref() == Some("Entry Parameter")) {
+        if a.unpadded_bytes.is_none()
+            && (e.family == Family::GpuOomAllocate
+                || a.allocation_type.as_deref() == Some("Entry Parameter"))
+        {
             a.unpadded_bytes = Some(a.size_bytes);
         }
     }
 }
 
-fn read_bfc_stat(t: &str, limit: &mut Option<u64>, in_use: &mut Option<u64>, largest_free: &mut Option<u64>, pat: &Patterns) {
-    let Some(s) = pat.bfc_stat.captures(t) else { return };
+fn read_bfc_stat(
+    t: &str,
+    limit: &mut Option<u64>,
+    in_use: &mut Option<u64>,
+    largest_free: &mut Option<u64>,
+    pat: &Patterns,
+) {
+    let Some(s) = pat.bfc_stat.captures(t) else {
+        return;
+    };
     let v = parse_size(&s[2]).or_else(|| s[2].trim().parse().ok());
     match &s[1] {
         "Limit" => *limit = v,

@@ -119,10 +119,16 @@ impl Scanner {
     /// Scans `buf`, which starts where the previous call's consumed bytes ended. `eof` says no more
     /// data follows. Returns how many leading bytes of `buf` the caller may now drop.
     pub fn scan(&mut self, buf: &[u8], eof: bool) -> usize {
-        let limit = if eof { buf.len() } else { buf.len().saturating_sub(LOOKAHEAD_BYTES) };
+        let limit = if eof {
+            buf.len()
+        } else {
+            buf.len().saturating_sub(LOOKAHEAD_BYTES)
+        };
         let mut pos = self.resume.min(buf.len());
         while pos < limit {
-            let Some(m) = self.anchors.find(&buf[pos..]) else { break };
+            let Some(m) = self.anchors.find(&buf[pos..]) else {
+                break;
+            };
             let hit = pos + m.start();
             if hit >= limit {
                 break;
@@ -141,7 +147,11 @@ impl Scanner {
             let floor = self.block_floor();
             let start = backward(buf, line_start, floor);
             let start_line = hit_line - bytecount::count(&buf[start..line_start], b'\n') as u64;
-            self.block = Some(Block { start, start_line, end: forward(buf, line_end) });
+            self.block = Some(Block {
+                start,
+                start_line,
+                end: forward(buf, line_end),
+            });
         }
         if self.block.as_ref().is_some_and(|b| b.end <= limit || eof) {
             self.close_block(buf);
@@ -168,7 +178,9 @@ impl Scanner {
     }
 
     fn close_block(&mut self, buf: &[u8]) {
-        let Some(block) = self.block.take() else { return };
+        let Some(block) = self.block.take() else {
+            return;
+        };
         self.last_floor = block.end;
         let lines = clean_block(&buf[block.start..block.end], block.start_line + 1);
         for piece in parse_block(&lines) {
@@ -206,7 +218,9 @@ fn backward(buf: &[u8], line_start: usize, floor: usize) -> usize {
     if line_start <= floor {
         return line_start.max(floor.min(line_start));
     }
-    match memchr::memrchr_iter(b'\n', &buf[floor..line_start.saturating_sub(1)]).nth(LOOKBEHIND_LINES - 1) {
+    match memchr::memrchr_iter(b'\n', &buf[floor..line_start.saturating_sub(1)])
+        .nth(LOOKBEHIND_LINES - 1)
+    {
         Some(i) => floor + i + 1,
         None => floor,
     }

@@ -19,7 +19,9 @@ pub fn parse_size(text: &str) -> Option<u64> {
     if let Some(exact) = parse_plain_bytes(text) {
         return Some(exact);
     }
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-')).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let number: f64 = number.parse().ok()?;
     if number.is_sign_negative() || !number.is_finite() {
@@ -67,7 +69,9 @@ fn parse_plain_bytes(text: &str) -> Option<u64> {
     for c in digits.chars() {
         match c {
             '0'..='9' => {
-                value = value.checked_mul(10)?.checked_add(u64::from(c as u8 - b'0'))?;
+                value = value
+                    .checked_mul(10)?
+                    .checked_add(u64::from(c as u8 - b'0'))?;
             }
             ' ' | ',' | '\u{a0}' | '_' => {}
             _ => return None,

@@ -59,10 +59,16 @@ impl Style {
 }
 
 /// Renders an explain report.
-pub fn render_explain(report: &ExplainReport, format: Format, style: Style, source_name: &str) -> String {
+pub fn render_explain(
+    report: &ExplainReport,
+    format: Format,
+    style: Style,
+    source_name: &str,
+) -> String {
     match format {
         Format::Json => {
-            let mut s = serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+            let mut s = serde_json::to_string_pretty(report)
+                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
             s.push('\n');
             s
         }
@@ -106,22 +112,40 @@ fn figures(e: &Event) -> Vec<(&'static str, String)> {
     push(
         "outputs",
         e.output_bytes.map(|o| match e.output_aliased_bytes {
-            Some(a) => format!("{} ({} aliased with arguments)", format_size(o), format_size(a)),
+            Some(a) => format!(
+                "{} ({} aliased with arguments)",
+                format_size(o),
+                format_size(a)
+            ),
             None => format_size(o),
         }),
     );
     push(
         "HLO temporaries",
-        e.hlo_temp_bytes.map(|t| match (e.hlo_temp_unpadded_bytes, e.hlo_temp_padded_bytes) {
-            (Some(u), Some(p)) => format!("{} (unpadded {}, padded {})", format_size(t), format_size(u), format_size(p)),
-            _ => format_size(t),
-        }),
+        e.hlo_temp_bytes.map(
+            |t| match (e.hlo_temp_unpadded_bytes, e.hlo_temp_padded_bytes) {
+                (Some(u), Some(p)) => format!(
+                    "{} (unpadded {}, padded {})",
+                    format_size(t),
+                    format_size(u),
+                    format_size(p)
+                ),
+                _ => format_size(t),
+            },
+        ),
     );
     push("fragmentation", opt(e.fragmentation_bytes));
     if let Some(r) = &e.remat {
         push(
             "rematerialization",
-            Some(format!("could not get below {}: reached {}{}", format_size(r.target_bytes), format_size(r.reduced_to_bytes), r.original_bytes.map(|o| format!(" from {}", format_size(o))).unwrap_or_default())),
+            Some(format!(
+                "could not get below {}: reached {}{}",
+                format_size(r.target_bytes),
+                format_size(r.reduced_to_bytes),
+                r.original_bytes
+                    .map(|o| format!(" from {}", format_size(o)))
+                    .unwrap_or_default()
+            )),
         );
     }
     rows
@@ -180,7 +204,10 @@ fn alloc_from(a: &Allocation) -> String {
 fn alloc_shape(a: &Allocation) -> String {
     a.shape
         .as_deref()
-        .map(|s| hbm_doctor_hlo::Shape::parse(s).map_or_else(|| s.chars().take(50).collect(), |sh| sh.without_layout()))
+        .map(|s| {
+            hbm_doctor_hlo::Shape::parse(s)
+                .map_or_else(|| s.chars().take(50).collect(), |sh| sh.without_layout())
+        })
         .unwrap_or_else(|| "-".into())
 }
 
@@ -204,13 +231,27 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
     let mut out = String::new();
     let n = report.events.len();
     let Some(d) = &report.diagnosis else {
-        let _ = writeln!(out, "{} no out-of-memory event found in {source_name}", st.green("✓"));
+        let _ = writeln!(
+            out,
+            "{} no out-of-memory event found in {source_name}",
+            st.green("✓")
+        );
         return out;
     };
     let e = &report.events[d.event];
     if !e.fatal {
-        let _ = writeln!(out, "{} no out-of-memory error in {source_name}", st.green("✓"));
-        let _ = writeln!(out, "{} warning (line {}): {}", st.yellow("!"), e.line, e.message);
+        let _ = writeln!(
+            out,
+            "{} no out-of-memory error in {source_name}",
+            st.green("✓")
+        );
+        let _ = writeln!(
+            out,
+            "{} warning (line {}): {}",
+            st.yellow("!"),
+            e.line,
+            e.message
+        );
         let _ = writeln!(out, "  {}", st.dim("the compiler could not bring the program under its memory target by rematerialization; it may still fit, or fail later in the same compile"));
         for (k, v) in figures(e) {
             let _ = writeln!(out, "  {k}: {v}");
@@ -222,7 +263,11 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
         out,
         "  {}  {}",
         st.yellow(d.category.as_str()),
-        st.dim(&format!("{} · {n} event{} in {source_name}", context_line(e), if n == 1 { "" } else { "s" }))
+        st.dim(&format!(
+            "{} · {n} event{} in {source_name}",
+            context_line(e),
+            if n == 1 { "" } else { "s" }
+        ))
     );
     if let Some(chip) = &d.chip {
         let _ = writeln!(out, "  {}", st.dim(&format!("device: {chip}")));
@@ -237,18 +282,43 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
     }
     if !e.allocations.is_empty() {
         let _ = writeln!(out, "\n{}", st.bold("Largest allocations"));
-        let _ = writeln!(out, "  {}", st.dim(&format!("{:>2}  {:>9}  {:>6}  {:<28}  from", "#", "size", "pad", "shape")));
+        let _ = writeln!(
+            out,
+            "  {}",
+            st.dim(&format!(
+                "{:>2}  {:>9}  {:>6}  {:<28}  from",
+                "#", "size", "pad", "shape"
+            ))
+        );
         for (i, a) in e.allocations.iter().take(10).enumerate() {
-            let _ = writeln!(out, "  {:>2}  {:>9}  {:>6}  {:<28}  {}", i + 1, format_size(a.size_bytes), alloc_padding(a), alloc_shape(a), alloc_from(a));
+            let _ = writeln!(
+                out,
+                "  {:>2}  {:>9}  {:>6}  {:<28}  {}",
+                i + 1,
+                format_size(a.size_bytes),
+                alloc_padding(a),
+                alloc_shape(a),
+                alloc_from(a)
+            );
         }
         if e.allocations.len() > 10 {
-            let _ = writeln!(out, "  {}", st.dim(&format!("... and {} more", e.allocations.len() - 10)));
+            let _ = writeln!(
+                out,
+                "  {}",
+                st.dim(&format!("... and {} more", e.allocations.len() - 10))
+            );
         }
     }
     if !d.causes.is_empty() {
         let _ = writeln!(out, "\n{}", st.bold("Plan"));
         for (i, c) in d.causes.iter().enumerate() {
-            let _ = writeln!(out, "  {}. {}  {}", i + 1, st.cyan(c.cause.as_str()), st.dim(&savings_text(c)));
+            let _ = writeln!(
+                out,
+                "  {}. {}  {}",
+                i + 1,
+                st.cyan(c.cause.as_str()),
+                st.dim(&savings_text(c))
+            );
             let _ = writeln!(out, "     {}", c.evidence);
             for a in &c.actions {
                 let _ = writeln!(out, "     → {a}");
@@ -262,13 +332,24 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
         }
     }
     if !d.fits_on.is_empty() {
-        let _ = writeln!(out, "\n{} {}", st.bold("Would fit on one device of:"), d.fits_on.join(", "));
+        let _ = writeln!(
+            out,
+            "\n{} {}",
+            st.bold("Would fit on one device of:"),
+            d.fits_on.join(", ")
+        );
     }
     if n > 1 {
         let _ = writeln!(out, "\n{}", st.bold("All events"));
         for (i, ev) in report.events.iter().enumerate() {
             let mark = if i == d.event { "*" } else { " " };
-            let _ = writeln!(out, " {mark} line {:>6}  {:<24} {}", ev.line, format!("{:?}", ev.family).to_lowercase(), ev.message.chars().take(100).collect::<String>());
+            let _ = writeln!(
+                out,
+                " {mark} line {:>6}  {:<24} {}",
+                ev.line,
+                format!("{:?}", ev.family).to_lowercase(),
+                ev.message.chars().take(100).collect::<String>()
+            );
         }
     }
     out
@@ -277,12 +358,20 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
 fn markdown(report: &ExplainReport, source_name: &str) -> String {
     let mut out = String::new();
     let Some(d) = &report.diagnosis else {
-        let _ = writeln!(out, "**hbm-doctor**: no out-of-memory event found in `{source_name}`.");
+        let _ = writeln!(
+            out,
+            "**hbm-doctor**: no out-of-memory event found in `{source_name}`."
+        );
         return out;
     };
     let e = &report.events[d.event];
     let _ = writeln!(out, "### hbm-doctor: {}\n", d.summary);
-    let _ = writeln!(out, "**Category:** `{}` · {}\n", d.category.as_str(), context_line(e));
+    let _ = writeln!(
+        out,
+        "**Category:** `{}` · {}\n",
+        d.category.as_str(),
+        context_line(e)
+    );
     if let Some(chip) = &d.chip {
         let _ = writeln!(out, "**Device:** {chip}\n");
     }
@@ -295,21 +384,43 @@ fn markdown(report: &ExplainReport, source_name: &str) -> String {
         out.push('\n');
     }
     if !e.allocations.is_empty() {
-        let _ = writeln!(out, "| # | size | padding | shape | from |\n|---|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "| # | size | padding | shape | from |\n|---|---|---|---|---|"
+        );
         for (i, a) in e.allocations.iter().take(10).enumerate() {
-            let _ = writeln!(out, "| {} | {} | {} | `{}` | {} |", i + 1, format_size(a.size_bytes), alloc_padding(a), alloc_shape(a), alloc_from(a).replace('|', "\\|"));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | `{}` | {} |",
+                i + 1,
+                format_size(a.size_bytes),
+                alloc_padding(a),
+                alloc_shape(a),
+                alloc_from(a).replace('|', "\\|")
+            );
         }
         out.push('\n');
     }
     if !d.causes.is_empty() {
         let _ = writeln!(out, "#### Plan\n");
         for (i, c) in d.causes.iter().enumerate() {
-            let _ = writeln!(out, "{}. **`{}`** ({}): {}", i + 1, c.cause.as_str(), savings_text(c), c.evidence);
+            let _ = writeln!(
+                out,
+                "{}. **`{}`** ({}): {}",
+                i + 1,
+                c.cause.as_str(),
+                savings_text(c),
+                c.evidence
+            );
             for a in &c.actions {
                 let _ = writeln!(out, "   - {a}");
             }
             for s in &c.snippets {
-                let lang = if s.framework == "shell" { "sh" } else { "python" };
+                let lang = if s.framework == "shell" {
+                    "sh"
+                } else {
+                    "python"
+                };
                 let _ = writeln!(out, "\n   ```{lang}\n   # {}", s.framework);
                 for line in s.code.lines() {
                     let _ = writeln!(out, "   {line}");
@@ -319,7 +430,11 @@ fn markdown(report: &ExplainReport, source_name: &str) -> String {
         }
     }
     if !d.fits_on.is_empty() {
-        let _ = writeln!(out, "\nWould fit on one device of: {}", d.fits_on.join(", "));
+        let _ = writeln!(
+            out,
+            "\nWould fit on one device of: {}",
+            d.fits_on.join(", ")
+        );
     }
     out
 }

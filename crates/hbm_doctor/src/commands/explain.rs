@@ -10,13 +10,19 @@ use std::io::Write;
 pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
     if let Some(dump) = &args.dump {
         if !dump.is_dir() {
-            bail!("--dump `{}` is not a directory: pass the directory given to --xla_dump_to", dump.display());
+            bail!(
+                "--dump `{}` is not a directory: pass the directory given to --xla_dump_to",
+                dump.display()
+            );
         }
     }
     let (reader, name) = input::open(args.file.as_deref())?;
     let scanned = input::scan(reader, name)?;
     if scanned.bytes == 0 {
-        bail!("`{}` is empty: pass the log or traceback that contains the error", scanned.name);
+        bail!(
+            "`{}` is empty: pass the log or traceback that contains the error",
+            scanned.name
+        );
     }
     if scanned.events.is_empty() && scanned.looks_binary {
         bail!("`{}` looks binary, not like a log: pass the text log (stderr of the training run) or the error message", scanned.name);

@@ -14,7 +14,11 @@ pub fn run(args: &PadArgs, _global: &GlobalArgs) -> Result<u8> {
         bail!("cannot read shape `{}`: write it as XLA prints it, e.g. f32[129,1024] or bf16[3,1000]{{1,0:T(8,128)(2,1)}}", args.shape);
     };
     let tiled = shape.has_tiles();
-    let padded = if tiled { shape.padded_bytes() } else { shape.estimated_tpu_padded_bytes() };
+    let padded = if tiled {
+        shape.padded_bytes()
+    } else {
+        shape.estimated_tpu_padded_bytes()
+    };
     let unpadded = shape.unpadded_bytes();
     let ty = shape.without_layout();
     let ty = ty.split('[').next().unwrap_or("f32").to_string();
@@ -38,11 +42,32 @@ pub fn run(args: &PadArgs, _global: &GlobalArgs) -> Result<u8> {
         }
         _ => {
             let waste = padded.saturating_sub(unpadded);
-            writeln!(out, "{}: {} padded, {} unpadded ({:.2}x, {} wasted){}", args.shape, format_size(padded), format_size(unpadded), padded as f64 / unpadded.max(1) as f64, format_size(waste), if tiled { "" } else { " - estimated with T(8,128): no tile printed" })?;
+            writeln!(
+                out,
+                "{}: {} padded, {} unpadded ({:.2}x, {} wasted){}",
+                args.shape,
+                format_size(padded),
+                format_size(unpadded),
+                padded as f64 / unpadded.max(1) as f64,
+                format_size(waste),
+                if tiled {
+                    ""
+                } else {
+                    " - estimated with T(8,128): no tile printed"
+                }
+            )?;
             if waste > 0 {
-                writeln!(out, "aligned: {} (rounded down) or {} (rounded up, same memory, nothing wasted)", format_dims(&ty, &down), format_dims(&ty, &up))?;
+                writeln!(
+                    out,
+                    "aligned: {} (rounded down) or {} (rounded up, same memory, nothing wasted)",
+                    format_dims(&ty, &down),
+                    format_dims(&ty, &up)
+                )?;
             } else {
-                writeln!(out, "no padding: the tiled dimensions are already multiples of the tile")?;
+                writeln!(
+                    out,
+                    "no padding: the tiled dimensions are already multiples of the tile"
+                )?;
             }
         }
     }
