@@ -82,6 +82,9 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Padded vs unpadded bytes of a shape on TPU tiles, and the aligned shape that wastes nothing.
     Pad(PadArgs),
+    /// Peak memory per memory space of an XLA dump, what is live at the peak, where it comes
+    /// from in your source, and known waste (replication, debug prints, donation, padding...).
+    Analyze(AnalyzeArgs),
 }
 
 /// `hbm-doctor explain`.
@@ -102,6 +105,28 @@ pub struct ExplainArgs {
 pub struct PadArgs {
     /// A shape as XLA prints it: `f32[129,1024]` or `bf16[3,1000]{1,0:T(8,128)(2,1)}`.
     pub shape: String,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = OutputFormat::Human)]
+    pub format: OutputFormat,
+}
+
+/// `hbm-doctor analyze`.
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// An XLA dump directory (--xla_dump_to) or one file of it.
+    pub path: PathBuf,
+    /// Only modules whose name contains this.
+    #[arg(long, value_name = "NAME")]
+    pub module: Option<String>,
+    /// Memory the program must fit in, per device (e.g. 16G, 15.75GiB, 17179869184); exit 1 if not.
+    #[arg(long, value_name = "BYTES", conflicts_with = "target")]
+    pub budget: Option<String>,
+    /// Check against a device's usable HBM: v4, v5e, v5p, v6e, v7...; exit 1 if it does not fit.
+    #[arg(long, value_name = "GEN")]
+    pub target: Option<String>,
+    /// Buffers to list per memory space.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
     /// Output format.
     #[arg(long, short = 'f', value_enum, default_value_t = OutputFormat::Human)]
     pub format: OutputFormat,

@@ -9,7 +9,9 @@
 //! Architecture invariant: pure and deterministic. The same events give the same report, byte for
 //! byte; no I/O, no clocks, no hash-map iteration order.
 
+pub mod analyze;
 pub mod chips;
+pub mod detect;
 pub mod explain;
 pub mod model;
 

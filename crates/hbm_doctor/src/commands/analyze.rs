@@ -1,0 +1,470 @@
+//! `hbm-doctor analyze PATH`: peak memory per module and memory space of an XLA dump, the
+//! buffers live at the peak with their source lines, and the waste detectors.
+
+use crate::cli::{AnalyzeArgs, GlobalArgs, OutputFormat};
+use crate::exit;
+use anyhow::{bail, Context, Result};
+use hbm_doctor_analysis::analyze::{
+    analyze, AnalyzeOptions, AnalyzeReport, ModuleInput, ModuleReport, SpaceReport,
+};
+use hbm_doctor_hlo::buffer_assignment::parse_buffer_assignment;
+use hbm_doctor_hlo::hlo::parse_module;
+use hbm_doctor_hlo::live_range::parse_live_range;
+use hbm_doctor_hlo::usage_report::parse_usage_report;
+use hbm_doctor_log::format_size;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The text files of one module in a dump.
+#[derive(Debug, Default, Clone)]
+pub struct ModuleFiles {
+    /// File-name key (`module_0000.jit_f.after_optimizations`).
+    pub key: String,
+    /// `<stage>.txt`.
+    pub hlo: Option<PathBuf>,
+    /// `-buffer-assignment.txt`.
+    pub buffer_assignment: Option<PathBuf>,
+    /// `-live-range.txt`.
+    pub live_range: Option<PathBuf>,
+    /// `-memory-usage-report.txt`.
+    pub usage_report: Option<PathBuf>,
+}
+
+const SUFFIXES: [&str; 5] = [
+    "-buffer-assignment.txt",
+    "-buffer-assignment-values.txt",
+    "-live-range.txt",
+    "-memory-usage-report.txt",
+    ".txt",
+];
+
+fn split_name(file: &str) -> Option<(&str, &'static str)> {
+    SUFFIXES
+        .iter()
+        .find_map(|s| file.strip_suffix(s).map(|k| (k, *s)))
+}
+
+/// Finds the after-optimizations modules of a dump directory (or the module of one file).
+pub fn discover(path: &Path) -> Result<Vec<ModuleFiles>> {
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("cannot read `{}`: check the path", path.display()))?;
+    let (dir, only): (PathBuf, Option<String>) = if meta.is_dir() {
+        (path.to_path_buf(), None)
+    } else {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let Some((key, _)) = split_name(&name) else {
+            bail!("`{}` is not an XLA dump text file: pass the --xla_dump_to directory or one of its *.txt files", path.display());
+        };
+        (
+            path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            Some(key.to_string()),
+        )
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    };
+    let mut modules: Vec<ModuleFiles> = Vec::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot list `{}`", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let Some((key, suffix)) = split_name(&name) else {
+            continue;
+        };
+        if only.as_deref().is_some_and(|o| o != key) {
+            continue;
+        }
+        // Only the final module has a buffer assignment; earlier stages are not memory plans.
+        if suffix == ".txt" && !key.ends_with("after_optimizations") && only.is_none() {
+            continue;
+        }
+        let idx = match modules.iter().position(|m| m.key == key) {
+            Some(i) => i,
+            None => {
+                modules.push(ModuleFiles {
+                    key: key.to_string(),
+                    ..Default::default()
+                });
+                modules.len() - 1
+            }
+        };
+        let m = &mut modules[idx];
+        match suffix {
+            "-buffer-assignment.txt" => m.buffer_assignment = Some(p),
+            "-live-range.txt" => m.live_range = Some(p),
+            "-memory-usage-report.txt" => m.usage_report = Some(p),
+            ".txt" => m.hlo = Some(p),
+            _ => {}
+        }
+    }
+    modules.retain(|m| m.hlo.is_some() || m.buffer_assignment.is_some());
+    Ok(modules)
+}
+
+/// Module name from the file key: `module_0042.jit_f.cl_1.after_optimizations` -> `jit_f`.
+fn name_from_key(key: &str) -> String {
+    let parts: Vec<&str> = key.split('.').collect();
+    let start = parts
+        .iter()
+        .position(|p| p.starts_with("module_"))
+        .map_or(0, |k| k + 1);
+    let end = parts
+        .iter()
+        .rposition(|p| p.contains("after_optimizations") || p.starts_with("cl_"))
+        .unwrap_or(parts.len());
+    let mut end = end;
+    while end > start && parts[end - 1].starts_with("cl_") {
+        end -= 1;
+    }
+    if end > start {
+        parts[start..end].join(".")
+    } else {
+        key.to_string()
+    }
+}
+
+fn read(p: &Option<PathBuf>) -> Result<Option<String>> {
+    match p {
+        Some(p) => {
+            let bytes =
+                std::fs::read(p).with_context(|| format!("cannot read `{}`", p.display()))?;
+            Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Reads, parses and analyzes the modules; the budget check is left to the caller.
+pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<AnalyzeReport> {
+    let mut texts = Vec::new();
+    for f in files {
+        texts.push((
+            read(&f.hlo)?,
+            read(&f.buffer_assignment)?,
+            read(&f.live_range)?,
+            read(&f.usage_report)?,
+        ));
+    }
+    let mut parsed = Vec::new();
+    for (hlo, ba, lr, rep) in &texts {
+        let mut notes = Vec::new();
+        let hlo = hlo.as_deref().map(|t| {
+            let (m, d) = parse_module(t);
+            if !d.is_empty() {
+                notes.push(format!(
+                    "HLO text: {} part(s) skipped (first: line {}: {})",
+                    d.len(),
+                    d[0].line,
+                    d[0].message
+                ));
+            }
+            m
+        });
+        let ba = ba.as_deref().map(|t| {
+            let (b, d) = parse_buffer_assignment(t);
+            if !d.is_empty() {
+                notes.push(format!(
+                    "buffer assignment: {} line(s) skipped (first: line {}: {})",
+                    d.len(),
+                    d[0].line,
+                    d[0].message
+                ));
+            }
+            b
+        });
+        let lr = lr.as_deref().map(|t| parse_live_range(t).0);
+        let rep = rep.as_deref().map(|t| parse_usage_report(t).0);
+        parsed.push((hlo, ba, lr, rep, notes));
+    }
+    let mut inputs = Vec::new();
+    for (f, (hlo, ba, lr, rep, notes)) in files.iter().zip(&parsed) {
+        let mut notes = notes.clone();
+        if ba.is_none() {
+            notes.push("no *-buffer-assignment.txt: run with XLA_FLAGS=\"--xla_dump_to=DIR --xla_dump_hlo_as_text\" for exact figures".into());
+        }
+        if hlo.is_none() {
+            notes.push("no *after_optimizations.txt: source lines and most detectors need the HLO text (--xla_dump_hlo_as_text, without --xla_dump_disable_metadata)".into());
+        }
+        let name = hlo
+            .as_ref()
+            .map(|m| m.name.to_string())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| name_from_key(&f.key));
+        inputs.push(ModuleInput {
+            name,
+            hlo: hlo.as_ref(),
+            buffer_assignment: ba.as_ref(),
+            live_range: lr.as_ref(),
+            usage_report: rep.as_ref(),
+            notes,
+        });
+    }
+    Ok(analyze(&inputs, opts))
+}
+
+/// Runs `analyze`.
+pub fn run(args: &AnalyzeArgs, global: &GlobalArgs) -> Result<u8> {
+    let _ = global;
+    let mut opts = AnalyzeOptions::default();
+    if let Some(b) = &args.budget {
+        let Some(bytes) = hbm_doctor_log::parse_size(b).filter(|&x| x > 0) else {
+            bail!("cannot read --budget `{b}`: give bytes or a size such as 16G, 15.75GiB or 17179869184");
+        };
+        opts.budget_bytes = Some(bytes);
+    }
+    if let Some(t) = &args.target {
+        let Some(chip) = hbm_doctor_analysis::chips::tpu_by_name(t) else {
+            bail!("unknown --target `{t}`: use v4, v5e, v5p, v6e or v7, or give --budget BYTES");
+        };
+        opts.budget_bytes = Some(chip.usable_bytes);
+        opts.target = Some(chip.name.to_string());
+    }
+    let mut files = discover(&args.path)?;
+    if let Some(m) = &args.module {
+        files.retain(|f| f.key.contains(m.as_str()));
+        if files.is_empty() {
+            bail!(
+                "no module matching `{m}` in `{}`: run without --module to list them",
+                args.path.display()
+            );
+        }
+    }
+    if files.is_empty() {
+        bail!("no XLA dump files in `{}`: run the program with XLA_FLAGS=\"--xla_dump_to={} --xla_dump_hlo_as_text\" and pass that directory", args.path.display(), args.path.display());
+    }
+    let report = analyze_files(&files, &opts)?;
+    let text = match args.format {
+        OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+        _ => render_human(&report, args.top, args.format == OutputFormat::Markdown),
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(if report.diagnosis.fits == Some(false) {
+        exit::FOUND
+    } else {
+        exit::OK
+    })
+}
+
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// A one-line chart of bytes over program order (max per column).
+pub fn sparkline(values: &[u64], width: usize) -> String {
+    if values.is_empty() {
+        return String::new();
+    }
+    let width = width.min(values.len()).max(1);
+    let max = values.iter().copied().max().unwrap_or(0).max(1);
+    let min = values.iter().copied().min().unwrap_or(0);
+    let span = (max - min).max(1);
+    (0..width)
+        .map(|c| {
+            let a = c * values.len() / width;
+            let b = ((c + 1) * values.len() / width).max(a + 1);
+            let v = values[a..b].iter().copied().max().unwrap_or(0);
+            BARS[(((v - min) as f64 / span as f64) * 7.0).round() as usize]
+        })
+        .collect()
+}
+
+fn trunc(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let head: String = s.chars().take(n.saturating_sub(1)).collect();
+        format!("{head}…")
+    }
+}
+
+fn render_space(out: &mut String, s: &SpaceReport, top: usize) {
+    let _ = writeln!(
+        out,
+        "  {}: total {} (what the compiler reserves), peak {} live{}",
+        s.space,
+        format_size(s.total_bytes),
+        format_size(s.peak_bytes),
+        s.peak_instruction
+            .as_deref()
+            .map(|i| format!(" at #{} {i}", s.peak_time.unwrap_or(0)))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "    arguments {}  outputs {}  aliased {}  temporaries {}  padding {}{}",
+        format_size(s.arguments_bytes),
+        format_size(s.outputs_bytes),
+        format_size(s.aliased_bytes),
+        format_size(s.temp_bytes),
+        format_size(s.padding_bytes),
+        if s.fragmentation_bytes > 0 {
+            format!("  fragmentation {}", format_size(s.fragmentation_bytes))
+        } else {
+            String::new()
+        }
+    );
+    if s.timeline.len() > 1 {
+        let _ = writeln!(
+            out,
+            "    memory over program order: {} (min {}, max {})",
+            sparkline(&s.timeline, 64),
+            format_size(s.timeline.iter().copied().min().unwrap_or(0)),
+            format_size(s.timeline.iter().copied().max().unwrap_or(0))
+        );
+    }
+    if s.buffers_at_peak.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "    {:>9} {:>9}  {:<9} {:<26} {:<28} op_name / source",
+        "size", "unpadded", "kind", "shape", "buffer"
+    );
+    for b in s.buffers_at_peak.iter().take(top) {
+        let origin = match (&b.op_name, &b.source) {
+            (Some(o), Some(src)) => format!("{} ({src})", trunc(o, 48)),
+            (Some(o), None) => trunc(o, 60),
+            (None, Some(src)) => src.clone(),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "    {:>9} {:>9}  {:<9} {:<26} {:<28} {}",
+            format_size(b.size_bytes),
+            format_size(b.unpadded_bytes),
+            b.kind,
+            trunc(&b.shape, 26),
+            trunc(&b.name, 28),
+            origin
+        );
+    }
+    if s.buffers_at_peak.len() > top {
+        let rest: u64 = s.buffers_at_peak[top..].iter().map(|b| b.size_bytes).sum();
+        let _ = writeln!(
+            out,
+            "    ... {} more buffers, {}",
+            s.buffers_at_peak.len() - top,
+            format_size(rest)
+        );
+    }
+    let with_source: Vec<_> = s
+        .by_source
+        .iter()
+        .filter(|g| !g.key.starts_with('('))
+        .take(5)
+        .collect();
+    if !with_source.is_empty() {
+        let _ = writeln!(
+            out,
+            "    by source line: {}",
+            with_source
+                .iter()
+                .map(|g| format!("{} {}", g.key, format_size(g.bytes)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let tree: Vec<_> = s
+        .by_op_name
+        .iter()
+        .filter(|g| g.depth < 3 && g.bytes * 50 >= s.peak_bytes.max(1))
+        .take(12)
+        .collect();
+    if !tree.is_empty() {
+        let _ = writeln!(out, "    by op_name:");
+        for g in tree {
+            let leaf = g.key.rsplit('/').next().unwrap_or(&g.key);
+            let _ = writeln!(
+                out,
+                "      {}{} {} ({})",
+                "  ".repeat(g.depth),
+                trunc(leaf, 60),
+                format_size(g.bytes),
+                g.buffers
+            );
+        }
+    }
+}
+
+fn render_module(out: &mut String, m: &ModuleReport, top: usize) {
+    let _ = writeln!(
+        out,
+        "module {}{}{}",
+        m.name,
+        if m.num_partitions > 1 {
+            format!(" ({} partitions, per-device figures)", m.num_partitions)
+        } else {
+            String::new()
+        },
+        if m.estimate {
+            " - ESTIMATE from the schedule (no buffer assignment)"
+        } else {
+            ""
+        }
+    );
+    for s in &m.memory_spaces {
+        if s.total_bytes == 0 && s.peak_bytes == 0 {
+            continue;
+        }
+        render_space(out, s, top);
+    }
+    if let (Some(x), Some(o)) = (m.xla.live_range_peak_bytes, m.xla.recomputed_peak_bytes) {
+        let _ = writeln!(
+            out,
+            "  XLA live-range peak (logical sizes, all spaces): {} at #{}{}",
+            format_size(x),
+            m.xla.live_range_peak_time.unwrap_or(0),
+            if x == o {
+                ", reproduced exactly".to_string()
+            } else {
+                format!(", recomputed {}", format_size(o))
+            }
+        );
+    }
+    for n in &m.notes {
+        let _ = writeln!(out, "  note: {n}");
+    }
+}
+
+/// The human report.
+pub fn render_human(r: &AnalyzeReport, top: usize, _markdown: bool) -> String {
+    let mut out = String::new();
+    for m in &r.modules {
+        render_module(&mut out, m, top);
+        out.push('\n');
+    }
+    let d = &r.diagnosis;
+    let _ = writeln!(out, "{}", d.summary);
+    if d.causes.is_empty() {
+        let _ = writeln!(out, "no known waste found");
+    }
+    for (k, c) in d.causes.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{}. {}{}: {}",
+            k + 1,
+            c.cause.as_str(),
+            c.savings_bytes
+                .map(|s| format!(" (saves ~{})", format_size(s)))
+                .unwrap_or_default(),
+            c.evidence
+        );
+        for a in &c.actions {
+            let _ = writeln!(out, "   - {a}");
+        }
+    }
+    out
+}

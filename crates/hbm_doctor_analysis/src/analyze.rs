@@ -1,0 +1,1040 @@
+//! `analyze`: peak memory per memory space from an XLA dump, what is live at the peak, and where
+//! it comes from in the user's source.
+//!
+//! With a buffer assignment the figures are exact: allocation sizes as assigned, and the temp
+//! arena's occupancy over time from the live ranges, counting each arena slot (allocation, offset)
+//! once however many values share it. With only a scheduled HLO module the peak is a heap
+//! simulation over the schedule and is labelled an estimate.
+
+use crate::model::{Category, Cause, SCHEMA_VERSION};
+use hbm_doctor_hlo::buffer_assignment::{Allocation, BufferAssignment};
+use hbm_doctor_hlo::hlo::{shape_leaves, tuple_elements, HloModule, Instruction};
+use hbm_doctor_hlo::live_range::LiveRange;
+use hbm_doctor_hlo::text::unescape;
+use hbm_doctor_hlo::usage_report::UsageReport;
+use hbm_doctor_hlo::Shape;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// The parsed artifacts of one module (any of them may be missing).
+#[derive(Debug, Default)]
+pub struct ModuleInput<'a> {
+    /// Module name.
+    pub name: String,
+    /// The after-optimizations HLO module.
+    pub hlo: Option<&'a HloModule<'a>>,
+    /// The buffer assignment.
+    pub buffer_assignment: Option<&'a BufferAssignment<'a>>,
+    /// Live ranges (from `-live-range.txt` or appended to the buffer assignment).
+    pub live_range: Option<&'a LiveRange<'a>>,
+    /// The memory-usage report.
+    pub usage_report: Option<&'a UsageReport<'a>>,
+    /// What is missing or was skipped, with the XLA flag that produces it.
+    pub notes: Vec<String>,
+}
+
+/// Options of `analyze`.
+#[derive(Debug, Clone, Default)]
+pub struct AnalyzeOptions {
+    /// Device memory the program must fit in (from `--budget` or `--target`).
+    pub budget_bytes: Option<u64>,
+    /// Name of the target, for messages.
+    pub target: Option<String>,
+}
+
+/// One buffer live at the peak.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct BufferAtPeak {
+    /// Instruction name (with `{index}` for a tuple element).
+    pub name: String,
+    /// Bytes it occupies (padded on TPU).
+    pub size_bytes: u64,
+    /// Logical bytes.
+    pub unpadded_bytes: u64,
+    /// Shape without layout.
+    pub shape: String,
+    /// `parameter` | `output` | `temp` | `constant` | `thread_local`.
+    pub kind: String,
+    /// The framework op name.
+    pub op_name: Option<String>,
+    /// The user's `file:line` (file base name).
+    pub source: Option<String>,
+    /// Extension: shape with layout.
+    pub layout_shape: String,
+    /// Extension: the HLO opcode.
+    pub opcode: Option<String>,
+    /// Extension: full path of the source file.
+    pub source_path: Option<String>,
+    /// Extension: Python function of the source line.
+    pub function: Option<String>,
+    /// Extension: live range in schedule positions (inclusive).
+    pub live: Option<(u64, u64)>,
+    /// Extension: allocation index in the buffer assignment.
+    pub allocation: Option<u64>,
+}
+
+/// Bytes at the peak grouped by one key.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Group {
+    /// The key (a `file:line`, or an op_name path prefix).
+    pub key: String,
+    /// Nesting depth for op_name paths (0 = first component).
+    pub depth: usize,
+    /// Bytes.
+    pub bytes: u64,
+    /// Number of buffers.
+    pub buffers: usize,
+}
+
+/// One memory space of one module.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SpaceReport {
+    /// `hbm`, `vmem`, `host` or `space<N>`.
+    pub space: String,
+    /// What the compiler reserves in this space: the sum of its allocations.
+    pub total_bytes: u64,
+    /// The most live at one point of the program.
+    pub peak_bytes: u64,
+    /// Entry parameters (including donated ones).
+    pub arguments_bytes: u64,
+    /// Outputs that are not donated parameters.
+    pub outputs_bytes: u64,
+    /// Parameters whose buffer is reused for an output.
+    pub aliased_bytes: u64,
+    /// The temp arena(s).
+    pub temp_bytes: u64,
+    /// Padding among the buffers live at the peak.
+    pub padding_bytes: u64,
+    /// Buffers live at the peak, largest first.
+    pub buffers_at_peak: Vec<BufferAtPeak>,
+    /// Extension: the color (memory space number).
+    pub color: u32,
+    /// Extension: constants.
+    pub constants_bytes: u64,
+    /// Extension: thread-local allocations (not in the device heap).
+    pub thread_local_bytes: u64,
+    /// Extension: total minus peak (temp arena packing loss).
+    pub fragmentation_bytes: u64,
+    /// Extension: schedule position of the peak.
+    pub peak_time: Option<u64>,
+    /// Extension: the instruction scheduled at the peak.
+    pub peak_instruction: Option<String>,
+    /// Extension: bytes live at the peak grouped by user source line.
+    pub by_source: Vec<Group>,
+    /// Extension: bytes live at the peak grouped by op_name path prefix.
+    pub by_op_name: Vec<Group>,
+    /// Extension: bytes live at each schedule position (program order).
+    pub timeline: Vec<u64>,
+}
+
+/// XLA's own figures for the module, and ours recomputed the same way.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct XlaFigures {
+    /// `Live ranges at N (peak)` as stated.
+    pub live_range_peak_time: Option<u64>,
+    /// The stated live-range peak bytes (logical sizes, all memory spaces).
+    pub live_range_peak_bytes: Option<u64>,
+    /// Our recomputation of that peak time with XLA's rule.
+    pub recomputed_peak_time: Option<u64>,
+    /// Our recomputation of that peak's bytes.
+    pub recomputed_peak_bytes: Option<u64>,
+    /// The memory-usage report's totals per color.
+    pub report_totals: Vec<(u32, u64)>,
+    /// `Total bytes used` of the buffer assignment.
+    pub total_bytes_used: Option<u64>,
+}
+
+/// One module's analysis.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModuleReport {
+    /// Module name.
+    pub name: String,
+    /// Per memory space.
+    pub memory_spaces: Vec<SpaceReport>,
+    /// Extension: `buffer_assignment` (exact) or `heap_simulation` (estimate from the schedule).
+    pub method: String,
+    /// Extension: true when the figures are estimates.
+    pub estimate: bool,
+    /// Extension: `num_partitions` of the module.
+    pub num_partitions: u32,
+    /// Extension: XLA's own figures.
+    pub xla: XlaFigures,
+    /// Extension: what was missing and how to get it.
+    pub notes: Vec<String>,
+    /// Extension: causes found in this module.
+    pub causes: Vec<Cause>,
+}
+
+/// The diagnosis over all modules.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnalyzeDiagnosis {
+    /// Category.
+    pub category: Category,
+    /// Ranked causes.
+    pub causes: Vec<Cause>,
+    /// Extension: the budget checked against.
+    pub budget_bytes: Option<u64>,
+    /// Extension: whether every module's HBM total fits the budget (null without a budget).
+    pub fits: Option<bool>,
+    /// Extension: one sentence.
+    pub summary: String,
+}
+
+/// The whole `analyze` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnalyzeReport {
+    /// Always [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Modules.
+    pub modules: Vec<ModuleReport>,
+    /// Diagnosis.
+    pub diagnosis: AnalyzeDiagnosis,
+}
+
+/// The contract's name of a color.
+pub fn space_name(color: u32) -> String {
+    match color {
+        0 => "hbm".into(),
+        1 => "vmem".into(),
+        5 => "host".into(),
+        n => format!("space{n}"),
+    }
+}
+
+/// Logical size as XLA's live range counts it: `ByteSizeOf(shape, 8)` without tiling; a tuple is
+/// its pointer table.
+pub fn logical_bytes(shape: &str) -> u64 {
+    if let Some(elems) = tuple_elements(shape) {
+        return 8 * elems.len() as u64;
+    }
+    Shape::parse(shape).map_or(0, |s| s.unpadded_bytes())
+}
+
+/// Physical size: tiled layouts padded as XLA does; tuples are their pointer table.
+pub fn physical_bytes(shape: &str) -> u64 {
+    if let Some(elems) = tuple_elements(shape) {
+        return 8 * elems.len() as u64;
+    }
+    Shape::parse(shape).map_or(0, |s| {
+        if s.has_tiles() {
+            s.padded_bytes()
+        } else {
+            s.unpadded_bytes()
+        }
+    })
+}
+
+pub(crate) fn shape_without_layout(shape: &str) -> String {
+    if tuple_elements(shape).is_some() {
+        let parts: Vec<String> = tuple_elements(shape)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| shape_without_layout(p))
+            .collect();
+        return format!("({})", parts.join(", "));
+    }
+    match shape.find(']') {
+        Some(k) => shape[..=k].to_string(),
+        None => shape.to_string(),
+    }
+}
+
+/// Where an instruction comes from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origin {
+    pub op_name: Option<String>,
+    pub source: Option<String>,
+    pub source_path: Option<String>,
+    pub function: Option<String>,
+    pub opcode: Option<String>,
+}
+
+pub(crate) fn origin(hlo: Option<&HloModule<'_>>, inst: Option<&Instruction<'_>>) -> Origin {
+    let (Some(m), Some(i)) = (hlo, inst) else {
+        return Origin::default();
+    };
+    let op_name =
+        (!i.metadata.op_name.is_empty()).then(|| unescape(i.metadata.op_name).into_owned());
+    let src = m.user_source(&i.metadata);
+    let (source, source_path, function) = match src {
+        Some(s) if !s.file.is_empty() => {
+            let file = unescape(s.file).into_owned();
+            let base = file.rsplit('/').next().unwrap_or(&file).to_string();
+            (
+                Some(format!("{base}:{}", s.line)),
+                Some(file),
+                (!s.function.is_empty()).then(|| unescape(s.function).into_owned()),
+            )
+        }
+        _ => (None, None, None),
+    };
+    Origin {
+        op_name,
+        source,
+        source_path,
+        function,
+        opcode: Some(i.opcode.to_string()),
+    }
+}
+
+/// Index of every instruction of a module by name.
+pub(crate) fn index_instructions<'m, 'a>(
+    m: &'m HloModule<'a>,
+) -> HashMap<&'a str, &'m Instruction<'a>> {
+    let mut map = HashMap::new();
+    for c in &m.computations {
+        for i in &c.instructions {
+            map.insert(i.name, i);
+        }
+    }
+    map
+}
+
+struct Slot {
+    alloc: u64,
+    offset: u64,
+    size: u64,
+    unpadded: u64,
+    start: u64,
+    end: u64,
+    name: String,
+    shape: String,
+    kind: &'static str,
+}
+
+/// Analyzes one module.
+pub fn analyze_module(input: &ModuleInput<'_>) -> ModuleReport {
+    let mut notes = input.notes.clone();
+    let num_partitions = input.hlo.map_or(1, |m| m.num_partitions);
+    let mut xla = XlaFigures::default();
+    if let Some(r) = input.usage_report {
+        xla.report_totals = r
+            .spaces
+            .iter()
+            .map(|s| (s.color.unwrap_or(0), s.total_bytes))
+            .collect();
+    }
+    let (memory_spaces, method, estimate) = match input.buffer_assignment {
+        Some(ba) => {
+            xla.total_bytes_used = ba.total_bytes_used;
+            let lr = input.live_range.or(ba.live_range.as_ref());
+            if lr.is_none() {
+                notes.push("no live ranges: the peak is the sum of all allocations (an upper bound); newer XLA writes *-live-range.txt with --xla_dump_buffer_assignment_analysis".into());
+            }
+            if let Some(lr) = lr {
+                let (t, b) = xla_live_range_peak(ba, lr, input.hlo);
+                xla.recomputed_peak_time = t;
+                xla.recomputed_peak_bytes = b;
+                xla.live_range_peak_time = lr.peak_time;
+                xla.live_range_peak_bytes = lr.stated_peak_bytes();
+            }
+            (
+                from_buffer_assignment(ba, lr, input.hlo),
+                "buffer_assignment",
+                false,
+            )
+        }
+        None => match input.hlo {
+            Some(m) if m.is_scheduled => {
+                notes.push("no buffer assignment: peak estimated by simulating the schedule; dump with --xla_dump_to=DIR --xla_dump_hlo_as_text for exact figures".into());
+                (heap_simulation(m), "heap_simulation", true)
+            }
+            Some(_) => {
+                notes.push("the HLO module is not scheduled and there is no buffer assignment: pass the *after_optimizations* files of --xla_dump_to".into());
+                (Vec::new(), "none", true)
+            }
+            None => (Vec::new(), "none", true),
+        },
+    };
+    ModuleReport {
+        name: input.name.clone(),
+        memory_spaces,
+        method: method.into(),
+        estimate,
+        num_partitions,
+        xla,
+        notes,
+        causes: Vec::new(),
+    }
+}
+
+/// XLA's live-range peak recomputed: the time is the first maximum of the sweep in which the
+/// allocations at a time are counted before the frees (`HloLiveRange::ComputePeakMemoryMoment`);
+/// the bytes are the logical sizes of the values live at that time.
+pub fn xla_live_range_peak(
+    ba: &BufferAssignment<'_>,
+    lr: &LiveRange<'_>,
+    hlo: Option<&HloModule<'_>>,
+) -> (Option<u64>, Option<u64>) {
+    let mut sizes: HashMap<String, u64> = HashMap::new();
+    for a in &ba.allocations {
+        for v in &a.values {
+            sizes.insert(v.key(), logical_bytes(v.shape));
+        }
+    }
+    let insts = hlo.map(index_instructions);
+    let size_of = |name: &str, index: &str| -> u64 {
+        let key = format!("{name}{index}");
+        if let Some(s) = sizes.get(&key) {
+            return *s;
+        }
+        let Some(i) = insts.as_ref().and_then(|m| m.get(name)) else {
+            return 0;
+        };
+        let want = hbm_doctor_hlo::text::parse_shape_index(index).unwrap_or_default();
+        if want.is_empty() {
+            return logical_bytes(i.shape);
+        }
+        shape_leaves(i.shape)
+            .into_iter()
+            .find(|(idx, _)| *idx == want)
+            .map_or(0, |(_, s)| logical_bytes(s))
+    };
+    // The sweep sizes every value by its *instruction's* whole shape (a tuple element counts as
+    // the tuple's pointer table); the printed list uses the value's own subshape.
+    let inst_size = |name: &str, index: &str| -> u64 {
+        if let Some(s) = sizes.get(&format!("{name}{{}}")) {
+            return *s;
+        }
+        match insts.as_ref().and_then(|m| m.get(name)) {
+            Some(i) => logical_bytes(i.shape),
+            None => size_of(name, index),
+        }
+    };
+    let vals: Vec<(u64, u64, u64)> = lr
+        .ranges
+        .iter()
+        .map(|r| (r.start, r.end, size_of(r.name, r.index)))
+        .collect();
+    if vals.is_empty() {
+        return (None, None);
+    }
+    let mut events: Vec<(u64, bool, u64)> = Vec::with_capacity(vals.len() * 2);
+    for r in &lr.ranges {
+        let z = inst_size(r.name, r.index);
+        events.push((r.start, false, z));
+        events.push((r.end + 1, true, z));
+    }
+    events.sort_unstable_by_key(|&(t, end, _)| (t, end));
+    let (mut usage, mut peak, mut peak_t) = (0i128, 0i128, None);
+    for (t, end, z) in events {
+        usage += if end { -(z as i128) } else { z as i128 };
+        if usage > peak {
+            peak = usage;
+            peak_t = Some(t);
+        }
+    }
+    let t = peak_t.unwrap_or(0);
+    let bytes = vals
+        .iter()
+        .filter(|(s, e, _)| *s <= t && t <= *e)
+        .map(|(_, _, z)| z)
+        .sum();
+    (Some(t), Some(bytes))
+}
+
+fn from_buffer_assignment(
+    ba: &BufferAssignment<'_>,
+    lr: Option<&LiveRange<'_>>,
+    hlo: Option<&HloModule<'_>>,
+) -> Vec<SpaceReport> {
+    let insts = hlo.map(index_instructions);
+    let ranges: HashMap<String, (u64, u64)> = lr
+        .map(|lr| {
+            lr.ranges
+                .iter()
+                .map(|r| (format!("{}{}", r.name, r.index), (r.start, r.end)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let max_t = lr.map_or(0, |l| l.max);
+    let mut colors: Vec<u32> = ba.allocations.iter().map(|a| a.color).collect();
+    colors.sort_unstable();
+    colors.dedup();
+    let mut out = Vec::new();
+    for color in colors {
+        let allocs: Vec<&Allocation<'_>> =
+            ba.allocations.iter().filter(|a| a.color == color).collect();
+        let sum = |f: &dyn Fn(&Allocation<'_>) -> bool| {
+            allocs.iter().filter(|a| f(a)).map(|a| a.size).sum::<u64>()
+        };
+        let total_bytes = sum(&|_| true);
+        let arguments_bytes = sum(&|a| a.parameter.is_some());
+        let aliased_bytes = sum(&|a| a.parameter.is_some() && a.maybe_live_out);
+        let outputs_bytes =
+            sum(&|a| a.parameter.is_none() && (a.maybe_live_out || a.output_shape.is_some()));
+        let constants_bytes = sum(&|a| a.kind() == "constant");
+        let thread_local_bytes = sum(&|a| a.kind() == "thread_local");
+        let temp_bytes = sum(&|a| a.kind() == "temp");
+        let indefinite: u64 = arguments_bytes + outputs_bytes + constants_bytes;
+
+        // Temp slots with their live ranges.
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut unranged = 0usize;
+        for a in allocs.iter().filter(|a| a.kind() == "temp") {
+            for v in &a.values {
+                let Some(&(start, end)) = ranges.get(&v.key()) else {
+                    unranged += 1;
+                    continue;
+                };
+                slots.push(Slot {
+                    alloc: a.index,
+                    offset: v.offset,
+                    size: v.size,
+                    unpadded: logical_bytes(v.shape),
+                    start,
+                    end,
+                    name: display_name(v.name, v.index),
+                    shape: v.shape.to_string(),
+                    kind: "temp",
+                });
+            }
+        }
+        let (timeline, peak_t) = if lr.is_some() {
+            sweep(&slots, max_t)
+        } else {
+            (Vec::new(), None)
+        };
+        let temp_peak = match peak_t {
+            Some(t) => timeline.get(t as usize).copied().unwrap_or(0),
+            None if lr.is_some() && unranged == 0 => 0,
+            None => temp_bytes,
+        };
+        let peak_bytes = indefinite + temp_peak;
+        let timeline: Vec<u64> = timeline.into_iter().map(|b| b + indefinite).collect();
+
+        // Buffers at the peak: every indefinite allocation once, plus the temp slots live then.
+        let mut buffers = Vec::new();
+        for a in allocs
+            .iter()
+            .filter(|a| matches!(a.kind(), "parameter" | "output" | "constant"))
+        {
+            let Some(v) = a
+                .values
+                .iter()
+                .max_by_key(|v| (v.size, std::cmp::Reverse(v.id)))
+            else {
+                continue;
+            };
+            let range = ranges.get(&v.key()).copied();
+            buffers.push(make_buffer(
+                hlo,
+                insts.as_ref(),
+                display_name(v.name, v.index),
+                v.name,
+                a.size,
+                logical_bytes(v.shape),
+                v.shape,
+                a.kind(),
+                range,
+                Some(a.index),
+            ));
+        }
+        if let Some(t) = peak_t {
+            let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
+            for s in slots.iter().filter(|s| s.start <= t && t <= s.end) {
+                let base = s.name.split('{').next().unwrap_or(&s.name).to_string();
+                let b = make_buffer(
+                    hlo,
+                    insts.as_ref(),
+                    s.name.clone(),
+                    &base,
+                    s.size,
+                    s.unpadded,
+                    &s.shape,
+                    s.kind,
+                    Some((s.start, s.end)),
+                    Some(s.alloc),
+                );
+                match seen.get(&(s.alloc, s.offset)) {
+                    Some(&k) => {
+                        if buffers[k].size_bytes < b.size_bytes {
+                            buffers[k] = b;
+                        }
+                    }
+                    None => {
+                        seen.insert((s.alloc, s.offset), buffers.len());
+                        buffers.push(b);
+                    }
+                }
+            }
+        }
+        buffers.sort_by(|a, b| {
+            b.size_bytes
+                .cmp(&a.size_bytes)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let padding_bytes = buffers
+            .iter()
+            .map(|b| b.size_bytes.saturating_sub(b.unpadded_bytes))
+            .sum();
+        let peak_instruction = peak_t.and_then(|t| {
+            lr.and_then(|l| l.sequence.get(t as usize))
+                .map(|s| s.to_string())
+        });
+        out.push(SpaceReport {
+            space: space_name(color),
+            total_bytes,
+            peak_bytes,
+            arguments_bytes,
+            outputs_bytes,
+            aliased_bytes,
+            temp_bytes,
+            padding_bytes,
+            by_source: group_by_source(&buffers),
+            by_op_name: group_by_op_name(&buffers),
+            buffers_at_peak: buffers,
+            color,
+            constants_bytes,
+            thread_local_bytes,
+            fragmentation_bytes: total_bytes
+                .saturating_sub(thread_local_bytes)
+                .saturating_sub(peak_bytes),
+            peak_time: peak_t,
+            peak_instruction,
+            timeline,
+        });
+    }
+    out
+}
+
+fn display_name(name: &str, index: &str) -> String {
+    if index.is_empty() || index == "{}" {
+        name.to_string()
+    } else {
+        format!("{name}{index}")
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn make_buffer(
+    hlo: Option<&HloModule<'_>>,
+    insts: Option<&HashMap<&str, &Instruction<'_>>>,
+    name: String,
+    inst: &str,
+    size: u64,
+    unpadded: u64,
+    shape: &str,
+    kind: &str,
+    live: Option<(u64, u64)>,
+    allocation: Option<u64>,
+) -> BufferAtPeak {
+    let i = insts.and_then(|m| m.get(inst).copied());
+    let o = origin(hlo, i);
+    BufferAtPeak {
+        name,
+        size_bytes: size,
+        unpadded_bytes: unpadded,
+        shape: shape_without_layout(shape),
+        kind: kind.to_string(),
+        op_name: o.op_name,
+        source: o.source,
+        layout_shape: shape.to_string(),
+        opcode: o.opcode,
+        source_path: o.source_path,
+        function: o.function,
+        live,
+        allocation,
+    }
+}
+
+/// Occupancy of the temp arena at every time `0..=max`: a slot (allocation, offset) counts once,
+/// at the largest size live in it. Returns the timeline and the first time of its maximum.
+fn sweep(slots: &[Slot], max_t: u64) -> (Vec<u64>, Option<u64>) {
+    let len = slots
+        .iter()
+        .map(|s| s.end + 1)
+        .max()
+        .unwrap_or(0)
+        .max(max_t) as usize;
+    if len == 0 {
+        return (Vec::new(), None);
+    }
+    let mut starts: Vec<Vec<usize>> = vec![Vec::new(); len + 1];
+    let mut ends: Vec<Vec<usize>> = vec![Vec::new(); len + 1];
+    for (k, s) in slots.iter().enumerate() {
+        starts[(s.start as usize).min(len)].push(k);
+        ends[((s.end + 1) as usize).min(len)].push(k);
+    }
+    let mut live: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+    let mut usage: u64 = 0;
+    let mut timeline = Vec::with_capacity(len);
+    let (mut best, mut best_t) = (0u64, None);
+    for t in 0..len {
+        for &k in &ends[t] {
+            let s = &slots[k];
+            if let Some(v) = live.get_mut(&(s.alloc, s.offset)) {
+                let before = v.iter().copied().max().unwrap_or(0);
+                if let Some(p) = v.iter().position(|&z| z == s.size) {
+                    v.swap_remove(p);
+                }
+                let after = v.iter().copied().max().unwrap_or(0);
+                usage = usage + after - before;
+            }
+        }
+        for &k in &starts[t] {
+            let s = &slots[k];
+            let v = live.entry((s.alloc, s.offset)).or_default();
+            let before = v.iter().copied().max().unwrap_or(0);
+            v.push(s.size);
+            let after = before.max(s.size);
+            usage = usage + after - before;
+        }
+        timeline.push(usage);
+        if best_t.is_none() || usage > best {
+            best = usage;
+            best_t = Some(t as u64);
+        }
+    }
+    (timeline, best_t)
+}
+
+fn group_by_source(buffers: &[BufferAtPeak]) -> Vec<Group> {
+    let mut map: Vec<Group> = Vec::new();
+    for b in buffers {
+        let key = b
+            .source
+            .clone()
+            .unwrap_or_else(|| "(no source line)".into());
+        match map.iter_mut().find(|g| g.key == key) {
+            Some(g) => {
+                g.bytes += b.size_bytes;
+                g.buffers += 1;
+            }
+            None => map.push(Group {
+                key,
+                depth: 0,
+                bytes: b.size_bytes,
+                buffers: 1,
+            }),
+        }
+    }
+    map.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
+    map
+}
+
+/// Splits an op_name at `/` outside parentheses and brackets.
+pub fn op_name_parts(op: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (k, c) in op.char_indices() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            '/' if depth <= 0 => {
+                out.push(&op[start..k]);
+                start = k + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&op[start..]);
+    out
+}
+
+fn group_by_op_name(buffers: &[BufferAtPeak]) -> Vec<Group> {
+    // Every path prefix, then printed as a tree: children sorted by bytes under their parent.
+    let mut totals: HashMap<Vec<String>, (u64, usize)> = HashMap::new();
+    for b in buffers {
+        let op = b.op_name.clone().unwrap_or_else(|| format!("({})", b.name));
+        let parts: Vec<String> = op_name_parts(&op).into_iter().map(str::to_string).collect();
+        for k in 1..=parts.len() {
+            let e = totals.entry(parts[..k].to_vec()).or_default();
+            e.0 += b.size_bytes;
+            e.1 += 1;
+        }
+    }
+    let mut out = Vec::new();
+    fn walk(prefix: &[String], totals: &HashMap<Vec<String>, (u64, usize)>, out: &mut Vec<Group>) {
+        let mut kids: Vec<(&Vec<String>, &(u64, usize))> = totals
+            .iter()
+            .filter(|(k, _)| k.len() == prefix.len() + 1 && k.starts_with(prefix))
+            .collect();
+        kids.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(b.0)));
+        for (k, (bytes, n)) in kids {
+            out.push(Group {
+                key: k.join("/"),
+                depth: prefix.len(),
+                bytes: *bytes,
+                buffers: *n,
+            });
+            walk(k, totals, out);
+        }
+    }
+    walk(&[], &totals, &mut out);
+    out
+}
+
+/// Heap simulation over a scheduled entry computation (no buffer assignment): each instruction
+/// that defines memory allocates its result leaves at its position and frees them after the last
+/// user; `get-tuple-element`, `bitcast` and `tuple` alias their operands; entry parameters and
+/// the root live throughout. An estimate: no sharing inside the temp arena, called computations
+/// are not expanded, in-place reuse is not modelled.
+pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
+    let Some(entry) = m.entry() else {
+        return Vec::new();
+    };
+    let n = entry.instructions.len();
+    let pos: HashMap<&str, usize> = entry
+        .instructions
+        .iter()
+        .enumerate()
+        .map(|(k, i)| (i.name, k))
+        .collect();
+    // Resolve aliases to the defining instruction.
+    let mut owner: Vec<usize> = (0..n).collect();
+    for (k, i) in entry.instructions.iter().enumerate() {
+        if matches!(i.opcode, "get-tuple-element" | "bitcast") {
+            if let Some(&p) = i.operands.first().and_then(|o| pos.get(o)) {
+                owner[k] = owner[p];
+            }
+        }
+    }
+    let mut last_use: Vec<usize> = (0..n).collect();
+    for (k, i) in entry.instructions.iter().enumerate() {
+        for o in &i.operands {
+            if let Some(&p) = pos.get(o) {
+                let p = owner[p];
+                last_use[p] = last_use[p].max(k);
+                if entry.instructions[p].opcode == "tuple" {
+                    for o2 in &entry.instructions[p].operands {
+                        if let Some(&q) = pos.get(o2) {
+                            let q = owner[q];
+                            last_use[q] = last_use[q].max(k);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let aliased: Vec<u32> = m.input_output_alias.iter().map(|a| a.param).collect();
+    let mut slots = Vec::new();
+    let mut indefinite: HashMap<u32, (u64, u64, u64, u64)> = HashMap::new(); // color -> args, outs, aliased, consts
+    let insts = index_instructions(m);
+    let mut buffers_by_color: HashMap<u32, Vec<BufferAtPeak>> = HashMap::new();
+    for (k, i) in entry.instructions.iter().enumerate() {
+        if owner[k] != k || matches!(i.opcode, "tuple" | "get-tuple-element" | "bitcast") {
+            continue;
+        }
+        for (_, leaf) in shape_leaves(i.shape) {
+            let Some(s) = Shape::parse(leaf) else {
+                continue;
+            };
+            let size = if s.has_tiles() {
+                s.padded_bytes()
+            } else {
+                s.unpadded_bytes()
+            };
+            let color = s.layout.as_ref().and_then(|l| l.memory_space).unwrap_or(0);
+            let kind = if i.opcode == "parameter" {
+                "parameter"
+            } else if i.is_root {
+                "output"
+            } else if i.opcode == "constant" {
+                "constant"
+            } else {
+                "temp"
+            };
+            if kind != "temp" {
+                let e = indefinite.entry(color).or_default();
+                match kind {
+                    "parameter" => {
+                        e.0 += size;
+                        if i.parameter_number().is_some_and(|p| aliased.contains(&p)) {
+                            e.2 += size;
+                        }
+                    }
+                    "output" => e.1 += size,
+                    _ => e.3 += size,
+                }
+                buffers_by_color.entry(color).or_default().push(make_buffer(
+                    Some(m),
+                    Some(&insts),
+                    i.name.to_string(),
+                    i.name,
+                    size,
+                    s.unpadded_bytes(),
+                    leaf,
+                    kind,
+                    None,
+                    None,
+                ));
+                continue;
+            }
+            slots.push((
+                color,
+                Slot {
+                    alloc: k as u64,
+                    offset: slots.len() as u64,
+                    size,
+                    unpadded: s.unpadded_bytes(),
+                    start: k as u64,
+                    end: last_use[k] as u64,
+                    name: i.name.to_string(),
+                    shape: leaf.to_string(),
+                    kind: "temp",
+                },
+            ));
+        }
+    }
+    let mut colors: Vec<u32> = indefinite
+        .keys()
+        .copied()
+        .chain(slots.iter().map(|(c, _)| *c))
+        .collect();
+    colors.sort_unstable();
+    colors.dedup();
+    let mut out = Vec::new();
+    for color in colors {
+        let mine: Vec<Slot> = slots
+            .iter()
+            .filter(|(c, _)| *c == color)
+            .map(|(_, s)| Slot {
+                alloc: s.alloc,
+                offset: s.offset,
+                size: s.size,
+                unpadded: s.unpadded,
+                start: s.start,
+                end: s.end,
+                name: s.name.clone(),
+                shape: s.shape.clone(),
+                kind: s.kind,
+            })
+            .collect();
+        let (timeline, peak_t) = sweep(&mine, n as u64);
+        let (args, outs, alias, consts) = indefinite.get(&color).copied().unwrap_or_default();
+        let fixed = args + outs + consts;
+        let temp_peak = peak_t
+            .and_then(|t| timeline.get(t as usize).copied())
+            .unwrap_or(0);
+        let mut buffers = buffers_by_color.remove(&color).unwrap_or_default();
+        if let Some(t) = peak_t {
+            for s in mine.iter().filter(|s| s.start <= t && t <= s.end) {
+                buffers.push(make_buffer(
+                    Some(m),
+                    Some(&insts),
+                    s.name.clone(),
+                    &s.name,
+                    s.size,
+                    s.unpadded,
+                    &s.shape,
+                    "temp",
+                    Some((s.start, s.end)),
+                    None,
+                ));
+            }
+        }
+        buffers.sort_by(|a, b| {
+            b.size_bytes
+                .cmp(&a.size_bytes)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let padding_bytes = buffers
+            .iter()
+            .map(|b| b.size_bytes.saturating_sub(b.unpadded_bytes))
+            .sum();
+        out.push(SpaceReport {
+            space: space_name(color),
+            total_bytes: fixed + temp_peak,
+            peak_bytes: fixed + temp_peak,
+            arguments_bytes: args,
+            outputs_bytes: outs,
+            aliased_bytes: alias,
+            temp_bytes: temp_peak,
+            padding_bytes,
+            by_source: group_by_source(&buffers),
+            by_op_name: group_by_op_name(&buffers),
+            buffers_at_peak: buffers,
+            color,
+            constants_bytes: consts,
+            thread_local_bytes: 0,
+            fragmentation_bytes: 0,
+            peak_time: peak_t,
+            peak_instruction: peak_t
+                .and_then(|t| entry.instructions.get(t as usize))
+                .map(|i| i.name.to_string()),
+            timeline: timeline.into_iter().map(|b| b + fixed).collect(),
+        });
+    }
+    out
+}
+
+/// Builds the whole report: analyses every module, runs the detectors and ranks the causes.
+pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeReport {
+    let mut modules: Vec<ModuleReport> = Vec::new();
+    for input in inputs {
+        let mut r = analyze_module(input);
+        r.causes = crate::detect::detect(input, &r, opts);
+        modules.push(r);
+    }
+    let hbm = |m: &ModuleReport| m.memory_spaces.iter().find(|s| s.color == 0).cloned();
+    // The module that matters most: the largest HBM total.
+    let main = modules
+        .iter()
+        .filter_map(|m| hbm(m).map(|s| (m, s)))
+        .max_by_key(|(_, s)| s.total_bytes);
+    let fits = opts
+        .budget_bytes
+        .map(|b| modules.iter().filter_map(hbm).all(|s| s.total_bytes <= b));
+    let (category, causes, summary) = match main {
+        Some((m, s)) => {
+            let reference = opts.budget_bytes.unwrap_or(s.peak_bytes).max(1);
+            let largest = s
+                .buffers_at_peak
+                .iter()
+                .filter(|b| b.kind != "parameter")
+                .map(|b| b.size_bytes)
+                .max()
+                .unwrap_or(0);
+            let category = if s.arguments_bytes + s.outputs_bytes >= reference
+                && opts.budget_bytes.is_some()
+            {
+                Category::Arguments
+            } else if largest * 2 > reference {
+                Category::SingleLargeAllocation
+            } else {
+                Category::Aggregate
+            };
+            let fmt = hbm_doctor_log::format_size;
+            let verdict = match opts.budget_bytes {
+                Some(b) if s.total_bytes > b => format!(
+                    "does not fit {}: needs {} of HBM, {} over",
+                    opts.target
+                        .as_deref()
+                        .map_or_else(|| fmt(b), |t| format!("{t} ({})", fmt(b))),
+                    fmt(s.total_bytes),
+                    fmt(s.total_bytes - b)
+                ),
+                Some(b) => format!(
+                    "fits {} with {} to spare",
+                    opts.target
+                        .as_deref()
+                        .map_or_else(|| fmt(b), |t| format!("{t} ({})", fmt(b))),
+                    fmt(b - s.total_bytes)
+                ),
+                None => format!(
+                    "needs {} of HBM (peak {} live)",
+                    fmt(s.total_bytes),
+                    fmt(s.peak_bytes)
+                ),
+            };
+            (category, m.causes.clone(), format!("{}: {verdict}", m.name))
+        }
+        None => (
+            Category::Unknown,
+            Vec::new(),
+            "no module with a buffer assignment or a scheduled HLO module was found".into(),
+        ),
+    };
+    AnalyzeReport {
+        schema_version: SCHEMA_VERSION,
+        modules,
+        diagnosis: AnalyzeDiagnosis {
+            category,
+            causes,
+            budget_bytes: opts.budget_bytes,
+            fits,
+            summary,
+        },
+    }
+}

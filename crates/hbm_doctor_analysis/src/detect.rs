@@ -1,0 +1,717 @@
+//! Detectors for known waste in one analyzed module. Each gives a contract cause with the buffers
+//! it rests on as evidence and an estimate of the peak reduction (`savings_bytes`).
+
+use crate::analyze::{
+    index_instructions, op_name_parts, AnalyzeOptions, BufferAtPeak, ModuleInput, ModuleReport,
+    SpaceReport,
+};
+use crate::model::{Cause, CauseKind, Snippet};
+use hbm_doctor_hlo::hlo::{shape_leaves, sharding_is_replicated, HloModule, Instruction};
+use hbm_doctor_hlo::text::unescape;
+use hbm_doctor_hlo::Shape;
+use hbm_doctor_log::format_size;
+use std::collections::{HashMap, HashSet};
+
+const MIB: u64 = 1 << 20;
+
+fn pct(part: u64, whole: u64) -> String {
+    format!("{:.0}%", part as f64 * 100.0 / whole.max(1) as f64)
+}
+
+fn cause(kind: CauseKind, savings: Option<u64>, evidence: String, actions: Vec<String>) -> Cause {
+    Cause {
+        cause: kind,
+        savings_bytes: savings,
+        evidence,
+        actions,
+        snippets: Vec::new(),
+        sufficient: None,
+    }
+}
+
+fn snippet(framework: &str, code: &str) -> Snippet {
+    Snippet {
+        framework: framework.into(),
+        code: code.into(),
+    }
+}
+
+fn dims_of(b: &BufferAtPeak) -> Option<Shape> {
+    Shape::parse(&b.layout_shape)
+}
+
+fn same_array(a: &str, b: &str) -> bool {
+    match (Shape::parse(a), Shape::parse(b)) {
+        (Some(x), Some(y)) => x.element_type == y.element_type && x.dims == y.dims,
+        _ => false,
+    }
+}
+
+/// Runs every detector on one module; causes ranked by savings (unknown savings last).
+pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) -> Vec<Cause> {
+    let Some(s) = r.memory_spaces.iter().find(|s| s.color == 0) else {
+        return Vec::new();
+    };
+    let hlo = input.hlo;
+    let mut claimed: HashSet<String> = HashSet::new();
+    let mut out = Vec::new();
+    if let Some(m) = hlo {
+        out.extend(debug_print(m, s, &mut claimed));
+        out.extend(replicated(m, s, &mut claimed));
+        out.extend(no_donation(m, s));
+    }
+    out.extend(no_remat(input, s, &mut claimed));
+    out.extend(large_activation(s, &claimed));
+    out.extend(padding(s));
+    out.extend(f32_precision(s));
+    out.extend(batch_too_large(hlo, s, opts));
+    out.extend(arguments_exceed(s, opts));
+    for c in &mut out {
+        if let (Some(b), Some(sv)) = (opts.budget_bytes, c.savings_bytes) {
+            if s.total_bytes > b {
+                c.sufficient = Some(s.total_bytes.saturating_sub(sv) <= b);
+            }
+        }
+    }
+    out.sort_by(|a, b| {
+        b.savings_bytes
+            .unwrap_or(0)
+            .cmp(&a.savings_bytes.unwrap_or(0))
+            .then(a.cause.cmp(&b.cause))
+    });
+    out
+}
+
+/// Large entry parameters left whole on every device of an SPMD module, and the buffers of the
+/// same shape (updated weights, gradients) that follow them.
+fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>) -> Vec<Cause> {
+    let n = u64::from(m.num_partitions);
+    if n <= 1 {
+        return Vec::new();
+    }
+    let Some(entry) = m.entry() else {
+        return Vec::new();
+    };
+    let threshold = (s.peak_bytes / 10).max(16 * MIB);
+    let mut weights = Vec::new();
+    let mut opt_state = Vec::new();
+    for i in entry
+        .instructions
+        .iter()
+        .filter(|i| i.opcode == "parameter")
+    {
+        let Some(sh) = i.sharding() else { continue };
+        if !sharding_is_replicated(sh) {
+            continue;
+        }
+        let Some(b) = s
+            .buffers_at_peak
+            .iter()
+            .find(|b| b.name == i.name && b.kind == "parameter")
+        else {
+            continue;
+        };
+        if b.size_bytes < threshold {
+            continue;
+        }
+        let op = unescape(i.metadata.op_name).to_lowercase();
+        if ["opt_state", "mu", "nu", "momentum", "adam", "optimizer"]
+            .iter()
+            .any(|k| op_name_parts(&op).iter().any(|p| p.contains(k)))
+        {
+            opt_state.push(b);
+        } else {
+            weights.push(b);
+        }
+    }
+    let mut causes = Vec::new();
+    for (list, kind) in [
+        (weights, CauseKind::ReplicatedTensor),
+        (opt_state, CauseKind::OptimizerStateUnsharded),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        let mut savings = 0;
+        let mut names = Vec::new();
+        for p in &list {
+            for b in s
+                .buffers_at_peak
+                .iter()
+                .filter(|b| same_array(&b.layout_shape, &p.layout_shape))
+            {
+                if claimed.insert(b.name.clone()) {
+                    savings += b.size_bytes - b.size_bytes / n;
+                    if b.name != p.name {
+                        names.push(format!(
+                            "{} ({}, {})",
+                            b.name,
+                            b.kind,
+                            format_size(b.size_bytes)
+                        ));
+                    }
+                }
+            }
+        }
+        let first = list[0];
+        let what = list
+            .iter()
+            .map(|b| {
+                format!(
+                    "{} {} ({}{})",
+                    b.name,
+                    b.shape,
+                    format_size(b.size_bytes),
+                    b.op_name
+                        .as_deref()
+                        .map(|o| format!(", `{o}`"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let evidence = format!(
+            "{what} {} sharding={{replicated}} in a module with num_partitions={n}: each of the {n} devices holds the whole array{}",
+            if list.len() == 1 { "has" } else { "have" },
+            if names.is_empty() { String::new() } else { format!("; same-shape buffers live at the peak: {}", names.join(", ")) }
+        );
+        let mut c = cause(
+            kind,
+            Some(savings),
+            evidence,
+            vec![
+                format!("shard {} over the mesh instead of replicating it (JAX: NamedSharding(mesh, P('d', None)) on the argument, or jax.lax.with_sharding_constraint inside the step; PyTorch/XLA: xs.mark_sharding(t, mesh, ('d', None)))", first.op_name.as_deref().unwrap_or(&first.name)),
+                if kind == CauseKind::OptimizerStateUnsharded { "shard the optimizer state like the parameters (ZeRO / FSDP style): give opt_state the same out_shardings as params".into() } else { "check in_shardings/out_shardings of the jit: an empty PartitionSpec P() means replicated".into() },
+            ],
+        );
+        c.snippets.push(snippet("jax", "from jax.sharding import NamedSharding, PartitionSpec as P\nw = jax.device_put(w, NamedSharding(mesh, P('d', None)))"));
+        c.snippets.push(snippet(
+            "pytorch_xla",
+            "import torch_xla.distributed.spmd as xs\nxs.mark_sharding(w, mesh, ('d', None))",
+        ));
+        causes.push(c);
+    }
+    causes
+}
+
+fn is_host_transfer(i: &Instruction<'_>) -> bool {
+    let op = i.metadata.op_name;
+    let cc = i
+        .attr("custom_call_target")
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    (matches!(i.opcode, "send" | "recv" | "send-done" | "recv-done")
+        && i.attr("is_host_transfer") == Some("true"))
+        || matches!(i.opcode, "outfeed" | "infeed")
+        || (i.opcode == "custom-call" && (cc.contains("callback") || cc.contains("host")))
+        || [
+            "debug_print",
+            "debug_callback",
+            "io_callback",
+            "pure_callback",
+        ]
+        .iter()
+        .any(|k| op.contains(k))
+}
+
+/// Host callbacks / transfers that force tensors to materialize (and often be gathered first).
+fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>) -> Vec<Cause> {
+    let Some(entry) = m.entry() else {
+        return Vec::new();
+    };
+    let by_name: HashMap<&str, &Instruction<'_>> =
+        entry.instructions.iter().map(|i| (i.name, i)).collect();
+    let transfers: Vec<&Instruction<'_>> = entry
+        .instructions
+        .iter()
+        .filter(|i| is_host_transfer(i))
+        .collect();
+    if transfers.is_empty() {
+        return Vec::new();
+    }
+    // Data fed to the host, and what exists only to feed it (a gather to one device, a copy).
+    let mut feeding: HashSet<&str> = HashSet::new();
+    for t in &transfers {
+        for o in &t.operands {
+            let mut cur = *o;
+            for _ in 0..8 {
+                let Some(i) = by_name.get(cur) else { break };
+                if i.opcode == "after-all"
+                    || i.shape.starts_with("token")
+                    || is_host_transfer(i) && !std::ptr::eq(*i, *t)
+                {
+                    break;
+                }
+                feeding.insert(cur);
+                if !matches!(
+                    i.opcode,
+                    "all-gather"
+                        | "all-gather-done"
+                        | "copy"
+                        | "bitcast"
+                        | "get-tuple-element"
+                        | "reshape"
+                        | "transpose"
+                ) {
+                    break;
+                }
+                match i.operands.first() {
+                    Some(next) => cur = next,
+                    None => break,
+                }
+            }
+        }
+    }
+    let mut held: Vec<&BufferAtPeak> = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| {
+            b.kind == "temp"
+                && (feeding.contains(b.name.split('{').next().unwrap_or(""))
+                    || b.op_name
+                        .as_deref()
+                        .is_some_and(|o| o.contains("debug_print") || o.contains("callback")))
+        })
+        .collect();
+    held.sort_by_key(|b| std::cmp::Reverse(b.size_bytes));
+    // Only what exists for the host transfer is saved: a gather/copy made for it, not its source.
+    let savings: u64 = held
+        .iter()
+        .filter(|b| {
+            let base = b.name.split('{').next().unwrap_or("");
+            by_name.get(base).is_some_and(|i| {
+                matches!(i.opcode, "all-gather" | "all-gather-done" | "copy") || is_host_transfer(i)
+            })
+        })
+        .map(|b| b.size_bytes)
+        .sum();
+    for b in &held {
+        claimed.insert(b.name.clone());
+    }
+    let ops: Vec<String> = transfers
+        .iter()
+        .filter(|t| matches!(t.opcode, "send" | "outfeed" | "custom-call"))
+        .map(|t| {
+            format!(
+                "{} ({})",
+                t.name,
+                if t.opcode == "custom-call" {
+                    t.attr("custom_call_target")
+                        .unwrap_or("custom-call")
+                        .trim_matches('"')
+                        .to_string()
+                } else {
+                    t.opcode.to_string()
+                }
+            )
+        })
+        .collect();
+    let src = transfers
+        .iter()
+        .find_map(|t| crate::analyze::origin(Some(m), Some(t)).source)
+        .map(|s| format!(" at {s}"))
+        .unwrap_or_default();
+    let heldtxt = if held.is_empty() {
+        "no large buffer is live at the peak because of it".to_string()
+    } else {
+        format!(
+            "live at the peak for it: {}",
+            held.iter()
+                .take(4)
+                .map(|b| format!(
+                    "{} {} ({}, {})",
+                    b.name,
+                    b.shape,
+                    format_size(b.size_bytes),
+                    b.opcode.as_deref().unwrap_or("?")
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    if held.is_empty() && ops.is_empty() {
+        return Vec::new();
+    }
+    let mut c = cause(
+        CauseKind::DebugPrint,
+        Some(savings),
+        format!("{} host transfer(s){src} ({}); {heldtxt}", transfers.len(), if ops.is_empty() { "recv/infeed".into() } else { ops.join(", ") }),
+        vec![
+            "remove jax.debug.print / jax.debug.callback / host_callback from the jitted step, or print a reduction (x.sum(), x[:4]) instead of the whole array".into(),
+            "a printed sharded array is gathered to one device first: print per shard (jax.debug.print under shard_map) or outside jit".into(),
+        ],
+    );
+    c.snippets.push(snippet(
+        "jax",
+        "jax.debug.print(\"x sum {}\", x.sum())  # not the whole x",
+    ));
+    vec![c]
+}
+
+/// Entry parameters with a same-shaped output and no input_output_alias: both live at once.
+fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
+    let Some(entry) = m.entry() else {
+        return Vec::new();
+    };
+    let Some(root) = entry.instructions.iter().find(|i| i.is_root) else {
+        return Vec::new();
+    };
+    let aliased: HashSet<u32> = m.input_output_alias.iter().map(|a| a.param).collect();
+    let aliased_outputs: HashSet<Vec<u64>> = m
+        .input_output_alias
+        .iter()
+        .map(|a| a.output_index.clone())
+        .collect();
+    let mut outputs: Vec<(Vec<u64>, &str, bool)> = shape_leaves(root.shape)
+        .into_iter()
+        .filter(|(idx, _)| !aliased_outputs.contains(idx))
+        .map(|(i, s)| (i, s, false))
+        .collect();
+    let threshold = (s.peak_bytes / 50).max(MIB);
+    let mut found = Vec::new();
+    for p in entry
+        .instructions
+        .iter()
+        .filter(|i| i.opcode == "parameter")
+    {
+        let Some(num) = p.parameter_number() else {
+            continue;
+        };
+        if aliased.contains(&num) || p.shape.starts_with('(') {
+            continue;
+        }
+        let size = s
+            .buffers_at_peak
+            .iter()
+            .find(|b| b.name == p.name)
+            .map_or(0, |b| b.size_bytes);
+        if size < threshold {
+            continue;
+        }
+        if let Some(o) = outputs
+            .iter_mut()
+            .find(|(_, sh, used)| !*used && same_array(sh, p.shape))
+        {
+            o.2 = true;
+            found.push((p, size));
+        }
+    }
+    if found.is_empty() {
+        return Vec::new();
+    }
+    let savings: u64 = found.iter().map(|(_, z)| z).sum();
+    let nums: Vec<String> = found
+        .iter()
+        .filter_map(|(p, _)| p.parameter_number())
+        .map(|n| n.to_string())
+        .collect();
+    let names: Vec<String> = found
+        .iter()
+        .map(|(p, z)| {
+            let op = unescape(p.metadata.op_name);
+            format!(
+                "parameter {} {} ({}{})",
+                p.parameter_number().unwrap_or(0),
+                crate::analyze::shape_without_layout(p.shape),
+                format_size(*z),
+                if op.is_empty() {
+                    String::new()
+                } else {
+                    format!(", `{op}`")
+                }
+            )
+        })
+        .collect();
+    let mut c = cause(
+        CauseKind::NoDonation,
+        Some(savings),
+        format!("{} not donated although the outputs have the same shape: input and output copies exist at once ({}, {} of the peak)", names.join(", "), format_size(savings), pct(savings, s.peak_bytes)),
+        vec![
+            format!("donate the updated inputs: jax.jit(step, donate_argnums=({},)) (the module has no input_output_alias for them)", nums.join(", ")),
+            "PyTorch/XLA: update the tensors in place (optimizer.step() on XLA tensors) so the compiler aliases them".into(),
+        ],
+    );
+    c.snippets.push(snippet(
+        "jax",
+        &format!(
+            "step = jax.jit(step, donate_argnums=({},))",
+            nums.join(", ")
+        ),
+    ));
+    vec![c]
+}
+
+/// Forward activations held until the backward pass, when the peak is in the backward pass.
+fn no_remat(input: &ModuleInput<'_>, s: &SpaceReport, claimed: &mut HashSet<String>) -> Vec<Cause> {
+    let Some(t) = s.peak_time else {
+        return Vec::new();
+    };
+    let is_fwd = |o: &str| {
+        o.contains("jvp(")
+            && !o.contains("transpose(")
+            && !o.contains("checkpoint")
+            && !o.contains("remat")
+    };
+    let Some(m) = input.hlo else {
+        return Vec::new();
+    };
+    let insts = index_instructions(m);
+    // First backward instruction in the flattened schedule.
+    let lr = input
+        .live_range
+        .or(input.buffer_assignment.and_then(|b| b.live_range.as_ref()));
+    let seq: Vec<&str> = match lr {
+        Some(l) => l.sequence.clone(),
+        None => m
+            .entry()
+            .map(|e| e.instructions.iter().map(|i| i.name).collect())
+            .unwrap_or_default(),
+    };
+    let first_bwd = seq.iter().position(|n| {
+        insts
+            .get(n)
+            .is_some_and(|i| i.metadata.op_name.contains("transpose("))
+    });
+    let Some(first_bwd) = first_bwd.map(|p| p as u64) else {
+        return Vec::new();
+    };
+    if t < first_bwd {
+        return Vec::new();
+    }
+    let mut held: Vec<&BufferAtPeak> = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| {
+            b.kind == "temp"
+                && b.op_name.as_deref().is_some_and(is_fwd)
+                && b.live.is_some_and(|(st, en)| st < first_bwd && en >= t)
+        })
+        .collect();
+    held.sort_by_key(|b| std::cmp::Reverse(b.size_bytes));
+    let total: u64 = held.iter().map(|b| b.size_bytes).sum();
+    if held.len() < 2 || total * 4 < s.peak_bytes {
+        return Vec::new();
+    }
+    for b in &held {
+        claimed.insert(b.name.clone());
+    }
+    let savings = total - held[0].size_bytes;
+    let mut c = cause(
+        CauseKind::NoRemat,
+        Some(savings),
+        format!(
+            "{} forward activations ({}, {} of the peak) are produced before the backward pass starts (schedule position {first_bwd}) and are still live at the peak (position {t}): {}",
+            held.len(),
+            format_size(total),
+            pct(total, s.peak_bytes),
+            held.iter().take(4).map(|b| format!("{} {} ({}{})", b.name, b.shape, format_size(b.size_bytes), b.source.as_deref().map(|x| format!(", {x}")).unwrap_or_default())).collect::<Vec<_>>().join(", ")
+        ),
+        vec![
+            "rematerialize per layer: wrap each block in jax.checkpoint (jax.remat), or use a policy such as jax.checkpoint_policies.dots_with_no_batch_dims_saveable".into(),
+            "PyTorch/XLA: torch_xla.utils.checkpoint.checkpoint around each block".into(),
+        ],
+    );
+    c.snippets.push(snippet(
+        "jax",
+        "block = jax.checkpoint(block)  # or nn.remat(Block) in Flax",
+    ));
+    vec![c]
+}
+
+/// One intermediate dominating the peak.
+fn large_activation(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
+    let Some(b) = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| b.kind == "temp" && !claimed.contains(&b.name))
+        .max_by_key(|b| b.size_bytes)
+    else {
+        return Vec::new();
+    };
+    if b.size_bytes * 10 < s.peak_bytes * 3 {
+        return Vec::new();
+    }
+    let attention = dims_of(b).is_some_and(|sh| {
+        sh.dims.len() >= 3
+            && sh.dims[sh.dims.len() - 1] == sh.dims[sh.dims.len() - 2]
+            && sh.dims[sh.dims.len() - 1] >= 512
+    });
+    let mut actions = Vec::new();
+    if attention {
+        actions.push("this looks like attention scores [.., S, S]: use a fused attention kernel (jax.nn.dot_product_attention(implementation='cudnn'), Pallas flash attention / splash attention on TPU) so the S x S matrix is never materialized".into());
+    }
+    actions.push(format!("compute {} in chunks (jax.lax.map / lax.scan over the batch or sequence) so only one chunk is live", b.op_name.as_deref().unwrap_or(&b.name)));
+    vec![cause(
+        CauseKind::LargeActivation,
+        Some(b.size_bytes / 2),
+        format!(
+            "{} {} ({}{}) alone is {} of the peak{}",
+            b.name,
+            b.shape,
+            format_size(b.size_bytes),
+            b.op_name
+                .as_deref()
+                .map(|o| format!(", `{o}`"))
+                .unwrap_or_default(),
+            pct(b.size_bytes, s.peak_bytes),
+            b.source
+                .as_deref()
+                .map(|x| format!(", from {x}"))
+                .unwrap_or_default()
+        ),
+        actions,
+    )]
+}
+
+/// Tiled-layout padding among the buffers at the peak.
+fn padding(s: &SpaceReport) -> Vec<Cause> {
+    if s.padding_bytes < MIB || s.padding_bytes * 10 < s.peak_bytes {
+        return Vec::new();
+    }
+    let mut worst: Vec<&BufferAtPeak> = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| b.size_bytes > b.unpadded_bytes)
+        .collect();
+    worst.sort_by_key(|b| std::cmp::Reverse(b.size_bytes - b.unpadded_bytes));
+    let list = worst
+        .iter()
+        .take(3)
+        .map(|b| {
+            format!(
+                "{} {} {} for {} of data ({:.1}x)",
+                b.name,
+                b.layout_shape,
+                format_size(b.size_bytes),
+                format_size(b.unpadded_bytes),
+                b.size_bytes as f64 / b.unpadded_bytes.max(1) as f64
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let hint = worst.first().and_then(|b| dims_of(b)).map(|sh| {
+        let tiled: Vec<String> = sh.tiled_dims().iter().map(|(d, t)| format!("dim {d} ({}) to a multiple of {t}", sh.dims.get(*d).copied().unwrap_or(0))).collect();
+        format!("the tiled dims are {}: make them multiples of the tile, or transpose so the small dims are not the two most minor", tiled.join(" and "))
+    });
+    let mut actions = vec!["reshape or transpose small trailing dims away from the minor positions (e.g. [N,3,3] -> [3,3,N] or [N,9] padded to [N,16]), and keep minor dims multiples of 128 and second-minor multiples of 8".to_string()];
+    if let Some(h) = hint {
+        actions.insert(0, h);
+    }
+    actions.push("check a shape with `hbm-doctor pad SHAPE`".into());
+    vec![cause(
+        CauseKind::Padding,
+        Some(s.padding_bytes),
+        format!(
+            "padding is {} of the {} peak ({}); worst: {list}",
+            format_size(s.padding_bytes),
+            format_size(s.peak_bytes),
+            pct(s.padding_bytes, s.peak_bytes)
+        ),
+        actions,
+    )]
+}
+
+/// Large f32 activations and outputs where bf16 would serve.
+fn f32_precision(s: &SpaceReport) -> Vec<Cause> {
+    let f32s: Vec<&BufferAtPeak> = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| b.kind != "parameter" && b.shape.starts_with("f32["))
+        .collect();
+    let bytes: u64 = f32s.iter().map(|b| b.size_bytes).sum();
+    if bytes < 256 * MIB || bytes * 2 < s.peak_bytes {
+        return Vec::new();
+    }
+    vec![cause(
+        CauseKind::F32Precision,
+        Some(bytes / 2),
+        format!("{} f32 intermediates and outputs are live at the peak ({}, {} of it); in bf16 they would take half", f32s.len(), format_size(bytes), pct(bytes, s.peak_bytes)),
+        vec!["compute in bfloat16 (params/activations as jnp.bfloat16, keep f32 master weights in the optimizer only), or jax.default_matmul_precision with bf16 inputs".into(), "PyTorch/XLA: torch.autocast('xla', dtype=torch.bfloat16)".into()],
+    )]
+}
+
+/// Temporaries scaling with a leading batch dimension.
+fn batch_too_large(
+    hlo: Option<&HloModule<'_>>,
+    s: &SpaceReport,
+    opts: &AnalyzeOptions,
+) -> Vec<Cause> {
+    let Some(m) = hlo else { return Vec::new() };
+    let Some(entry) = m.entry() else {
+        return Vec::new();
+    };
+    // Candidate batch sizes: leading dims of non-tuple entry parameters.
+    let mut candidates: Vec<u64> = entry
+        .instructions
+        .iter()
+        .filter(|i| i.opcode == "parameter")
+        .filter_map(|i| Shape::parse(i.shape))
+        .filter(|sh| sh.dims.len() >= 2)
+        .map(|sh| sh.dims[0])
+        .filter(|&d| d >= 8)
+        .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    let temps: Vec<&BufferAtPeak> = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| b.kind == "temp")
+        .collect();
+    let best = candidates
+        .iter()
+        .map(|&bsz| {
+            (
+                bsz,
+                temps
+                    .iter()
+                    .filter(|b| {
+                        dims_of(b).is_some_and(|sh| sh.dims.len() >= 2 && sh.dims[0] == bsz)
+                    })
+                    .map(|b| b.size_bytes)
+                    .sum::<u64>(),
+            )
+        })
+        .max_by_key(|&(_, z)| z);
+    let Some((bsz, bytes)) = best else {
+        return Vec::new();
+    };
+    let over = opts.budget_bytes.map(|b| s.total_bytes.saturating_sub(b));
+    if bytes * 10 < s.peak_bytes * 3 || over == Some(0) {
+        return Vec::new();
+    }
+    let (savings, action) = match over {
+        Some(need) if need < bytes => {
+            let keep = 1.0 - need as f64 / bytes as f64;
+            let mut nb = ((bsz as f64 * keep).floor() as u64).max(1);
+            if nb >= 8 {
+                nb -= nb % 8;
+            }
+            (Some(bytes - bytes * nb / bsz), format!("reduce the batch from {bsz} to at most {nb} (or split it into {} micro-batches with gradient accumulation)", bsz.div_ceil(nb.max(1))))
+        }
+        Some(_) => (Some(bytes / 2), format!("the batch-sized temporaries ({}) are smaller than the overflow: shrinking the batch alone will not fit; halve it ({bsz} -> {}) and combine with the other causes", format_size(bytes), bsz / 2)),
+        None => (Some(bytes / 2), format!("halve the batch ({bsz} -> {}) or use 2 micro-batches with gradient accumulation", bsz / 2)),
+    };
+    vec![cause(
+        CauseKind::BatchTooLarge,
+        savings,
+        format!("temporaries with leading dimension {bsz} (the batch of the inputs) take {} at the peak ({} of it)", format_size(bytes), pct(bytes, s.peak_bytes)),
+        vec![action, "use gradient accumulation (optax.MultiSteps) to keep the effective batch".into()],
+    )]
+}
+
+/// Inputs alone do not fit the budget.
+fn arguments_exceed(s: &SpaceReport, opts: &AnalyzeOptions) -> Vec<Cause> {
+    let Some(b) = opts.budget_bytes else {
+        return Vec::new();
+    };
+    let args = s.arguments_bytes + s.outputs_bytes;
+    if args <= b {
+        return Vec::new();
+    }
+    vec![cause(
+        CauseKind::ArgumentsExceed,
+        None,
+        format!("arguments ({}) and outputs ({}) alone exceed the budget {}", format_size(s.arguments_bytes), format_size(s.outputs_bytes), format_size(b)),
+        vec!["shard the parameters and optimizer state over more devices (FSDP), offload them to host memory, or use a chip with more HBM".into(), "donate inputs that are updated (donate_argnums) so outputs reuse their buffers".into()],
+    )]
+}
