@@ -66,24 +66,15 @@ pub fn scan(mut reader: Box<dyn Read>, name: String) -> Result<Scanned> {
     let mut looks_binary = None;
     loop {
         let start = buf.len();
-        buf.resize(start + CHUNK, 0);
-        let mut filled = start;
-        // Fill the chunk (pipes return short reads).
-        while filled < buf.len() {
-            match reader.read(&mut buf[filled..]) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!("cannot read `{name}` (for a compressed log, check it is complete)")
-                    })
-                }
-            }
-        }
-        let eof = filled < buf.len();
-        buf.truncate(filled);
-        bytes += (filled - start) as u64;
+        // Append up to one chunk without zero-filling it first; `take` + `read_to_end` loops over
+        // short reads (pipes) until the chunk is full or the input ends.
+        let read = reader
+            .by_ref()
+            .take(CHUNK as u64)
+            .read_to_end(&mut buf)
+            .with_context(|| format!("cannot read `{name}` (for a compressed log, check it is complete)"))?;
+        let eof = read < CHUNK;
+        bytes += (buf.len() - start) as u64;
         if looks_binary.is_none() && !buf.is_empty() {
             looks_binary = Some(is_binary(&buf[..buf.len().min(64 * 1024)]));
         }
