@@ -85,6 +85,14 @@ pub enum Command {
     /// Peak memory per memory space of an XLA dump, what is live at the peak, where it comes
     /// from in your source, and known waste (replication, debug prints, donation, padding...).
     Analyze(AnalyzeArgs),
+    /// Live device memory per chip (libtpu, NVML, the in-process hook) with history: a terminal
+    /// UI, or one snapshot (`--once`, `--format json`), or a stream (`--format json-lines`).
+    Top(crate::commands::top::TopArgs),
+    /// Record device memory, the trainer's RSS and OOM-killer events to a crash-safe JSON-lines
+    /// file (docs/recording.md), rotated for runs of days.
+    Record(crate::commands::record::RecordArgs),
+    /// Serve device memory as Prometheus/OpenMetrics on `/metrics` (loopback by default).
+    Exporter(crate::commands::exporter::ExporterArgs),
 }
 
 /// `hbm-doctor explain`.

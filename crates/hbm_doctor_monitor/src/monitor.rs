@@ -377,6 +377,23 @@ impl Monitor {
                 lines.push(m.clone());
             }
         }
+        if libtpu_ports.len() > 2 {
+            // 127.0.0.1:8431 … 127.0.0.1:8438 -> 127.0.0.1:8431-8438 when contiguous.
+            let ports: Vec<(String, u16)> = libtpu_ports
+                .iter()
+                .filter_map(|e| {
+                    e.rsplit_once(':')
+                        .and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?)))
+                })
+                .collect();
+            let contiguous = ports.len() == libtpu_ports.len()
+                && ports
+                    .windows(2)
+                    .all(|w| w[0].0 == w[1].0 && w[1].1 == w[0].1 + 1);
+            if let (true, Some(first), Some(last)) = (contiguous, ports.first(), ports.last()) {
+                libtpu_ports = vec![format!("{}:{}-{}", first.0, first.1, last.1)];
+            }
+        }
         if !libtpu_ports.is_empty() {
             lines.insert(
                 0,

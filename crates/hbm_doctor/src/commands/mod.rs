@@ -2,7 +2,10 @@
 
 pub mod analyze;
 pub mod explain;
+pub mod exporter;
 pub mod pad;
+pub mod record;
+pub mod top;
 
 use crate::cli::{Cli, Command};
 
@@ -12,5 +15,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Explain(args) => explain::run(&args, &cli.global),
         Command::Pad(args) => pad::run(&args, &cli.global),
         Command::Analyze(args) => analyze::run(&args, &cli.global),
+        Command::Top(args) => top::run(&args, &cli.global),
+        Command::Record(args) => record::run(&args, &cli.global),
+        Command::Exporter(args) => exporter::run(&args, &cli.global),
     }
 }

@@ -1,0 +1,324 @@
+//! `hbm-doctor top`: live device memory per chip, as a terminal UI, one snapshot, or a stream.
+//!
+//! Also defines the source options shared by `top`, `record` and `exporter` ([`SourceArgs`]).
+
+use crate::cli::GlobalArgs;
+use crate::exit;
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use hbm_doctor_monitor::host::rfc3339;
+use hbm_doctor_monitor::json::snapshot_json;
+use hbm_doctor_monitor::sample::Event;
+use hbm_doctor_monitor::tui::fmt_bytes;
+use hbm_doctor_monitor::{Monitor, MonitorConfig, Snapshot};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Where device memory is read from (shared by `top`, `record`, `exporter`).
+#[derive(Debug, Args, Clone)]
+pub struct SourceArgs {
+    /// The training process: its RSS is recorded and its exit is checked against the kernel's
+    /// OOM killer; its environment names the libtpu ports (TPU_RUNTIME_METRICS_PORTS), the hook
+    /// file (HBM_DOCTOR_SAMPLES) and XLA_METRICS_FILE.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// libtpu runtime-metrics ports on loopback, comma-separated [default: the trainer's
+    /// TPU_RUNTIME_METRICS_PORTS, else 8431-8438].
+    #[arg(long, value_delimiter = ',', value_name = "PORTS")]
+    pub ports: Option<Vec<u16>>,
+    /// Address of the libtpu metrics service.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1",
+        hide_default_value = true
+    )]
+    pub libtpu_host: String,
+    /// Do not query libtpu.
+    #[arg(long)]
+    pub no_libtpu: bool,
+    /// Do not load NVML (NVIDIA GPUs).
+    #[arg(long)]
+    pub no_nvml: bool,
+    /// JSON-lines file written by the in-process hook (`hbm_doctor.sampler`).
+    #[arg(long, value_name = "FILE")]
+    pub samples: Option<PathBuf>,
+    /// PyTorch/XLA XLA_METRICS_FILE to follow (compile and live-buffer counters).
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    /// The monitor these options describe.
+    pub fn monitor(&self) -> Result<Monitor> {
+        let cfg = MonitorConfig {
+            pid: self.pid,
+            ports: self.ports.clone(),
+            libtpu_host: Some(self.libtpu_host.clone()),
+            no_libtpu: self.no_libtpu,
+            no_nvml: self.no_nvml,
+            samples: self.samples.clone(),
+            metrics_file: self.metrics_file.clone(),
+            kernel_log: self.pid.is_some(),
+        };
+        Monitor::from_config(&cfg)
+    }
+}
+
+/// Parses `1s`, `500ms`, `0.1s`, `2m`, `1h`, or plain seconds.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration: write e.g. 1s, 500ms, 0.1s, 2m"))?;
+    let secs = match unit.trim() {
+        "" | "s" => v,
+        "ms" => v / 1000.0,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{s}`: use ms, s, m or h"
+            ))
+        }
+    };
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(format!("`{s}` must be more than zero"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Output of `top`.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum TopFormat {
+    /// The terminal UI on a terminal; plain lines otherwise (or one table with --once).
+    Human,
+    /// One snapshot as JSON (contract.md "JSON of top --once").
+    Json,
+    /// One JSON snapshot per line, every interval (for logs and scripts).
+    JsonLines,
+}
+
+/// `hbm-doctor top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Sources.
+    #[command(flatten)]
+    pub sources: SourceArgs,
+    /// Sampling interval: 1s, 500ms, 0.1s, 2m.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// Print one snapshot and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = TopFormat::Human)]
+    pub format: TopFormat,
+    /// Stop after this many snapshots (streaming output).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+}
+
+fn say_notes(notes: &[String]) {
+    let mut err = std::io::stderr().lock();
+    for n in notes {
+        let _ = writeln!(err, "hbm-doctor: {n}");
+    }
+}
+
+fn human_table(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(out, "{}  {}", s.host, rfc3339(s.ts))?;
+    if s.devices.is_empty() {
+        return writeln!(out, "no devices");
+    }
+    writeln!(
+        out,
+        "{:<6} {:<10} {:<14} {:>9} {:>9} {:>5} {:>9} {:>8}",
+        "dev", "source", "kind", "used", "limit", "use", "peak", "pid"
+    )?;
+    for d in &s.devices {
+        let x = &d.sample;
+        let pct = match (x.used_bytes, x.limit_bytes) {
+            (Some(u), Some(l)) if l > 0 => format!("{:.0}%", u as f64 * 100.0 / l as f64),
+            _ => "-".into(),
+        };
+        let b = |v: Option<u64>| v.map_or_else(|| "-".to_string(), fmt_bytes);
+        writeln!(
+            out,
+            "{:<6} {:<10} {:<14} {:>9} {:>9} {:>5} {:>9} {:>8}",
+            x.id,
+            x.source.as_str(),
+            x.kind.as_deref().unwrap_or("-"),
+            b(x.used_bytes),
+            b(x.limit_bytes),
+            pct,
+            b(x.peak_bytes),
+            x.pid.map_or("-".into(), |p| p.to_string())
+        )?;
+    }
+    if let Some(p) = &s.process {
+        writeln!(
+            out,
+            "process {} {}: RSS {}{}",
+            p.pid,
+            p.comm.as_deref().unwrap_or(""),
+            p.rss_bytes.map_or("-".into(), fmt_bytes),
+            if p.alive { "" } else { " (exited)" }
+        )?;
+    }
+    Ok(())
+}
+
+fn human_lines(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
+    let t = rfc3339(s.ts);
+    for e in &s.events {
+        let text = match e {
+            Event::SourceUp { source } => format!("{source} answering"),
+            Event::SourceDown { source, reason } => format!("{source} stopped answering: {reason}"),
+            Event::ProcessExit {
+                pid,
+                host_oom_killed,
+                ..
+            } => {
+                format!(
+                    "process {pid} exited{}",
+                    if *host_oom_killed {
+                        ": killed by the kernel OOM killer (host RAM, not HBM)"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Event::KernelOom { line, .. } => format!("kernel: {line}"),
+        };
+        writeln!(out, "{t} {} event {text}", s.host)?;
+    }
+    for d in &s.devices {
+        let x = &d.sample;
+        let b = |v: Option<u64>| v.map_or_else(|| "-".to_string(), fmt_bytes);
+        writeln!(
+            out,
+            "{t} {} {} dev {} used {} limit {} peak {} pid {}",
+            s.host,
+            x.source.as_str(),
+            x.id,
+            b(x.used_bytes),
+            b(x.limit_bytes),
+            b(x.peak_bytes),
+            x.pid.map_or("-".into(), |p| p.to_string())
+        )?;
+    }
+    Ok(())
+}
+
+/// Runs `top`.
+pub fn run(args: &TopArgs, _global: &GlobalArgs) -> Result<u8> {
+    let mut monitor = args.sources.monitor()?;
+    let once = args.once || args.format == TopFormat::Json;
+    let tui = !once
+        && args.format == TopFormat::Human
+        && std::io::stdout().is_terminal()
+        && args.count.is_none();
+    if tui {
+        hbm_doctor_monitor::tui::run(monitor, args.interval)?;
+        return Ok(exit::OK);
+    }
+    say_notes(&monitor.notes);
+    if once {
+        let s = monitor.sample();
+        if s.devices.is_empty() {
+            say_notes(
+                &monitor
+                    .absent_summary()
+                    .into_iter()
+                    .filter(|n| !monitor.notes.contains(n))
+                    .collect::<Vec<_>>(),
+            );
+            say_notes(&["no devices found".to_string()]);
+        }
+        let mut out = std::io::stdout().lock();
+        match args.format {
+            TopFormat::Human => human_table(&s, &mut out)?,
+            TopFormat::Json => {
+                writeln!(out, "{}", serde_json::to_string_pretty(&snapshot_json(&s))?)?
+            }
+            TopFormat::JsonLines => {
+                writeln!(out, "{}", serde_json::to_string(&snapshot_json(&s))?)?
+            }
+        }
+        return Ok(exit::OK);
+    }
+    let stop = hbm_doctor_monitor::tui::stop_flag()?;
+    let mut n = 0u64;
+    let mut warned_empty = false;
+    loop {
+        let start = Instant::now();
+        let s = monitor.sample();
+        if s.devices.is_empty() && !warned_empty {
+            warned_empty = true;
+            say_notes(
+                &monitor
+                    .absent_summary()
+                    .into_iter()
+                    .filter(|n| !monitor.notes.contains(n))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        {
+            let mut out = std::io::stdout().lock();
+            match args.format {
+                TopFormat::JsonLines => {
+                    writeln!(out, "{}", serde_json::to_string(&snapshot_json(&s))?)?
+                }
+                _ => human_lines(&s, &mut out)?,
+            }
+            out.flush()?;
+        }
+        n += 1;
+        if args.count.is_some_and(|c| n >= c) || stop.load(Ordering::Relaxed) {
+            return Ok(exit::OK);
+        }
+        if args.sources.pid.is_some() && monitor.process_exited() {
+            return Ok(exit::OK);
+        }
+        let mut left = args.interval.saturating_sub(start.elapsed());
+        while !left.is_zero() {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(exit::OK);
+            }
+            let step = left.min(Duration::from_millis(50));
+            std::thread::sleep(step);
+            left -= step;
+        }
+    }
+}
+
+/// Fails with a usage error when no source is configured at all.
+pub fn require_sources(monitor: &Monitor) -> Result<()> {
+    if monitor.source_names().is_empty() {
+        bail!("no source to read: drop --no-libtpu/--no-nvml, or pass --samples FILE or --metrics-file FILE");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_interval;
+    use std::time::Duration;
+
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("0.1s"), Ok(Duration::from_millis(100)));
+        assert_eq!(parse_interval("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("fast").is_err());
+    }
+}
