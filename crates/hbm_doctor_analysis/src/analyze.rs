@@ -784,7 +784,16 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
     // Resolve aliases to the defining instruction.
     let mut owner: Vec<usize> = (0..n).collect();
     for (k, i) in entry.instructions.iter().enumerate() {
-        if matches!(i.opcode, "get-tuple-element" | "bitcast") {
+        let aliasing = matches!(
+            i.opcode,
+            "get-tuple-element"
+                | "bitcast"
+                | "while"
+                | "optimization-barrier"
+                | "send-done"
+                | "recv-done"
+        ) || i.opcode.ends_with("-done");
+        if aliasing {
             if let Some(&p) = i.operands.first().and_then(|o| pos.get(o)) {
                 owner[k] = owner[p];
             }
@@ -808,6 +817,22 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
         }
     }
     let aliased: Vec<u32> = m.input_output_alias.iter().map(|a| a.param).collect();
+    let aliased_outputs: Vec<Vec<u64>> = m
+        .input_output_alias
+        .iter()
+        .map(|a| a.output_index.clone())
+        .collect();
+    // Instructions whose value is an element of a tuple ROOT, with their output index.
+    let mut root_outputs: HashMap<usize, Vec<u64>> = HashMap::new();
+    if let Some(root) = entry.instructions.iter().find(|i| i.is_root) {
+        if root.opcode == "tuple" {
+            for (k, o) in root.operands.iter().enumerate() {
+                if let Some(&p) = pos.get(o) {
+                    root_outputs.insert(owner[p], vec![k as u64]);
+                }
+            }
+        }
+    }
     let mut slots = Vec::new();
     let mut indefinite: HashMap<u32, (u64, u64, u64, u64)> = HashMap::new(); // color -> args, outs, aliased, consts
     let insts = index_instructions(m);
@@ -816,7 +841,24 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
         if owner[k] != k || matches!(i.opcode, "tuple" | "get-tuple-element" | "bitcast") {
             continue;
         }
+        // Outputs aliased to a donated parameter write into the parameter's buffer.
+        if let Some(out_idx) = root_outputs.get(&k) {
+            if aliased_outputs.contains(out_idx) {
+                continue;
+            }
+        }
+        let operand_shapes: Vec<&str> = i
+            .operands
+            .iter()
+            .filter_map(|o| pos.get(o))
+            .map(|&p| entry.instructions[p].shape)
+            .collect();
+        let async_like = i.opcode.ends_with("-start") || matches!(i.opcode, "send" | "recv");
         for (_, leaf) in shape_leaves(i.shape) {
+            // Async starts and sends carry their operand in the tuple: no new buffer for it.
+            if async_like && operand_shapes.contains(&leaf) {
+                continue;
+            }
             let Some(s) = Shape::parse(leaf) else {
                 continue;
             };
@@ -828,7 +870,7 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
             let color = s.layout.as_ref().and_then(|l| l.memory_space).unwrap_or(0);
             let kind = if i.opcode == "parameter" {
                 "parameter"
-            } else if i.is_root {
+            } else if i.is_root || root_outputs.contains_key(&k) {
                 "output"
             } else if i.opcode == "constant" {
                 "constant"

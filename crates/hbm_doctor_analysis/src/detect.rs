@@ -274,17 +274,9 @@ fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>
         })
         .collect();
     held.sort_by_key(|b| std::cmp::Reverse(b.size_bytes));
-    // Only what exists for the host transfer is saved: a gather/copy made for it, not its source.
-    let savings: u64 = held
-        .iter()
-        .filter(|b| {
-            let base = b.name.split('{').next().unwrap_or("");
-            by_name.get(base).is_some_and(|i| {
-                matches!(i.opcode, "all-gather" | "all-gather-done" | "copy") || is_host_transfer(i)
-            })
-        })
-        .map(|b| b.size_bytes)
-        .sum();
+    // Everything held for the transfer goes away with it: the gathered copy and the tensor
+    // materialized only to be printed.
+    let savings: u64 = held.iter().map(|b| b.size_bytes).sum();
     for b in &held {
         claimed.insert(b.name.clone());
     }
@@ -399,7 +391,15 @@ fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
     if found.is_empty() {
         return Vec::new();
     }
-    let savings: u64 = found.iter().map(|(_, z)| z).sum();
+    // With donation the outputs reuse the inputs, but an in-place update still needs one
+    // temporary of the largest updated array at a time.
+    let total: u64 = found.iter().map(|(_, z)| z).sum();
+    let largest = found.iter().map(|(_, z)| *z).max().unwrap_or(0);
+    let savings = if found.len() > 1 {
+        total - largest
+    } else {
+        total
+    };
     let nums: Vec<String> = found
         .iter()
         .filter_map(|(p, _)| p.parameter_number())

@@ -1,0 +1,112 @@
+//! `hbm-doctor analyze` as users run it: exit codes, the JSON contract, one-line errors.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
+}
+
+fn dump(case: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/corpus/tpu")
+        .join(case)
+        .join("dump")
+}
+
+#[test]
+fn json_contract_and_exit_codes() {
+    let out = bin()
+        .args(["analyze", "--format", "json", "--target", "v5e"])
+        .arg(dump("replicated_v5e"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "does not fit a v5e");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["schema_version"], 1);
+    let m = &v["modules"][0];
+    assert_eq!(m["name"], "jit_sgd_step");
+    let s = &m["memory_spaces"][0];
+    assert_eq!(s["space"], "hbm");
+    assert_eq!(s["total_bytes"], 19_730_009_600u64);
+    for k in [
+        "peak_bytes",
+        "arguments_bytes",
+        "outputs_bytes",
+        "aliased_bytes",
+        "temp_bytes",
+        "padding_bytes",
+    ] {
+        assert!(s[k].is_u64(), "{k}");
+    }
+    let b = &s["buffers_at_peak"][0];
+    for k in [
+        "name",
+        "size_bytes",
+        "unpadded_bytes",
+        "shape",
+        "kind",
+        "op_name",
+        "source",
+    ] {
+        assert!(b.get(k).is_some(), "{k}");
+    }
+    assert_eq!(v["diagnosis"]["causes"][0]["cause"], "replicated_tensor");
+    assert!(v["diagnosis"]["category"].is_string());
+
+    let ok = bin()
+        .args(["analyze", "--budget", "1T"])
+        .arg(dump("fits_v5e"))
+        .output()
+        .expect("run");
+    assert_eq!(ok.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        text.contains("memory over program order") && text.contains("generate.py:"),
+        "{text}"
+    );
+
+    // One file of the dump reads its module's siblings.
+    let file = std::fs::read_dir(dump("fits_v5e"))
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with("-buffer-assignment.txt"))
+        .expect("file");
+    assert_eq!(
+        bin()
+            .arg("analyze")
+            .arg(file)
+            .output()
+            .expect("run")
+            .status
+            .code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn bad_input_says_what_to_do() {
+    let empty = std::env::temp_dir().join(format!("hbm-doctor-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let out = bin().arg("analyze").arg(&empty).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--xla_dump_to") && err.lines().count() == 1,
+        "{err}"
+    );
+    let _ = std::fs::remove_dir(&empty);
+    let out = bin()
+        .args(["analyze", "--target", "v99"])
+        .arg(dump("fits_v5e"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let out = bin()
+        .args(["analyze", "--budget", "lots"])
+        .arg(dump("fits_v5e"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}
