@@ -210,6 +210,21 @@ pub fn tpu_chip() -> Option<TpuChip> {
     })
 }
 
+/// The short chip name for a device kind as JAX prints it (`TPU v5 lite` -> `v5e`).
+pub fn chip_type_of_kind(kind: &str) -> Option<&'static str> {
+    Some(match kind.trim() {
+        "TPU v2" => "v2",
+        "TPU v3" => "v3",
+        "TPU v4" => "v4",
+        "TPU v4 lite" => "v4i",
+        "TPU v5 lite" | "TPU v5e" => "v5e",
+        "TPU v5" | "TPU v5p" => "v5p",
+        "TPU v6 lite" | "TPU v6e" => "v6e",
+        "TPU7x" | "TPU 7x" => "7x",
+        _ => return None,
+    })
+}
+
 /// Reads new kernel log records from `/dev/kmsg` (non-blocking) and picks OOM-killer lines.
 #[derive(Debug)]
 pub struct KernelLog {

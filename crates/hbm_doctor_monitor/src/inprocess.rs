@@ -55,6 +55,13 @@ impl Source for InProcessSource {
             match serde_json::from_str::<Record>(&line) {
                 Ok(Record::Sample { mut device, .. }) => {
                     device.endpoint = None;
+                    if device.chip_type.is_none() {
+                        device.chip_type = device
+                            .kind
+                            .as_deref()
+                            .and_then(crate::host::chip_type_of_kind)
+                            .map(str::to_string);
+                    }
                     out.devices.push(device);
                     self.seen_any = true;
                 }
