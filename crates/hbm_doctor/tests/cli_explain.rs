@@ -304,3 +304,24 @@ fn pad_prints_the_aligned_shape() {
     assert_eq!(v["aligned_down"], "f32[128,1024]");
     assert_eq!(v["aligned_up"], "f32[136,1024]");
 }
+
+#[test]
+fn runtime_oom_late_in_training_points_at_growth_or_spike() {
+    let log = b"I1121 10:00:00.000 1 train.py:1] step 23400 loss 1.2\n\
+I1121 10:00:01.000 1 train.py:1] Running eval at step 23400\n\
+RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 1.50G. That was not possible. There are 1.06G free.; (0x0x0_HBM0)\n";
+    let out = run(&["explain", "-", "--format", "json"], Some(log));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let e = &v["events"][0];
+    assert_eq!(e["step"], 23400);
+    assert_eq!(e["near"], "eval");
+    assert_eq!(e["framework"], "pytorch_xla");
+    assert_eq!(v["diagnosis"]["category"], "runtime_allocation");
+    let causes: Vec<&str> = v["diagnosis"]["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter_map(|c| c["cause"].as_str())
+        .collect();
+    assert_eq!(&causes[..2], &["memory_spike", "memory_leak"], "{causes:?}");
+}

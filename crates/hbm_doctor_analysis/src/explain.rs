@@ -266,7 +266,12 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(1.0, optimizer_state(&ctx));
         rank!(1.4, other_process(&ctx));
         rank!(1.3, preallocation(&ctx));
-        rank!(0.4, runtime_growth(&ctx));
+        let late = e.step.is_some_and(|s| s >= 100);
+        rank!(if late { 2.5 } else { 0.4 }, runtime_growth(&ctx));
+        rank!(
+            if e.near.is_some() { 2.6 } else { 0.0 },
+            runtime_spike(&ctx)
+        );
         if category != Category::Arguments {
             rank!(0.2, arguments_exceed(&ctx));
         }
@@ -1124,7 +1129,43 @@ fn runtime_growth(ctx: &Ctx<'_>) -> Option<Cause> {
     if ctx.jax || !ctx.ptxla {
         actions.push("JAX: do not keep device arrays in Python lists across steps; check len(jax.live_arrays()) over time.".into());
     }
-    Some(ctx.cause(CauseKind::MemoryLeak, None, "a runtime OOM after training ran for a while often comes from memory that grows step by step".into(), actions, Vec::new()))
+    let evidence = match e.step {
+        Some(step) if step >= 100 => format!("the failure came at step {step}, after training had run normally: memory that grows step by step (small tensors kept across steps, a growing cache or graph) is the usual cause"),
+        _ => "a runtime OOM after training ran for a while often comes from memory that grows step by step".into(),
+    };
+    Some(ctx.cause(CauseKind::MemoryLeak, None, evidence, actions, Vec::new()))
+}
+
+fn runtime_spike(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let near = e.near.as_deref()?;
+    if e.phase != Phase::Runtime {
+        return None;
+    }
+    let (cause, what) = match near {
+        "recompil" | "compiling" => (CauseKind::Recompilation, "a new program was being compiled (new shapes or a missing mark_step): its executable and buffers joined the training step's"),
+        "eval" => (CauseKind::MemorySpike, "an evaluation was running: its program and batch were loaded beside the training state"),
+        _ => (CauseKind::MemorySpike, "a checkpoint was being saved: its gathered or copied arrays were live beside the training state"),
+    };
+    let at = e.step.map(|s| format!(" at step {s}")).unwrap_or_default();
+    let mut actions = match cause {
+        CauseKind::Recompilation => vec![
+            "Keep shapes static: pad the last batch (drop_remainder), bucket sequence lengths, and check the compile count (PyTorch/XLA: metrics report CompileTime / UncachedCompile; JAX: jax.config.update('jax_log_compiles', True)).".into(),
+            "PyTorch/XLA: call xm.mark_step() (torch_xla.sync()) once per step so graphs do not grow.".into(),
+        ],
+        _ => vec![
+            "Free or donate what training holds during the spike: run evaluation with a smaller batch, under the same mesh, and without keeping optimizer state copies; save checkpoints asynchronously (orbax) or shard-by-shard instead of gathering whole arrays.".into(),
+        ],
+    };
+    actions
+        .push("Record memory over steps (hbm-doctor record) to see the jump and its size.".into());
+    Some(ctx.cause(
+        cause,
+        None,
+        format!("the log shows the failure{at} while {what}"),
+        actions,
+        Vec::new(),
+    ))
 }
 
 fn device_too_small(ctx: &Ctx<'_>) -> Option<Cause> {

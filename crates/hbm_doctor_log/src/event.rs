@@ -226,6 +226,11 @@ pub struct Event {
     /// Extension: only a report was found (a pasted `Largest program allocations`, `Peak buffers`
     /// or allocator dump), not the error line itself.
     pub partial: bool,
+    /// Extension: the last training step printed before a runtime failure.
+    pub step: Option<u64>,
+    /// Extension: what was happening just before a runtime failure (`eval`, `checkpoint`,
+    /// `saving`, `recompil`, `compiling`), when the log says.
+    pub near: Option<String>,
 }
 
 impl Event {

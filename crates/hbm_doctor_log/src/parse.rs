@@ -101,6 +101,7 @@ struct Patterns {
     report_start: Regex,
     pool_limit: Regex,
     bin_for: Regex,
+    step: Regex,
     remat_limit: Regex,
     usage_space: Regex,
     usage_total: Regex,
@@ -157,6 +158,7 @@ fn p() -> &'static Patterns {
             cuda_device_warning: re(r"failed\s+to\s+allocate\s+\S+\s+\(\d+\s+bytes\)\s+from\s+devic\s*e:\s+CUDA_ERROR_OUT_OF_MEMORY"),
             capacity: re(r"^(\w+)\s+capacity\s+SZ:?"),
             report_start: re(r"^(?:(Largest\s+program\s+allocations\s+in\s+(\w+))|(Peak\s+buffers:|BufferAssignment\s+OOM\s+Debugging)|(?:Program\s+(\w+)\s+requirement|Total\s+(\w+)\s+usage\s*>=)|((?:\d+\.\s+)?Size:\s+\d|Allocation\s+type:|XLA\s+[lL]abel:)|(Stats:\s*$|Stats:\s+Limit|.*memory_limit_))"),
+            step: re(r"(?i)\b(?:step|iteration|iter|global_step)\b\s*[=:#]?\s*(\d{1,9})\b"),
             remat_limit: re(r"rematerialization\s+limit\s+SZ\s*=\s*[\d.]+%\s+\w+\s+\(SZ\)\s*-\s*\(arguments\s+\(SZ\)\s*-\s*aliased_output\s*\(SZ\)\)"),
             usage_space: re(r"^Memory\s+Space:\s+(\w+)"),
             usage_total: re(r"^Total\s+bytes:\s+(\d+)"),
@@ -282,6 +284,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
             Piece::Event(event) => {
                 read_report(event, head_line_text, region, pat);
                 hints.apply(event);
+                read_progress(event, &lines[..start], pat);
             }
             Piece::AllocatorStats {
                 limit,
@@ -1197,6 +1200,27 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
                 || a.allocation_type.as_deref() == Some("Entry Parameter"))
         {
             a.unpadded_bytes = Some(a.size_bytes);
+        }
+    }
+}
+
+/// Training progress printed before a runtime failure: the last step number, and whether an
+/// evaluation or checkpoint was under way (a spike), in the lines just before the event.
+fn read_progress(e: &mut Event, before: &[Line], pat: &Patterns) {
+    if e.phase != Phase::Runtime {
+        return;
+    }
+    for line in before.iter().rev().take(80) {
+        let t = line.text.as_str();
+        if e.step.is_none() {
+            e.step = pat.step.captures(t).and_then(|c| c[1].parse().ok());
+        }
+        if e.near.is_none() {
+            let lower = t.to_ascii_lowercase();
+            e.near = ["eval", "checkpoint", "saving", "recompil", "compiling"]
+                .iter()
+                .find(|k| lower.contains(*k))
+                .map(|k| (*k).to_string());
         }
     }
 }
