@@ -690,11 +690,16 @@ fn padding(ctx: &Ctx<'_>) -> Option<Cause> {
         return None;
     }
     let mut actions = Vec::new();
-    for (w, a) in offenders.iter().take(3) {
+    let mut shown: Vec<String> = Vec::new();
+    for (w, a) in &offenders {
         let Some(shape) = shape_of(a) else { continue };
+        let name = shape.without_layout();
+        if shown.contains(&name) || shown.len() >= 3 {
+            continue;
+        }
+        shown.push(name.clone());
         let down = shape.aligned_dims(false);
         let up = shape.aligned_dims(true);
-        let name = shape.without_layout();
         let fix = if down != shape.dims
             && down.iter().zip(&shape.dims).all(|(d, s)| d <= s)
             && down.iter().all(|&d| d > 0)
@@ -705,7 +710,7 @@ fn padding(ctx: &Ctx<'_>) -> Option<Cause> {
                 hbm_doctor_hlo::shape::format_dims(name.split('[').next().unwrap_or("f32"), &up)
             )
         } else {
-            "move the small dimension away from the two minor (tiled) positions, e.g. transpose [N,3] to [3,N] or fold it into a larger dimension".into()
+            permuted_fix(&shape, a.size_bytes)
         };
         let ratio = a
             .unpadded_bytes
@@ -739,6 +744,39 @@ fn padding(ctx: &Ctx<'_>) -> Option<Cause> {
         actions,
         Vec::new(),
     ))
+}
+
+/// Small dimensions in the two tiled (minor) positions: propose the layout that puts the largest
+/// dimension last, with what it would take (estimated on `T(8,128)`).
+fn permuted_fix(shape: &Shape, current: u64) -> String {
+    let dims = &shape.dims;
+    let generic = "move the small dimensions out of the two minor (tiled) positions, or fold them into a larger dimension".to_string();
+    if dims.len() < 2 {
+        return generic;
+    }
+    let Some((big, _)) = dims.iter().enumerate().max_by_key(|(_, d)| **d) else {
+        return generic;
+    };
+    if big >= dims.len() - 1 {
+        return generic;
+    }
+    let mut order: Vec<u64> = dims
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != big)
+        .map(|(_, d)| *d)
+        .collect();
+    order.push(dims[big]);
+    let name = shape.without_layout();
+    let ty = name.split('[').next().unwrap_or("f32");
+    let text = hbm_doctor_hlo::shape::format_dims(ty, &order);
+    match Shape::parse(&text).filter(|p| p.estimated_tpu_padded_bytes() * 2 < current) {
+        Some(p) => format!(
+            "keep the large dimension minor, e.g. lay it out as {text} (transpose, or einsum with that output order): about {} instead",
+            fmt(p.estimated_tpu_padded_bytes())
+        ),
+        None => generic,
+    }
 }
 
 /// The leading dimension most listed allocations share: probably the batch.

@@ -69,7 +69,7 @@ struct Block {
 /// A push-based scanner. See the module docs.
 #[derive(Debug)]
 pub struct Scanner {
-    anchors: AhoCorasick,
+    anchors: &'static AhoCorasick,
     /// Where the next search starts, in the coordinates of the next buffer.
     resume: usize,
     /// A position in the current buffer whose 0-based line number is known.
@@ -91,11 +91,14 @@ impl Default for Scanner {
 impl Scanner {
     /// A scanner at the start of a log.
     pub fn new() -> Scanner {
-        let anchors = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostFirst)
-            .kind(Some(AhoCorasickKind::DFA))
-            .build(ANCHORS)
-            .expect("anchors are valid");
+        static ANCHOR_SEARCHER: std::sync::OnceLock<AhoCorasick> = std::sync::OnceLock::new();
+        let anchors = ANCHOR_SEARCHER.get_or_init(|| {
+            AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostFirst)
+                .kind(Some(AhoCorasickKind::DFA))
+                .build(ANCHORS)
+                .expect("anchors are valid")
+        });
         Scanner {
             anchors,
             resume: 0,
