@@ -66,7 +66,13 @@ impl LiveRange<'_> {
         self.peak_time?;
         self.breakdown_total
             .or_else(|| self.peak.last().and_then(|e| e.cumulative))
-            .or_else(|| Some(self.peak.iter().map(|e| e.bytes).sum()))
+            .or_else(|| {
+                Some(
+                    self.peak
+                        .iter()
+                        .fold(0u64, |a, e| a.saturating_add(e.bytes)),
+                )
+            })
     }
 }
 
