@@ -325,3 +325,42 @@ RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device b
         .collect();
     assert_eq!(&causes[..2], &["memory_spike", "memory_leak"], "{causes:?}");
 }
+
+/// The two example messages of XLA's TPU HBM OOM debugging guide (../shared/seeds, the French
+/// translation of openxla's "HBM OOM" error page), classified as the guide says.
+#[test]
+fn the_guides_own_examples() {
+    let out = run(&["explain", "-", "--format", "json"], Some(b"RESOURCE_EXHAUSTED: TPU TensorCore Hbm usage: 34.82G, SparseCore Hbm usage 174.10G, exceeding available bytes: 95.74G\n"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let e = &v["events"][0];
+    assert_eq!(
+        e["tensorcore_bytes"].as_u64(),
+        hbm_doctor_log::parse_size("34.82G")
+    );
+    assert_eq!(
+        e["sparsecore_bytes"].as_u64(),
+        hbm_doctor_log::parse_size("174.10G")
+    );
+    assert_eq!(
+        e["limit_bytes"].as_u64(),
+        hbm_doctor_log::parse_size("95.74G")
+    );
+    assert_eq!(v["diagnosis"]["category"], "tc_sc_imbalance");
+    assert_eq!(v["diagnosis"]["causes"][0]["cause"], "sparsecore_stack");
+    assert!(v["diagnosis"]["chip"]
+        .as_str()
+        .is_some_and(|c| c.contains("v5p")));
+
+    let out = run(&["explain", "-", "--format", "json"], Some(b"RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 49.34G of 32.00G hbm. Exceeded hbm capacity by 17.34G.\n"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let e = &v["events"][0];
+    assert_eq!(
+        e["used_bytes"].as_u64(),
+        hbm_doctor_log::parse_size("49.34G")
+    );
+    assert_eq!(
+        e["exceeded_bytes"].as_u64(),
+        hbm_doctor_log::parse_size("17.34G")
+    );
+    assert_eq!(v["diagnosis"]["category"], "aggregate");
+}
