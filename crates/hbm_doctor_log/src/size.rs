@@ -31,8 +31,9 @@ pub fn parse_size(text: &str) -> Option<u64> {
     let power = match unit {
         "" | "B" | "b" | "bytes" | "byte" => 0,
         _ => {
-            let first = unit.chars().next()?.to_ascii_uppercase();
-            let rest = &unit[1..];
+            let mut chars = unit.chars();
+            let first = chars.next()?.to_ascii_uppercase();
+            let rest = chars.as_str();
             if !matches!(rest, "" | "B" | "iB" | "ib" | "b") {
                 return None;
             }
@@ -132,7 +133,8 @@ mod tests {
 
     #[test]
     fn rejects_non_sizes() {
-        for t in ["", "G", "abc", "1.2.3G", "12Q", "-5G", "NaNG", "1e400G"] {
+        // `1\u{fffd}` was found by the parse_log fuzz target (a multi-byte unit).
+        for t in ["", "G", "abc", "1.2.3G", "12Q", "-5G", "NaNG", "1e400G", "1\u{fffd}", "2é"] {
             assert_eq!(parse_size(t), None, "{t}");
         }
     }
