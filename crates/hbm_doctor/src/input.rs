@@ -72,7 +72,9 @@ pub fn scan(mut reader: Box<dyn Read>, name: String) -> Result<Scanned> {
             .by_ref()
             .take(CHUNK as u64)
             .read_to_end(&mut buf)
-            .with_context(|| format!("cannot read `{name}` (for a compressed log, check it is complete)"))?;
+            .with_context(|| {
+                format!("cannot read `{name}` (for a compressed log, check it is complete)")
+            })?;
         let eof = read < CHUNK;
         bytes += (buf.len() - start) as u64;
         if looks_binary.is_none() && !buf.is_empty() {

@@ -300,6 +300,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         chip,
         physical_bytes: physical,
         fits_on,
+        dump_module: None,
     }
 }
 
@@ -628,8 +629,10 @@ fn large_activation(ctx: &Ctx<'_>) -> Option<Cause> {
         .allocations
         .iter()
         .filter(|a| {
-            a.allocation_type.as_deref() != Some("Entry Parameter")
-                && a.size_bytes as f64 >= l as f64 * 0.25
+            !matches!(
+                a.allocation_type.as_deref(),
+                Some("Entry Parameter" | "parameter")
+            ) && a.size_bytes as f64 >= l as f64 * 0.25
         })
         .collect();
     let first = big.first()?;

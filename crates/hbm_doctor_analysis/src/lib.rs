@@ -13,6 +13,7 @@ pub mod analyze;
 pub mod chips;
 pub mod detect;
 pub mod explain;
+pub mod join;
 pub mod model;
 
 pub use explain::explain;

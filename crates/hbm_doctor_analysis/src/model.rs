@@ -152,6 +152,9 @@ pub struct Diagnosis {
     /// Extension: TPU generations on which the stated requirement fits (single device).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fits_on: Vec<String>,
+    /// Extension: the dump module joined by `explain --dump` (absent without `--dump`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dump_module: Option<String>,
 }
 
 /// The whole `explain` report.

@@ -272,6 +272,15 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
     if let Some(chip) = &d.chip {
         let _ = writeln!(out, "  {}", st.dim(&format!("device: {chip}")));
     }
+    if let Some(m) = &d.dump_module {
+        let _ = writeln!(
+            out,
+            "  {}",
+            st.dim(&format!(
+                "dump: module {m} (buffers at the peak and measured causes joined)"
+            ))
+        );
+    }
     let rows = figures(e);
     if !rows.is_empty() {
         let _ = writeln!(out, "\n{}", st.bold("Figures"));

@@ -27,12 +27,21 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
     if scanned.events.is_empty() && scanned.looks_binary {
         bail!("`{}` looks binary, not like a log: pass the text log (stderr of the training run) or the error message", scanned.name);
     }
-    if args.dump.is_some() {
-        eprintln!("hbm-doctor: note: --dump is read by `hbm-doctor analyze` (not in this build yet); explaining the log alone");
-    }
     // Warnings (rematerialization that fell short) are reported but are not out-of-memory errors.
     let found = scanned.events.iter().any(|e| e.fatal);
-    let report = hbm_doctor_analysis::explain(scanned.events);
+    let mut report = hbm_doctor_analysis::explain(scanned.events);
+    if let Some(dir) = &args.dump {
+        let files = crate::commands::analyze::discover(dir)?;
+        let dump = crate::commands::analyze::analyze_files(&files, &Default::default())?;
+        if report.diagnosis.is_some()
+            && hbm_doctor_analysis::join::join_dump(&mut report, &dump).is_none()
+        {
+            eprintln!(
+                "hbm-doctor: note: no module with HBM figures in `{}`; explaining the log alone",
+                dir.display()
+            );
+        }
+    }
     let format = match args.format {
         OutputFormat::Human => Format::Human,
         OutputFormat::Json => Format::Json,

@@ -1,0 +1,107 @@
+//! `explain LOG --dump DIR`: the error's figures plus the dump's analysis give one diagnosis.
+//!
+//! The log says how far over the limit the program is; the dump says which buffers are live at
+//! the peak, where they come from in the user's source, and what the detectors measured. The
+//! join picks the dump module of the failing program, fills the main event's allocation list
+//! from the buffers at the peak when the message listed none (or listed them without source
+//! lines), and merges the dump's causes into the ranking: causes that close the gap first, then
+//! causes the dump measured, then by savings.
+
+use crate::analyze::{AnalyzeReport, ModuleReport};
+use crate::model::{Cause, ExplainReport};
+use hbm_doctor_log::Allocation;
+
+/// The module of `dump` that the event's program names, else the one with the most HBM.
+pub fn pick_module<'a>(dump: &'a AnalyzeReport, program: Option<&str>) -> Option<&'a ModuleReport> {
+    let hbm = |m: &ModuleReport| {
+        m.memory_spaces
+            .iter()
+            .find(|s| s.space == "hbm")
+            .map_or(0, |s| s.total_bytes)
+    };
+    if let Some(p) = program {
+        if let Some(m) = dump.modules.iter().find(|m| {
+            m.name == p || m.name.trim_start_matches("jit_") == p.trim_start_matches("jit_")
+        }) {
+            return Some(m);
+        }
+    }
+    dump.modules.iter().max_by_key(|m| hbm(m))
+}
+
+/// Joins a dump's analysis into an explain report. Returns the module used.
+pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<String> {
+    let d = report.diagnosis.as_mut()?;
+    let event = report.events.get_mut(d.event)?;
+    let module = pick_module(dump, event.program.as_deref())?;
+    let space = module.memory_spaces.iter().find(|s| s.space == "hbm")?;
+    let sourced = event.allocations.iter().any(|a| a.source.is_some());
+    if event.allocations.is_empty() || !sourced {
+        event.allocations = space
+            .buffers_at_peak
+            .iter()
+            .take(20)
+            .map(|b| Allocation {
+                size_bytes: b.size_bytes,
+                unpadded_bytes: Some(b.unpadded_bytes),
+                shape: Some(b.layout_shape.clone())
+                    .filter(|s| !s.is_empty())
+                    .or_else(|| Some(b.shape.clone())),
+                op_name: b.op_name.clone(),
+                source: b.source_path.clone().or_else(|| b.source.clone()).map(|p| {
+                    match (&b.source, p.contains(':')) {
+                        (Some(s), false) => format!("{p}:{}", s.rsplit(':').next().unwrap_or("")),
+                        _ => p,
+                    }
+                }),
+                label: Some(b.name.clone()),
+                allocation_type: Some(b.kind.clone()),
+                op_type: None,
+            })
+            .collect();
+    }
+    if event.arguments_bytes.is_none() {
+        event.arguments_bytes = Some(space.arguments_bytes);
+    }
+    // Merge causes: the dump's evidence is measured, so it replaces the log's guess.
+    let exceeded = event.exceeded_bytes;
+    for dc in &module.causes {
+        match d.causes.iter_mut().find(|c| c.cause == dc.cause) {
+            Some(c) => {
+                c.evidence = format!("{} (measured in the dump: {})", c.evidence, dc.evidence);
+                if dc.savings_bytes.is_some() {
+                    c.savings_bytes = dc.savings_bytes;
+                }
+                for a in &dc.actions {
+                    if !c.actions.contains(a) {
+                        c.actions.push(a.clone());
+                    }
+                }
+            }
+            None => d.causes.push(dc.clone()),
+        }
+    }
+    for c in &mut d.causes {
+        c.sufficient = match (c.savings_bytes, exceeded) {
+            (Some(s), Some(x)) if x > 0 => Some(s >= x),
+            _ => c.sufficient,
+        };
+    }
+    // Measured causes that close the gap first, then by savings; the order is otherwise kept.
+    let measured: Vec<crate::model::CauseKind> = module.causes.iter().map(|c| c.cause).collect();
+    let key = |c: &Cause| {
+        (
+            c.sufficient != Some(true),
+            !measured.contains(&c.cause),
+            std::cmp::Reverse(c.savings_bytes.unwrap_or(0)),
+        )
+    };
+    let first_is_shape_bug = d
+        .causes
+        .first()
+        .is_some_and(|c| c.cause == crate::model::CauseKind::ShapeBug);
+    let start = usize::from(first_is_shape_bug);
+    d.causes[start..].sort_by_key(key);
+    d.dump_module = Some(module.name.clone());
+    Some(module.name.clone())
+}
