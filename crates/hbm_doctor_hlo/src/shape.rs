@@ -63,10 +63,14 @@ impl PrimitiveType {
                 .map(PrimitiveType::Int);
         }
         if let Some(rest) = name.strip_prefix('f') {
-            return bits(rest).filter(|b| [16, 32, 64].contains(b)).map(PrimitiveType::Float);
+            return bits(rest)
+                .filter(|b| [16, 32, 64].contains(b))
+                .map(PrimitiveType::Float);
         }
         if let Some(rest) = name.strip_prefix('c') {
-            return bits(rest).filter(|b| [64, 128].contains(b)).map(PrimitiveType::Complex);
+            return bits(rest)
+                .filter(|b| [64, 128].contains(b))
+                .map(PrimitiveType::Complex);
         }
         None
     }
@@ -143,7 +147,11 @@ impl Shape {
             }
             None => None,
         };
-        Some(Shape { element_type, dims, layout })
+        Some(Shape {
+            element_type,
+            dims,
+            layout,
+        })
     }
 
     /// Number of elements.
@@ -227,12 +235,20 @@ impl Shape {
     /// The tiled dimensions (logical dimension number, tile size) of the first tile, most minor
     /// first. Empty without tiles.
     pub fn tiled_dims(&self) -> Vec<(usize, u64)> {
-        let Some(layout) = &self.layout else { return Vec::new() };
-        let Some(tile) = layout.tiles.first() else { return Vec::new() };
+        let Some(layout) = &self.layout else {
+            return Vec::new();
+        };
+        let Some(tile) = layout.tiles.first() else {
+            return Vec::new();
+        };
         let m2m = &layout.minor_to_major;
         let t = &tile.0;
         (0..t.len().min(m2m.len()))
-            .filter_map(|d| t[t.len() - 1 - d].filter(|&s| s > 0).map(|size| (m2m[d], size)))
+            .filter_map(|d| {
+                t[t.len() - 1 - d]
+                    .filter(|&s| s > 0)
+                    .map(|size| (m2m[d], size))
+            })
             .collect()
     }
 
@@ -246,14 +262,22 @@ impl Shape {
         } else {
             let m2m = self.layout_or_default().minor_to_major;
             let sizes = [128u64, 8];
-            m2m.iter().take(2).zip(sizes).map(|(&d, s)| (d, s)).collect()
+            m2m.iter()
+                .take(2)
+                .zip(sizes)
+                .map(|(&d, s)| (d, s))
+                .collect()
         };
         for (dim, tile) in tiled {
             let Some(&d) = dims.get(dim) else { continue };
             if d % tile == 0 {
                 continue;
             }
-            dims[dim] = if round_up || d < tile { d.div_ceil(tile) * tile } else { d / tile * tile };
+            dims[dim] = if round_up || d < tile {
+                d.div_ceil(tile) * tile
+            } else {
+                d / tile * tile
+            };
         }
         dims
     }
@@ -341,7 +365,11 @@ impl Layout {
                 let end = group_end(open)?;
                 let mut tile = Vec::new();
                 for part in attrs[open + 1..end].split(',').map(str::trim) {
-                    tile.push(if part == "*" { None } else { Some(part.parse::<u64>().ok()?) });
+                    tile.push(if part == "*" {
+                        None
+                    } else {
+                        Some(part.parse::<u64>().ok()?)
+                    });
                 }
                 layout.tiles.push(Tile(tile));
                 in_tiles = true;
@@ -393,12 +421,32 @@ mod tests {
 
     #[test]
     fn real_compiler_messages() {
-        check("s32[8388608,8,4]{2,1,0:T(8,128)}", 34_359_738_368, 1_073_741_824);
-        check("bf16[2048,1,2048,128]{0,1,3,2:T(4,128)(2,1)}", 4_294_967_296, 1_073_741_824);
+        check(
+            "s32[8388608,8,4]{2,1,0:T(8,128)}",
+            34_359_738_368,
+            1_073_741_824,
+        );
+        check(
+            "bf16[2048,1,2048,128]{0,1,3,2:T(4,128)(2,1)}",
+            4_294_967_296,
+            1_073_741_824,
+        );
         check("f32[1024,245,64]{1,2,0:T(8,128)}", 67_108_864, 64_225_280);
-        check("u8[327680,327680]{1,0:T(8,128)(4,1)}", 107_374_182_400, 107_374_182_400);
-        check("bf16[16,1280,40]{2,1,0:T(8,128)(2,1)}", 5_242_880, 1_638_400);
-        check("bf16[16,1280,40]{1,2,0:T(8,128)(2,1)}", 1_638_400, 1_638_400);
+        check(
+            "u8[327680,327680]{1,0:T(8,128)(4,1)}",
+            107_374_182_400,
+            107_374_182_400,
+        );
+        check(
+            "bf16[16,1280,40]{2,1,0:T(8,128)(2,1)}",
+            5_242_880,
+            1_638_400,
+        );
+        check(
+            "bf16[16,1280,40]{1,2,0:T(8,128)(2,1)}",
+            1_638_400,
+            1_638_400,
+        );
     }
 
     #[test]
@@ -421,11 +469,22 @@ mod tests {
 
     #[test]
     fn odd_inputs_do_not_panic() {
-        for text in ["", "[", "f32[", "f32[a]", "(f32[1], s32[2])", "f32[1]{9,9:T(", "f32[3]{0:T(0)}"] {
+        for text in [
+            "",
+            "[",
+            "f32[",
+            "f32[a]",
+            "(f32[1], s32[2])",
+            "f32[1]{9,9:T(",
+            "f32[3]{0:T(0)}",
+        ] {
             let _ = Shape::parse(text).map(|s| (s.padded_bytes(), s.aligned_dims(true)));
         }
         assert!(Shape::parse("f32[<=128,?]").is_some());
-        assert_eq!(PrimitiveType::parse("f8e4m3fn"), Some(PrimitiveType::Float(8)));
+        assert_eq!(
+            PrimitiveType::parse("f8e4m3fn"),
+            Some(PrimitiveType::Float(8))
+        );
         assert_eq!(PrimitiveType::parse("s4"), Some(PrimitiveType::Int(4)));
     }
 }

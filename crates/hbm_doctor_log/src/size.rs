@@ -134,7 +134,18 @@ mod tests {
     #[test]
     fn rejects_non_sizes() {
         // `1\u{fffd}` was found by the parse_log fuzz target (a multi-byte unit).
-        for t in ["", "G", "abc", "1.2.3G", "12Q", "-5G", "NaNG", "1e400G", "1\u{fffd}", "2é"] {
+        for t in [
+            "",
+            "G",
+            "abc",
+            "1.2.3G",
+            "12Q",
+            "-5G",
+            "NaNG",
+            "1e400G",
+            "1\u{fffd}",
+            "2é",
+        ] {
             assert_eq!(parse_size(t), None, "{t}");
         }
     }
