@@ -364,3 +364,36 @@ fn the_guides_own_examples() {
     );
     assert_eq!(v["diagnosis"]["category"], "aggregate");
 }
+
+/// PyTorch/XLA's PT_XLA_DEBUG "Post Compilation Analysis" lines (format from
+/// ../shared/docs/monitoring.md §4.4) printed before a runtime OOM give the graph's inputs,
+/// outputs, aliasing and intermediates to the event.
+#[test]
+fn ptxla_post_compilation_analysis_feeds_the_event() {
+    let log = b"pt-xla-profiler: Post Compilation Analysis: Graph input size: 1.548000 GB\n\
+Post Compilation Analysis: Graph output size: 7.922460 GB\n\
+Post Compilation Analysis: Aliased Input size: 0.000000 GB\n\
+Post Compilation Analysis: Intermediate tensor size: 12.124478 GB\n\
+Post Compilation Analysis: Compiled program size: 0.028210 GB\n\
+RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 7.92G. That was not possible. There are 5.10G free.; (0x0x0_HBM0)\n";
+    let out = run(&["explain", "-", "--format", "json"], Some(log));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let e = &v["events"][0];
+    assert_eq!(e["framework"], "pytorch_xla");
+    assert_eq!(
+        e["arguments_bytes"].as_u64(),
+        Some((1.548 * 1073741824.0_f64).round() as u64)
+    );
+    assert_eq!(
+        e["output_bytes"].as_u64(),
+        Some((7.92246 * 1073741824.0_f64).round() as u64)
+    );
+    assert_eq!(e["output_aliased_bytes"], 0);
+    let causes: Vec<&str> = v["diagnosis"]["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter_map(|c| c["cause"].as_str())
+        .collect();
+    assert!(causes.contains(&"no_donation"), "{causes:?}");
+}

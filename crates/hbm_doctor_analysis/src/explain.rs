@@ -888,7 +888,7 @@ fn no_donation(ctx: &Ctx<'_>) -> Option<Cause> {
     let out = e.output_bytes?;
     let aliased = e.output_aliased_bytes.unwrap_or(0);
     let args = e.arguments_bytes?;
-    let base = ctx.used?;
+    let base = ctx.used.or(e.requested_bytes).or(ctx.limit)?;
     let could = out.min(args).saturating_sub(aliased);
     if could == 0 || (could as f64) < base as f64 * 0.05 {
         return None;
@@ -1123,7 +1123,11 @@ fn other_process(ctx: &Ctx<'_>) -> Option<Cause> {
         Some(req - free),
         format!("only {} was free when {} was needed{}", fmt(free), fmt(req), held.map(|h| format!("; {} was held", fmt(h))).unwrap_or_default()),
         vec![
-            "Find what holds the memory: arrays from earlier steps or programs still referenced (jax.live_arrays(), del them, jax.clear_caches()), a second process on the same chips (tpu-info / nvidia-smi, lsof /dev/accel* or /dev/vfio), or an eval/compile of another program loaded beside the training step.".into(),
+            if ctx.ptxla {
+                "Find what holds the memory: device tensors from earlier steps still referenced (loss history, metrics; move them to the CPU with .item()/.cpu() and del them), a second process on the same chips (tpu-info, lsof /dev/accel* or /dev/vfio), or another compiled graph (an eval step) loaded beside the training step.".into()
+            } else {
+                "Find what holds the memory: arrays from earlier steps or programs still referenced (jax.live_arrays(), del them, jax.clear_caches()), a second process on the same chips (tpu-info / nvidia-smi, lsof /dev/accel* or /dev/vfio), or an eval/compile of another program loaded beside the training step.".into()
+            },
             "If it grows over steps, record it (hbm-doctor record) and check for a leak with hbm-doctor trend.".into(),
         ],
         Vec::new(),

@@ -19,7 +19,7 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
     let mut events: Vec<Event> = Vec::new();
     let mut last_line: Vec<u64> = Vec::new(); // last line of each event, parallel to `events`
     let mut pending_remat: Option<(u64, crate::event::Remat, String)> = None;
-    let mut pending_context: Option<(u64, Option<u64>, Option<u64>)> = None;
+    let mut pending_context: Option<crate::parse::Piece> = None;
     for piece in pieces {
         match piece {
             Piece::Remat {
@@ -83,17 +83,22 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
                 last_line.push(line);
             }
             Piece::Skip => {}
-            Piece::Context {
-                line,
-                arguments,
-                aliased,
-            } => pending_context = Some((line, arguments, aliased)),
+            context @ Piece::Context { .. } => pending_context = Some(context),
             Piece::Event(mut event) => {
                 let event_line = event.line;
-                if let Some((l, args, aliased)) = pending_context.take() {
+                if let Some(Piece::Context {
+                    line: l,
+                    arguments,
+                    aliased,
+                    outputs,
+                    temps,
+                }) = pending_context.take()
+                {
                     if event_line.saturating_sub(l) < SAME_EVENT_LINES {
-                        event.arguments_bytes = event.arguments_bytes.or(args);
+                        event.arguments_bytes = event.arguments_bytes.or(arguments);
                         event.output_aliased_bytes = event.output_aliased_bytes.or(aliased);
+                        event.output_bytes = event.output_bytes.or(outputs);
+                        event.hlo_temp_bytes = event.hlo_temp_bytes.or(temps);
                     }
                 }
                 if let Some((l, r, m)) = pending_remat.take() {

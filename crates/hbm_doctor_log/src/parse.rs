@@ -37,6 +37,10 @@ pub enum Piece {
         arguments: Option<u64>,
         /// Bytes of outputs aliased with arguments.
         aliased: Option<u64>,
+        /// Bytes of the program's outputs (PyTorch/XLA post-compilation analysis).
+        outputs: Option<u64>,
+        /// Bytes of intermediates (PyTorch/XLA post-compilation analysis).
+        temps: Option<u64>,
     },
     /// A BFC allocator `Stats:` block, attached to the allocator failure before it.
     AllocatorStats {
@@ -177,7 +181,8 @@ fn size(c: &Captures<'_>, i: usize) -> Option<u64> {
 
 /// Quick test: can this cleaned line start an OOM message?
 fn may_start(text: &str) -> bool {
-    const KEYS: [&str; 29] = [
+    const KEYS: [&str; 30] = [
+        "Graph input size",
         "rematerialization limit",
         "Chunk State",
         "enough memory",
@@ -678,6 +683,37 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
+    if flat[..first_line_len].contains("Graph input size") {
+        // PyTorch/XLA's PT_XLA_DEBUG "Post Compilation Analysis" block, printed before a run.
+        let (mut arguments, mut outputs, mut aliased, mut temps, mut used) =
+            (None, None, None, None, 0);
+        for c in pat.ptxla_post.captures_iter(flat) {
+            let gb = c[2]
+                .parse::<f64>()
+                .ok()
+                .map(|v| (v * 1024f64.powi(3)).round() as u64);
+            match &c[1] {
+                "Graph input size" => arguments = gb,
+                "Graph output size" => outputs = gb,
+                "Aliased Input size" => aliased = gb,
+                "Intermediate tensor size" => temps = gb,
+                _ => {}
+            }
+            used = c.get(0).map_or(used, |m| m.end());
+        }
+        if arguments.is_some() {
+            return Some((
+                Piece::Context {
+                    line,
+                    arguments,
+                    aliased,
+                    outputs,
+                    temps,
+                },
+                used.max(first_line_len),
+            ));
+        }
+    }
     if let Some(c) = pat
         .remat_limit
         .captures(flat)
@@ -688,6 +724,8 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
                 line,
                 arguments: size(&c, 3),
                 aliased: size(&c, 4),
+                outputs: None,
+                temps: None,
             },
             c.get(0)?.end(),
         ));

@@ -57,6 +57,7 @@ const ANCHORS: &[&str] = &[
     "pinned host",
     "enough memory",
     "Chunk State",
+    "Graph input size",
 ];
 
 #[derive(Debug)]
