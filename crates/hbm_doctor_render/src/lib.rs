@@ -219,6 +219,25 @@ fn alloc_padding(a: &Allocation) -> String {
     }
 }
 
+/// Consecutive allocations with the same size, shape and origin, counted.
+fn group_allocations(allocs: &[Allocation]) -> Vec<(&Allocation, usize)> {
+    let mut rows: Vec<(&Allocation, usize)> = Vec::new();
+    for a in allocs {
+        match rows.last_mut() {
+            Some((prev, n))
+                if prev.size_bytes == a.size_bytes
+                    && alloc_shape(prev) == alloc_shape(a)
+                    && prev.source == a.source
+                    && prev.op_name == a.op_name =>
+            {
+                *n += 1
+            }
+            _ => rows.push((a, 1)),
+        }
+    }
+    rows
+}
+
 fn savings_text(c: &Cause) -> String {
     match (c.savings_bytes, c.sufficient) {
         (Some(s), Some(true)) => format!("saves ~{}, enough to fit", format_size(s)),
@@ -299,23 +318,27 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
                 "#", "size", "pad", "shape"
             ))
         );
-        for (i, a) in e.allocations.iter().take(10).enumerate() {
+        // Identical rows (same size, shape and origin: slots of one activation) collapse into one.
+        let rows = group_allocations(&e.allocations);
+        for (i, (a, n)) in rows.iter().take(10).enumerate() {
+            let count = if *n > 1 {
+                format!("{n}×")
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
                 "  {:>2}  {:>9}  {:>6}  {:<28}  {}",
                 i + 1,
-                format_size(a.size_bytes),
+                format!("{count}{}", format_size(a.size_bytes)),
                 alloc_padding(a),
                 alloc_shape(a),
                 alloc_from(a)
             );
         }
-        if e.allocations.len() > 10 {
-            let _ = writeln!(
-                out,
-                "  {}",
-                st.dim(&format!("... and {} more", e.allocations.len() - 10))
-            );
+        if rows.len() > 10 {
+            let rest: usize = rows[10..].iter().map(|r| r.1).sum();
+            let _ = writeln!(out, "  {}", st.dim(&format!("... and {rest} more")));
         }
     }
     if !d.causes.is_empty() {
