@@ -93,6 +93,9 @@ pub enum Command {
     Record(crate::commands::record::RecordArgs),
     /// Serve device memory as Prometheus/OpenMetrics on `/metrics` (loopback by default).
     Exporter(crate::commands::exporter::ExporterArgs),
+    /// Write a self-contained offline HTML memory viewer of an XLA dump (chart, buffers at the
+    /// peak, lifetimes, breakdown, diagnosis); `view BEFORE AFTER` shows what a change did.
+    View(crate::commands::view::ViewArgs),
 }
 
 /// `hbm-doctor explain`.

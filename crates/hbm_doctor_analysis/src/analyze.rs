@@ -125,6 +125,97 @@ pub struct SpaceReport {
     pub by_op_name: Vec<Group>,
     /// Extension: bytes live at each schedule position (program order).
     pub timeline: Vec<u64>,
+    /// Extension: `timeline` split by kind (`parameter`, `output`, `constant`, `temp`): the
+    /// series add up to `timeline` at every position. Empty when `timeline` is.
+    pub timeline_by_kind: Vec<KindTimeline>,
+    /// Extension: the largest buffers of this space over the whole program (not only those live
+    /// at the peak), largest first, with their live ranges: at most [`LARGEST_BUFFERS`].
+    pub largest_buffers: Vec<BufferAtPeak>,
+    /// Extension: how many buffers (values with a live range, plus the parameter, output and
+    /// constant allocations) this space holds over the whole program.
+    pub buffer_count: u64,
+}
+
+/// Bytes of one kind live at each schedule position.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct KindTimeline {
+    /// `parameter` | `output` | `constant` | `temp`.
+    pub kind: String,
+    /// Bytes at each schedule position (same length as `timeline`).
+    pub bytes: Vec<u64>,
+}
+
+/// How many buffers `largest_buffers` keeps per memory space.
+pub const LARGEST_BUFFERS: usize = 500;
+
+/// The per-kind split of a timeline whose fixed part (allocations live throughout) is
+/// `parameter + output + constant` and whose rest is the temp arena.
+fn kind_timelines(temp: &[u64], parameter: u64, output: u64, constant: u64) -> Vec<KindTimeline> {
+    if temp.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (kind, b) in [
+        ("parameter", parameter),
+        ("output", output),
+        ("constant", constant),
+    ] {
+        if b > 0 {
+            out.push(KindTimeline {
+                kind: kind.into(),
+                bytes: vec![b; temp.len()],
+            });
+        }
+    }
+    out.push(KindTimeline {
+        kind: "temp".into(),
+        bytes: temp.to_vec(),
+    });
+    out
+}
+
+/// The largest buffers over the whole program: the fixed ones as given plus the
+/// [`LARGEST_BUFFERS`] largest temp slots, with their origin looked up only for those kept.
+fn largest_buffers(
+    hlo: Option<&HloModule<'_>>,
+    insts: Option<&HashMap<&str, &Instruction<'_>>>,
+    fixed: &[BufferAtPeak],
+    slots: &[Slot],
+) -> Vec<BufferAtPeak> {
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    order.sort_by(|&a, &b| {
+        slots[b]
+            .size
+            .cmp(&slots[a].size)
+            .then_with(|| slots[a].start.cmp(&slots[b].start))
+            .then_with(|| slots[a].name.cmp(&slots[b].name))
+    });
+    order.truncate(LARGEST_BUFFERS);
+    let mut out: Vec<BufferAtPeak> = fixed.to_vec();
+    for k in order {
+        let s = &slots[k];
+        let base = s.name.split('{').next().unwrap_or(&s.name).to_string();
+        out.push(make_buffer(
+            hlo,
+            insts,
+            s.name.clone(),
+            &base,
+            s.size,
+            s.unpadded,
+            &s.shape,
+            s.kind,
+            Some((s.start, s.end)),
+            Some(s.alloc),
+        ));
+    }
+    out.sort_by(|a, b| {
+        b.size_bytes
+            .cmp(&a.size_bytes)
+            .then_with(|| a.live.cmp(&b.live))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    out.truncate(LARGEST_BUFFERS);
+    out
 }
 
 /// XLA's own figures for the module, and ours recomputed the same way.
@@ -163,6 +254,9 @@ pub struct ModuleReport {
     pub notes: Vec<String>,
     /// Extension: causes found in this module.
     pub causes: Vec<Cause>,
+    /// Extension: the instruction at each schedule position (the x axis of `timeline`), from the
+    /// live ranges' instruction sequence or, for an estimate, the entry computation's order.
+    pub schedule: Vec<String>,
 }
 
 /// The diagnosis over all modules.
@@ -314,6 +408,18 @@ pub fn analyze_module(input: &ModuleInput<'_>) -> ModuleReport {
             .map(|s| (s.color.unwrap_or(0), s.total_bytes))
             .collect();
     }
+    let schedule: Vec<String> = match (input.buffer_assignment, input.hlo) {
+        (Some(ba), _) => input
+            .live_range
+            .or(ba.live_range.as_ref())
+            .map(|l| l.sequence.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default(),
+        (None, Some(m)) if m.is_scheduled => m
+            .entry()
+            .map(|e| e.instructions.iter().map(|i| i.name.to_string()).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     let (memory_spaces, method, estimate) = match input.buffer_assignment {
         Some(ba) => {
             xla.total_bytes_used = ba.total_bytes_used;
@@ -355,6 +461,7 @@ pub fn analyze_module(input: &ModuleInput<'_>) -> ModuleReport {
         xla,
         notes,
         causes: Vec::new(),
+        schedule,
     }
 }
 
@@ -501,6 +608,8 @@ fn from_buffer_assignment(
             None => temp_bytes,
         };
         let peak_bytes = indefinite + temp_peak;
+        let timeline_by_kind =
+            kind_timelines(&timeline, arguments_bytes, outputs_bytes, constants_bytes);
         let timeline: Vec<u64> = timeline.into_iter().map(|b| b + indefinite).collect();
 
         // Buffers at the peak: every indefinite allocation once, plus the temp slots live then.
@@ -530,6 +639,8 @@ fn from_buffer_assignment(
                 Some(a.index),
             ));
         }
+        let largest = largest_buffers(hlo, insts.as_ref(), &buffers, &slots);
+        let buffer_count = (buffers.len() + slots.len()) as u64;
         if let Some(t) = peak_t {
             let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
             for s in slots.iter().filter(|s| s.start <= t && t <= s.end) {
@@ -593,6 +704,9 @@ fn from_buffer_assignment(
             peak_time: peak_t,
             peak_instruction,
             timeline,
+            timeline_by_kind,
+            largest_buffers: largest,
+            buffer_count,
         });
     }
     out
@@ -744,24 +858,31 @@ fn group_by_op_name(buffers: &[BufferAtPeak]) -> Vec<Group> {
             e.1 += 1;
         }
     }
-    let mut out = Vec::new();
-    fn walk(prefix: &[String], totals: &HashMap<Vec<String>, (u64, usize)>, out: &mut Vec<Group>) {
-        let mut kids: Vec<(&Vec<String>, &(u64, usize))> = totals
-            .iter()
-            .filter(|(k, _)| k.len() == prefix.len() + 1 && k.starts_with(prefix))
-            .collect();
+    // Children of every prefix, so the walk is linear in the number of paths (100k+ buffers).
+    let mut children: HashMap<&[String], Vec<(&Vec<String>, &(u64, usize))>> = HashMap::new();
+    for (k, v) in &totals {
+        children.entry(&k[..k.len() - 1]).or_default().push((k, v));
+    }
+    for kids in children.values_mut() {
         kids.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(b.0)));
-        for (k, (bytes, n)) in kids {
-            out.push(Group {
-                key: k.join("/"),
-                depth: prefix.len(),
-                bytes: *bytes,
-                buffers: *n,
-            });
-            walk(k, totals, out);
+    }
+    let mut out = Vec::new();
+    // Depth-first, iteratively (paths can be deep).
+    let mut stack: Vec<(&Vec<String>, &(u64, usize))> = children
+        .get(&[][..])
+        .map(|k| k.iter().rev().copied().collect())
+        .unwrap_or_default();
+    while let Some((k, (bytes, n))) = stack.pop() {
+        out.push(Group {
+            key: k.join("/"),
+            depth: k.len() - 1,
+            bytes: *bytes,
+            buffers: *n,
+        });
+        if let Some(kids) = children.get(&k[..]) {
+            stack.extend(kids.iter().rev().copied());
         }
     }
-    walk(&[], &totals, &mut out);
     out
 }
 
@@ -950,6 +1071,9 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
             .and_then(|t| timeline.get(t as usize).copied())
             .unwrap_or(0);
         let mut buffers = buffers_by_color.remove(&color).unwrap_or_default();
+        let largest = largest_buffers(Some(m), Some(&insts), &buffers, &mine);
+        let buffer_count = (buffers.len() + mine.len()) as u64;
+        let timeline_by_kind = kind_timelines(&timeline, args, outs, consts);
         if let Some(t) = peak_t {
             for s in mine.iter().filter(|s| s.start <= t && t <= s.end) {
                 buffers.push(make_buffer(
@@ -996,6 +1120,9 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
                 .and_then(|t| entry.instructions.get(t as usize))
                 .map(|i| i.name.to_string()),
             timeline: timeline.into_iter().map(|b| b + fixed).collect(),
+            timeline_by_kind,
+            largest_buffers: largest,
+            buffer_count,
         });
     }
     out

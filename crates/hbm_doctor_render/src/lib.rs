@@ -9,6 +9,8 @@ use hbm_doctor_analysis::{Cause, ExplainReport};
 use hbm_doctor_log::{format_size, Allocation, Event, Framework, MemorySpace, Phase};
 use std::fmt::Write as _;
 
+pub mod view;
+
 /// Output format of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
