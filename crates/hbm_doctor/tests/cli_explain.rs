@@ -397,3 +397,49 @@ RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device b
         .collect();
     assert!(causes.contains(&"no_donation"), "{causes:?}");
 }
+
+/// Compiler flags come last in their cause, marked as a last resort, and always through
+/// LIBTPU_INIT_ARGS (XLA_FLAGS aborts on TPU flags).
+#[test]
+fn compiler_flags_are_a_marked_last_resort() {
+    let example = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/jax-tpu-v5e-oom.log");
+    let out = run(
+        &[
+            "explain",
+            example.to_str().expect("utf8"),
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let mut seen = 0;
+    for c in v["diagnosis"]["causes"].as_array().expect("causes") {
+        let actions: Vec<&str> = c["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        for (i, a) in actions.iter().enumerate() {
+            if a.contains("--xla_tpu") {
+                seen += 1;
+                assert!(a.starts_with("Last resort"), "{a}");
+                assert_eq!(
+                    i,
+                    actions.len() - 1,
+                    "flags must be the last action: {actions:?}"
+                );
+                assert!(
+                    a.contains("LIBTPU_INIT_ARGS") && !a.contains("XLA_FLAGS="),
+                    "{a}"
+                );
+            }
+        }
+    }
+    assert!(
+        seen >= 1,
+        "a program 13% over the limit gets the remat flags as a last resort"
+    );
+}

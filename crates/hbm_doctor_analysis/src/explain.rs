@@ -1229,6 +1229,14 @@ fn device_too_small(ctx: &Ctx<'_>) -> Option<Cause> {
         ));
     }
     actions.push("Or offload parameters/optimizer state or saved activations to host memory (memory_kind='pinned_host').".into());
+    if u as f64 <= l as f64 * 1.2 {
+        // The guide's section E: when the program is close to fitting, the compiler's
+        // rematerialization can be pushed harder, at the cost of compile time and speed.
+        actions.push(format!(
+            "Last resort ({} over, within 20%): LIBTPU_INIT_ARGS='--xla_tpu_rematerialization_algo=PEAK_PRIORITY --xla_tpu_rematerialization_block_effort_factor=10.0' (or --xla_tpu_pre_fusion_remat=true); TPU flags go in LIBTPU_INIT_ARGS or jit(..., compiler_options=...), never XLA_FLAGS, which aborts on them.",
+            fmt(u - l)
+        ));
+    }
     Some(ctx.cause(
         CauseKind::DeviceTooSmall,
         Some(u - l),
