@@ -859,7 +859,8 @@ fn group_by_op_name(buffers: &[BufferAtPeak]) -> Vec<Group> {
         }
     }
     // Children of every prefix, so the walk is linear in the number of paths (100k+ buffers).
-    let mut children: HashMap<&[String], Vec<(&Vec<String>, &(u64, usize))>> = HashMap::new();
+    type Node<'t> = (&'t Vec<String>, &'t (u64, usize));
+    let mut children: HashMap<&[String], Vec<Node<'_>>> = HashMap::new();
     for (k, v) in &totals {
         children.entry(&k[..k.len() - 1]).or_default().push((k, v));
     }
@@ -868,7 +869,7 @@ fn group_by_op_name(buffers: &[BufferAtPeak]) -> Vec<Group> {
     }
     let mut out = Vec::new();
     // Depth-first, iteratively (paths can be deep).
-    let mut stack: Vec<(&Vec<String>, &(u64, usize))> = children
+    let mut stack: Vec<Node<'_>> = children
         .get(&[][..])
         .map(|k| k.iter().rev().copied().collect())
         .unwrap_or_default();

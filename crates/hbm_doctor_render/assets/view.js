@@ -421,6 +421,7 @@
       for (var i = col.a + 1; i < col.b; i++) if (tl[i] > tl[best]) best = i;
       col.best = best;
       var x0 = X(col.a), x1 = Math.max(X(col.b), x0 + 1), acc = 0;
+      if (n > W) { x0 = Math.floor(x0); x1 = Math.ceil(x1); }
       series.forEach(function (s) {
         var v = s.bytes[best] || 0;
         if (!v) return;
@@ -441,7 +442,7 @@
         var t = Math.min(Math.max(col.best, selLive[0]), selLive[1]);
         var tot = tl[t], h = Math.min(sel.b.size_bytes, tot);
         var x0 = Math.max(X(col.a), sx0), x1 = Math.min(Math.max(X(col.b), X(col.a) + 1), sx1);
-        g.fillRect(x0, Y(tot), x1 - x0 + (n <= W ? 0.5 : 0), Y(tot - h) - Y(tot));
+        g.fillRect(x0, Y(tot), x1 - x0 + (n <= W ? 0.5 : 0), Math.max(2, Y(tot - h) - Y(tot)));
       });
       g.strokeStyle = '#e0245e'; g.lineWidth = 1; g.setLineDash([3, 3]);
       g.beginPath(); g.moveTo(sx0 + .5, T); g.lineTo(sx0 + .5, T + H); g.moveTo(sx1 - .5, T); g.lineTo(sx1 - .5, T + H); g.stroke(); g.setLineDash([]);
@@ -710,11 +711,41 @@
     var who = S.hover !== null ? lookup(S.hover) : S.selected !== null ? lookup(S.selected) : null;
     if (who) selPath = opPath(who.b);
     g.font = '11px system-ui, sans-serif'; g.textBaseline = 'middle';
+    // Boxes narrower than a pixel are merged with their sub-pixel neighbours into one grey box.
+    var blocks = [], acc = [];
+    function flush(d) {
+      var a = acc[d];
+      if (!a) return;
+      acc[d] = null;
+      blocks.push({ agg: true, depth: d, x0: a.x0, x1: a.x1, n: a.n, bytes: a.bytes, buffers: a.buffers });
+    }
     icicle.nodes.forEach(function (nd) {
       if (nd.depth >= icicle.depth) return;
+      var w = (nd.x1 - nd.x0) * cv.w;
+      if (w < 1) {
+        var a = acc[nd.depth];
+        if (a && Math.abs(a.x1 - nd.x0) < 1e-9) { a.x1 = nd.x1; a.n++; a.bytes += nd.bytes; a.buffers += nd.buffers; }
+        else { flush(nd.depth); acc[nd.depth] = { x0: nd.x0, x1: nd.x1, n: 1, bytes: nd.bytes, buffers: nd.buffers }; }
+        return;
+      }
+      flush(nd.depth);
+      blocks.push(nd);
+    });
+    for (var d = 0; d < acc.length; d++) flush(d);
+    icicle.blocks = blocks;
+    blocks.forEach(function (nd) {
       var x0 = nd.x0 * cv.w, x1 = nd.x1 * cv.w;
       if (x1 - x0 < 0.5) return;
       var y = nd.depth * ICE_H;
+      if (nd.agg) {
+        g.fillStyle = '#d5d9e0'; g.fillRect(x0 + .5, y + .5, Math.max(0.5, x1 - x0 - 1), ICE_H - 1);
+        if (x1 - x0 > 60) {
+          var t = num(nd.n) + ' small paths ' + fmt(nd.bytes);
+          while (t.length > 3 && g.measureText(t).width > x1 - x0 - 8) t = t.slice(0, -2);
+          g.fillStyle = '#4b5563'; g.fillText(t, x0 + 4, y + ICE_H / 2);
+        }
+        return;
+      }
       var on = selPath && underPrefix(selPath, nd.key);
       var filt = S.group && S.group.type === 'op' && underPrefix(nd.key, S.group.key);
       g.fillStyle = 'hsl(' + hueOf(nd.top) + ',55%,' + Math.min(88, 62 + nd.depth * 4) + '%)';
@@ -736,8 +767,9 @@
   function icicleHit(ev) {
     if (!icicle) return null;
     var r = $('icicle').getBoundingClientRect(), x = (ev.clientX - r.left) / r.width, d = Math.floor((ev.clientY - r.top) / ICE_H);
-    for (var i = 0; i < icicle.nodes.length; i++) {
-      var nd = icicle.nodes[i];
+    var list = icicle.blocks || icicle.nodes;
+    for (var i = 0; i < list.length; i++) {
+      var nd = list[i];
       if (nd.depth === d && nd.x0 <= x && x < nd.x1) return nd;
     }
     return null;
@@ -748,12 +780,17 @@
       var nd = icicleHit(ev);
       if (!nd) { tip.hidden = true; return; }
       var r = c.getBoundingClientRect();
+      if (nd.agg) {
+        showTip(tip, c.parentNode, ev.clientX - r.left, ev.clientY - r.top, num(nd.n) + ' op_name paths narrower than a pixel: ' + fmt(nd.bytes) + ' in ' + num(nd.buffers) + ' buffers');
+        return;
+      }
       showTip(tip, c.parentNode, ev.clientX - r.left, ev.clientY - r.top,
         nd.key + '\n' + fmt(nd.bytes) + ' in ' + num(nd.buffers) + ' buffer' + (nd.buffers > 1 ? 's' : '') + (icicle.total ? ' (' + (100 * nd.bytes / icicle.total).toFixed(1) + '% of the buffers at the peak)' : ''));
     });
     c.addEventListener('mouseleave', function () { tip.hidden = true; });
     c.addEventListener('click', function (ev) {
       var nd = icicleHit(ev);
+      if (nd && nd.agg) return;
       S.group = nd && !(S.group && S.group.key === nd.key) ? { type: 'op', key: nd.key } : null;
       $('tbody').scrollTop = 0; refreshTable(); drawIcicle(); renderSources();
     });
@@ -980,7 +1017,9 @@
     tableRowRect: function (name) {
       scrollTableTo(name); renderRows();
       var tr = document.querySelector('#rows .tr[data-name="' + CSS.escape(name) + '"]');
-      return tr ? tr.getBoundingClientRect().toJSON() : null;
+      if (!tr) return null;
+      tr.scrollIntoView({ block: 'center' });
+      return tr.getBoundingClientRect().toJSON();
     },
     ganttBarRect: function (name) {
       if (!gantt) return null;
@@ -988,6 +1027,8 @@
         var b = gantt.rows[i];
         if (b.name !== name) continue;
         scrollGanttTo(name);
+        var wrap = $('gantt-wrap'), wr = wrap.getBoundingClientRect();
+        if (wr.top < 0 || wr.bottom > window.innerHeight) wrap.scrollIntoView({ block: 'center' });
         var r = $('gantt').getBoundingClientRect();
         var s = b.live ? b.live[0] : 0, e = b.live ? b.live[1] : gantt.n - 1;
         var x0 = gantt.X(s), x1 = Math.max(gantt.X(e + 1), x0 + 2);

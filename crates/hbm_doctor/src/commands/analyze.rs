@@ -281,6 +281,78 @@ pub fn sparkline(values: &[u64], width: usize) -> String {
         .collect()
 }
 
+/// A compact area chart of bytes over program order, `rows` lines high, from zero to the largest
+/// of the values and `limit` (max per column): y labels on the left, the limit marked on its row,
+/// and a last line with `^` under the peak position.
+pub fn area_chart(
+    values: &[u64],
+    width: usize,
+    rows: usize,
+    limit: Option<u64>,
+    peak: Option<u64>,
+) -> Vec<String> {
+    if values.is_empty() || rows == 0 {
+        return Vec::new();
+    }
+    let width = width.min(values.len()).max(1);
+    let vmax = values.iter().copied().max().unwrap_or(0);
+    let ymax = vmax.max(limit.unwrap_or(0)).max(1);
+    let cols: Vec<u64> = (0..width)
+        .map(|c| {
+            let a = c * values.len() / width;
+            let b = ((c + 1) * values.len() / width).max(a + 1);
+            values[a..b].iter().copied().max().unwrap_or(0)
+        })
+        .collect();
+    let eighths: Vec<usize> = cols
+        .iter()
+        .map(|&v| ((v as f64 / ymax as f64) * (rows * 8) as f64).round() as usize)
+        .collect();
+    let limit_row = limit.map(|l| {
+        let h = (l as f64 / ymax as f64) * rows as f64;
+        rows - (h.ceil() as usize).clamp(1, rows)
+    });
+    let label_w = format_size(ymax).len().max(2);
+    let mut out = Vec::with_capacity(rows + 1);
+    for r in 0..rows {
+        let base = (rows - 1 - r) * 8;
+        let line: String = eighths
+            .iter()
+            .map(|&h| match h.saturating_sub(base) {
+                0 => ' ',
+                k if k >= 8 => '█',
+                k => BARS[k - 1],
+            })
+            .collect();
+        let label = match r {
+            0 => format_size(ymax),
+            _ if r == rows - 1 => "0B".to_string(),
+            _ => String::new(),
+        };
+        let mark = match (limit_row, limit) {
+            (Some(lr), Some(l)) if lr == r => format!(" ◂ limit {}", format_size(l)),
+            _ => String::new(),
+        };
+        let line = if mark.is_empty() {
+            line.trim_end()
+        } else {
+            &line
+        };
+        out.push(format!("{label:>label_w$} ┤{line}{mark}"));
+    }
+    let mut axis = format!("{:>label_w$} └", "");
+    if let Some(t) = peak.filter(|&t| (t as usize) < values.len()) {
+        let col = (t as usize * width / values.len()).min(width - 1);
+        axis.push_str(&" ".repeat(col));
+        axis.push_str(&format!(
+            "^ peak {} at #{t}",
+            format_size(values[t as usize])
+        ));
+    }
+    out.push(axis);
+    out
+}
+
 fn trunc(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
@@ -290,7 +362,7 @@ fn trunc(s: &str, n: usize) -> String {
     }
 }
 
-fn render_space(out: &mut String, s: &SpaceReport, top: usize) {
+fn render_space(out: &mut String, s: &SpaceReport, top: usize, limit: Option<u64>) {
     let _ = writeln!(
         out,
         "  {}: total {} (what the compiler reserves), peak {} live{}",
@@ -319,11 +391,13 @@ fn render_space(out: &mut String, s: &SpaceReport, top: usize) {
     if s.timeline.len() > 1 {
         let _ = writeln!(
             out,
-            "    memory over program order: {} (min {}, max {})",
-            sparkline(&s.timeline, 64),
-            format_size(s.timeline.iter().copied().min().unwrap_or(0)),
-            format_size(s.timeline.iter().copied().max().unwrap_or(0))
+            "    memory over program order ({} schedule positions; `hbm-doctor view` draws it):",
+            s.timeline.len()
         );
+        let limit = limit.filter(|_| s.color == 0);
+        for line in area_chart(&s.timeline, 64, 4, limit, s.peak_time) {
+            let _ = writeln!(out, "      {line}");
+        }
     }
     if s.buffers_at_peak.is_empty() {
         return;
@@ -399,7 +473,7 @@ fn render_space(out: &mut String, s: &SpaceReport, top: usize) {
     }
 }
 
-fn render_module(out: &mut String, m: &ModuleReport, top: usize) {
+fn render_module(out: &mut String, m: &ModuleReport, top: usize, limit: Option<u64>) {
     let _ = writeln!(
         out,
         "module {}{}{}",
@@ -419,7 +493,7 @@ fn render_module(out: &mut String, m: &ModuleReport, top: usize) {
         if s.total_bytes == 0 && s.peak_bytes == 0 {
             continue;
         }
-        render_space(out, s, top);
+        render_space(out, s, top, limit);
     }
     if let (Some(x), Some(o)) = (m.xla.live_range_peak_bytes, m.xla.recomputed_peak_bytes) {
         let _ = writeln!(
@@ -443,7 +517,7 @@ fn render_module(out: &mut String, m: &ModuleReport, top: usize) {
 pub fn render_human(r: &AnalyzeReport, top: usize, _markdown: bool) -> String {
     let mut out = String::new();
     for m in &r.modules {
-        render_module(&mut out, m, top);
+        render_module(&mut out, m, top, r.diagnosis.budget_bytes);
         out.push('\n');
     }
     let d = &r.diagnosis;
