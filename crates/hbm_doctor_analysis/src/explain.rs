@@ -463,7 +463,8 @@ fn kernel_tiling(ctx: &Ctx<'_>) -> Option<Cause> {
     let mut actions = vec![
         format!("Make the kernel's blocks {shrink}: reduce block sizes in the BlockSpecs (e.g. block_q/block_k/block_kv of a Pallas attention kernel, tm/tn/tk of a matmul); keep the last two block dims multiples of (8, 128)."),
         "Batch size rarely matters here: the block, not the array, must fit on chip.".into(),
-        format!("If the blocks are right and the chip's physical {space} is larger than the scoped limit, raise the limit for that kernel: pltpu.CompilerParams(vmem_limit_bytes=...) in pallas_call, or LIBTPU_INIT_ARGS=--xla_tpu_scoped_vmem_limit_kib=N (last resort; TPU flags go in LIBTPU_INIT_ARGS, not XLA_FLAGS)."),
+        format!("If the blocks are right and the chip's physical {space} is larger than the scoped limit, raise the limit for that kernel: pltpu.CompilerParams(vmem_limit_bytes=...) in pallas_call."),
+        "Last resort: raise the scoped limit for every kernel with LIBTPU_INIT_ARGS=--xla_tpu_scoped_vmem_limit_kib=N (TPU flags go in LIBTPU_INIT_ARGS, not XLA_FLAGS).".into(),
     ];
     if let Some(a) = e.allocations.first() {
         actions.insert(0, format!("The allocation that failed: {}.", describe(a)));
@@ -516,7 +517,7 @@ fn sparsecore(ctx: &Ctx<'_>) -> Option<Cause> {
                 "Lower the SparseCore HBM stack: it grows with feature_width, max_unique_nz_per_row and logical_replica_count; cap max_unique_nz_per_row / max_ids_per_partition at what your data really needs.".into(),
                 "Lower the heap: a smaller maximum_parallel_iterations prefetches less input into HBM.".into(),
                 "Check that embedding tables are mod-sharded across all chips.".into(),
-                "Serialize table processing to trade parallelism for memory: LIBTPU_INIT_ARGS=--xla_sc_num_serialized_tables_to_optimize_hbm=N (last resort).".into(),
+                "Last resort: serialize table processing to trade parallelism for memory: LIBTPU_INIT_ARGS=--xla_sc_num_serialized_tables_to_optimize_hbm=N.".into(),
             ],
             Vec::new(),
         ))
