@@ -110,3 +110,52 @@ fn bad_input_says_what_to_do() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn markdown_is_tables() {
+    let out = bin()
+        .args([
+            "analyze", "--format", "markdown", "--top", "3", "--target", "v5e",
+        ])
+        .arg(dump("replicated_v5e"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "does not fit a v5e");
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        md.starts_with("### hbm-doctor analyze: jit_sgd_step: does not fit v5e"),
+        "{md}"
+    );
+    // The figures table: header, alignment row, one row with the exact total.
+    let lines: Vec<&str> = md.lines().collect();
+    let k = lines
+        .iter()
+        .position(|l| l.starts_with("| module | space | total | peak |"))
+        .expect("figures table");
+    assert!(lines[k + 1].starts_with("|---|---|---:|"));
+    assert!(lines[k + 2].starts_with("| `jit_sgd_step` | hbm | 18.38G | 18.38G | 9.19G |"));
+    // Causes as a table, ranked, then the actions.
+    assert!(md.contains("| 1 | `replicated_tensor` | ~13.50G |"), "{md}");
+    assert!(md.contains("1. **`replicated_tensor`**\n   - shard"));
+    // Buffers at the peak: --top rows plus one summary row; every table row has the header's
+    // number of cells (pipes inside op_names would break that).
+    let b = lines
+        .iter()
+        .position(|l| l.starts_with("| # | size | unpadded |"))
+        .expect("buffers table");
+    let cells = |l: &str| l.matches('|').count() - l.matches("\\|").count();
+    let rows: Vec<&&str> = lines[b + 2..]
+        .iter()
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert!(rows.iter().all(|r| cells(r) == cells(lines[b])), "{rows:?}");
+    assert!(rows[3].contains("more buffers"));
+    assert!(
+        md.contains("| `generate.py:220` | 9.19G | 50.0% | 4 |"),
+        "{md}"
+    );
+    assert!(md.contains("peak by op_name path") && md.contains("&nbsp;&nbsp;`transpose(jvp())`"));
+    // No human-format leftovers.
+    assert!(!md.contains('┤') && !md.contains("note:"), "{md}");
+}

@@ -248,7 +248,8 @@ pub fn run(args: &AnalyzeArgs, global: &GlobalArgs) -> Result<u8> {
     let report = analyze_files(&files, &opts)?;
     let text = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
-        _ => render_human(&report, args.top, args.format == OutputFormat::Markdown),
+        OutputFormat::Markdown => render_markdown(&report, args.top),
+        _ => render_human(&report, args.top, false),
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
@@ -538,6 +539,255 @@ pub fn render_human(r: &AnalyzeReport, top: usize, _markdown: bool) -> String {
         );
         for a in &c.actions {
             let _ = writeln!(out, "   - {a}");
+        }
+    }
+    out
+}
+
+/// A table cell: pipes escaped, newlines folded, empty shown as `—`.
+fn cell(s: &str) -> String {
+    let s = s.replace('|', "\\|").replace(['\n', '\r'], " ");
+    if s.trim().is_empty() {
+        "—".into()
+    } else {
+        s
+    }
+}
+
+/// Inline code for a cell (backticks in the text fall back to plain text).
+fn code(s: &str) -> String {
+    if s.is_empty() {
+        "—".into()
+    } else if s.contains('`') {
+        cell(s)
+    } else {
+        format!("`{}`", cell(s))
+    }
+}
+
+fn markdown_space(out: &mut String, s: &SpaceReport, top: usize) {
+    let _ = writeln!(out, "#### {} buffers live at the peak\n", s.space);
+    if s.buffers_at_peak.is_empty() {
+        let _ = writeln!(out, "_none known (no live ranges)_\n");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "| # | size | unpadded | kind | shape | buffer | op | op_name | source |\n|---:|---:|---:|---|---|---|---|---|---|"
+    );
+    for (k, b) in s.buffers_at_peak.iter().take(top).enumerate() {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            k + 1,
+            format_size(b.size_bytes),
+            format_size(b.unpadded_bytes),
+            b.kind,
+            code(&b.shape),
+            code(&b.name),
+            b.opcode.as_deref().map_or_else(|| "—".into(), code),
+            b.op_name
+                .as_deref()
+                .map_or_else(|| "—".into(), |o| code(&trunc(o, 80))),
+            b.source.as_deref().map_or_else(|| "—".into(), code),
+        );
+    }
+    if s.buffers_at_peak.len() > top {
+        let rest = &s.buffers_at_peak[top..];
+        let bytes: u64 = rest.iter().map(|b| b.size_bytes).sum();
+        let unpadded: u64 = rest.iter().map(|b| b.unpadded_bytes).sum();
+        let _ = writeln!(
+            out,
+            "| | {} | {} | {} more buffers | | | | | |",
+            format_size(bytes),
+            format_size(unpadded),
+            rest.len()
+        );
+    }
+    out.push('\n');
+    let sources: Vec<_> = s.by_source.iter().take(top).collect();
+    if sources.iter().any(|g| !g.key.starts_with('(')) {
+        let _ = writeln!(
+            out,
+            "#### {} peak by source line\n\n| source | bytes | share | buffers |\n|---|---:|---:|---:|",
+            s.space
+        );
+        for g in sources {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                if g.key.starts_with('(') {
+                    cell(&g.key)
+                } else {
+                    code(&g.key)
+                },
+                format_size(g.bytes),
+                share(g.bytes, s.peak_bytes),
+                g.buffers
+            );
+        }
+        out.push('\n');
+    }
+    let tree: Vec<_> = s
+        .by_op_name
+        .iter()
+        .filter(|g| g.depth < 4 && g.bytes * 50 >= s.peak_bytes.max(1))
+        .take(3 * top)
+        .collect();
+    if !tree.is_empty() {
+        let _ = writeln!(
+            out,
+            "#### {} peak by op_name path\n\n| op_name path | bytes | share | buffers |\n|---|---:|---:|---:|",
+            s.space
+        );
+        for g in tree {
+            let leaf = g.key.rsplit('/').next().unwrap_or(&g.key);
+            let _ = writeln!(
+                out,
+                "| {}{} | {} | {} | {} |",
+                "&nbsp;&nbsp;".repeat(g.depth),
+                code(&trunc(leaf, 60)),
+                format_size(g.bytes),
+                share(g.bytes, s.peak_bytes),
+                g.buffers
+            );
+        }
+        out.push('\n');
+    }
+}
+
+fn share(part: u64, whole: u64) -> String {
+    format!("{:.1}%", part as f64 * 100.0 / whole.max(1) as f64)
+}
+
+/// The markdown report: one table of figures per module and memory space, the buffers at the
+/// peak, the peak by source line and by op_name path, and the ranked causes; to paste in an
+/// issue or a pull request.
+pub fn render_markdown(r: &AnalyzeReport, top: usize) -> String {
+    let mut out = String::new();
+    let d = &r.diagnosis;
+    let _ = writeln!(out, "### hbm-doctor analyze: {}\n", cell(&d.summary));
+    let _ = writeln!(
+        out,
+        "**Category:** `{}`{}\n",
+        d.category.as_str(),
+        d.budget_bytes
+            .map(|b| format!(
+                " · **budget:** {} · **fits:** {}",
+                format_size(b),
+                if d.fits == Some(true) { "yes" } else { "no" }
+            ))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "| module | space | total | peak | arguments | outputs | aliased | temporaries | padding | fragmentation | method |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    );
+    for m in &r.modules {
+        for s in &m.memory_spaces {
+            if s.total_bytes == 0 && s.peak_bytes == 0 {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                code(&m.name),
+                s.space,
+                format_size(s.total_bytes),
+                format_size(s.peak_bytes),
+                format_size(s.arguments_bytes),
+                format_size(s.outputs_bytes),
+                format_size(s.aliased_bytes),
+                format_size(s.temp_bytes),
+                format_size(s.padding_bytes),
+                format_size(s.fragmentation_bytes),
+                if m.estimate {
+                    format!("{} (estimate)", m.method)
+                } else {
+                    m.method.clone()
+                }
+            );
+        }
+    }
+    out.push('\n');
+    if !d.causes.is_empty() {
+        let _ = writeln!(
+            out,
+            "#### Causes\n\n| # | cause | saves | evidence |\n|---:|---|---:|---|"
+        );
+        for (k, c) in d.causes.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "| {} | `{}` | {} | {} |",
+                k + 1,
+                c.cause.as_str(),
+                c.savings_bytes
+                    .map_or_else(|| "—".into(), |b| format!("~{}", format_size(b))),
+                cell(&c.evidence)
+            );
+        }
+        out.push('\n');
+        for (k, c) in d.causes.iter().enumerate() {
+            if c.actions.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "{}. **`{}`**", k + 1, c.cause.as_str());
+            for a in &c.actions {
+                let _ = writeln!(out, "   - {}", a.replace('\n', " "));
+            }
+        }
+        out.push('\n');
+    } else {
+        let _ = writeln!(out, "No known waste found.\n");
+    }
+    for m in &r.modules {
+        let _ = writeln!(
+            out,
+            "### Module `{}`{}{}\n",
+            m.name,
+            if m.num_partitions > 1 {
+                format!(" ({} partitions, per-device figures)", m.num_partitions)
+            } else {
+                String::new()
+            },
+            if m.estimate {
+                " — estimate from the schedule (no buffer assignment)"
+            } else {
+                ""
+            }
+        );
+        for s in &m.memory_spaces {
+            if s.total_bytes == 0 && s.peak_bytes == 0 {
+                continue;
+            }
+            if let Some(i) = &s.peak_instruction {
+                let _ = writeln!(
+                    out,
+                    "**{}** peak {} at schedule position {} (`{}`) of {}.\n",
+                    s.space,
+                    format_size(s.peak_bytes),
+                    s.peak_time.unwrap_or(0),
+                    cell(i),
+                    s.timeline.len()
+                );
+            }
+            markdown_space(&mut out, s, top);
+        }
+        if let (Some(x), Some(o)) = (m.xla.live_range_peak_bytes, m.xla.recomputed_peak_bytes) {
+            let _ = writeln!(
+                out,
+                "XLA's live-range peak (logical sizes, all spaces): {} at #{}{}.\n",
+                format_size(x),
+                m.xla.live_range_peak_time.unwrap_or(0),
+                if x == o {
+                    ", reproduced exactly".to_string()
+                } else {
+                    format!(", recomputed {}", format_size(o))
+                }
+            );
+        }
+        for n in &m.notes {
+            let _ = writeln!(out, "> **note:** {}\n", cell(n));
         }
     }
     out
