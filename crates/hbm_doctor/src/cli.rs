@@ -93,6 +93,9 @@ pub enum Command {
     Record(crate::commands::record::RecordArgs),
     /// Serve device memory as Prometheus/OpenMetrics on `/metrics` (loopback by default).
     Exporter(crate::commands::exporter::ExporterArgs),
+    /// Tell a leak from a spike, a step or a sawtooth in recorded memory series (recordings,
+    /// CSV, XLA_METRICS_FILE, logs), and forecast the step that will run out of memory.
+    Trend(crate::commands::trend::TrendArgs),
     /// Write a self-contained offline HTML memory viewer of an XLA dump (chart, buffers at the
     /// peak, lifetimes, breakdown, diagnosis); `view BEFORE AFTER` shows what a change did.
     View(crate::commands::view::ViewArgs),

@@ -6,6 +6,7 @@ pub mod exporter;
 pub mod pad;
 pub mod record;
 pub mod top;
+pub mod trend;
 pub mod view;
 
 use crate::cli::{Cli, Command};
@@ -19,6 +20,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Top(args) => top::run(&args, &cli.global),
         Command::Record(args) => record::run(&args, &cli.global),
         Command::Exporter(args) => exporter::run(&args, &cli.global),
+        Command::Trend(args) => trend::run(&args, &cli.global),
         Command::View(args) => view::run(&args, &cli.global),
     }
 }

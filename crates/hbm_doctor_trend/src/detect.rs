@@ -1,0 +1,664 @@
+//! The detector: from one process's windows to a verdict (monitoring.md §7.3, tuned by the
+//! simulation in `bench/trend_sim.sh`).
+//!
+//! 1. Drop the warm-up: the first max(200 steps | 10 min, 5% of the span).
+//! 2. Estimate the period of the floors (autocorrelation) and group windows so each analysis
+//!    window spans ≥ 2 periods, at most [`Params::k_max`] of them: the window floor strips the
+//!    sawtooth.
+//! 3. Mann–Kendall on the floors, Theil–Sen slope with Sen's interval.
+//! 4. Step vs ramp: the best single split of the floors; two flat sides and a large jump make a
+//!    step (an early upward one is the warm-up: it is cut and the analysis reruns).
+//! 5. Leak = p < α, Sen's lower bound > 0, rise over the span ≥ G1 = max(3σ, 0.25% of the limit),
+//!    not a step, and no drop between window floors larger than half the rise (a sawtooth seen
+//!    through windows shorter than its period). The current slope comes from a hinge fit when the leak began mid-run.
+//! 6. Spikes: excursions of a window's maximum ≥ 8% of the limit above the normal ceiling.
+//! 7. Sawtooth: a swing ≥ 5% of the limit in ≥ 80% of windows, or periodic spikes.
+
+use crate::stats::{self, mad_sigma, mann_kendall, median, quantile, theil_sen};
+use crate::store::{Axis, Segment, Window};
+
+/// Tunables; the defaults are what the simulation study reports on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Params {
+    /// Most analysis windows in the test.
+    pub k_max: usize,
+    /// Fewest analysis windows to judge at all.
+    pub k_min: usize,
+    /// Fewest samples to judge at all.
+    pub min_samples: u64,
+    /// One-sided significance of the Mann–Kendall test and of Sen's lower bound.
+    pub alpha: f64,
+    /// G1: the rise over the span must reach this many robust sigmas of the floor residuals...
+    pub g1_sigmas: f64,
+    /// ...and this fraction of the limit.
+    pub g1_limit_fraction: f64,
+    /// A spike rises at least this fraction of the limit above the normal ceiling.
+    pub spike_fraction: f64,
+    /// A sawtooth swings at least this fraction of the limit.
+    pub sawtooth_fraction: f64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            k_max: 48,
+            k_min: 10,
+            min_samples: 64,
+            alpha: 0.001,
+            g1_sigmas: 3.0,
+            g1_limit_fraction: 0.0025,
+            spike_fraction: 0.08,
+            sawtooth_fraction: 0.05,
+        }
+    }
+}
+
+/// The verdict vocabulary of contract.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    /// Too short to judge.
+    InsufficientData,
+    /// The floor grows steadily.
+    Leak,
+    /// A lasting change of level.
+    Step,
+    /// Isolated excursions.
+    Spikes,
+    /// Periodic, bounded swing.
+    Sawtooth,
+    /// None of the above.
+    Stable,
+}
+
+impl Verdict {
+    /// The contract's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::InsufficientData => "insufficient_data",
+            Verdict::Leak => "leak",
+            Verdict::Step => "step",
+            Verdict::Spikes => "spikes",
+            Verdict::Sawtooth => "sawtooth",
+            Verdict::Stable => "stable",
+        }
+    }
+}
+
+/// What happened in the log near a point of the series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MarkerKind {
+    /// Evaluation / validation.
+    Eval,
+    /// Checkpoint save or load.
+    Checkpoint,
+    /// A compilation (JAX log_compiles, PT_XLA_DEBUG compilation analysis, UncachedCompile).
+    Recompilation,
+}
+
+impl MarkerKind {
+    /// The word used in `spikes[].near`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkerKind::Eval => "eval",
+            MarkerKind::Checkpoint => "checkpoint",
+            MarkerKind::Recompilation => "recompilation",
+        }
+    }
+}
+
+/// A log event with its position.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Marker {
+    /// What.
+    pub kind: MarkerKind,
+    /// The step the log was at.
+    pub step: Option<u64>,
+    /// The time of the line.
+    pub ts: Option<f64>,
+}
+
+/// One excursion above the normal ceiling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spike {
+    /// Step of its maximum.
+    pub step: Option<u64>,
+    /// Time of its maximum.
+    pub ts: Option<f64>,
+    /// Its maximum, bytes in use.
+    pub bytes: u64,
+    /// How far above the normal ceiling.
+    pub above_bytes: u64,
+    /// What the log says happened near it.
+    pub near: Option<MarkerKind>,
+}
+
+/// A lasting level change.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepChange {
+    /// Step where the new level begins.
+    pub step: Option<u64>,
+    /// Time where it begins.
+    pub ts: Option<f64>,
+    /// New level minus old level (floors).
+    pub delta_bytes: f64,
+    /// What the log says happened near it.
+    pub near: Option<MarkerKind>,
+}
+
+/// The detector's result for one process of one device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Analysis {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why the data are insufficient, when they are.
+    pub reason: Option<String>,
+    /// The x axis.
+    pub axis: Axis,
+    /// Samples in the process.
+    pub samples: u64,
+    /// First and last step.
+    pub first_step: Option<u64>,
+    /// Last step.
+    pub last_step: Option<u64>,
+    /// First time.
+    pub first_ts: Option<f64>,
+    /// Last time.
+    pub last_ts: Option<f64>,
+    /// The limit.
+    pub limit: Option<u64>,
+    /// Floor slope per x unit (Theil–Sen; the current slope after a hinge).
+    pub slope: f64,
+    /// Sen's 95% interval of the slope.
+    pub slope_ci: (f64, f64),
+    /// Mann–Kendall one-sided p.
+    pub p_value: f64,
+    /// Steps per second, when both are known.
+    pub steps_per_second: Option<f64>,
+    /// The floor now (fitted).
+    pub floor_now: f64,
+    /// The normal ceiling now (floor + typical swing).
+    pub ceiling_now: f64,
+    /// Typical swing (ceiling − floor) of an analysis window.
+    pub swing: f64,
+    /// The period of the floors, in x units, when one was found.
+    pub period: Option<f64>,
+    /// x where the warm-up ends.
+    pub warmup_until: Option<f64>,
+    /// x where the current growth began (hinge), when it began after the warm-up.
+    pub growth_since: Option<f64>,
+    /// Forecast: x at which the ceiling reaches the limit (central slope).
+    pub oom_x: Option<f64>,
+    /// Cautious forecast: Sen's upper slope and a 1%-of-limit margin.
+    pub oom_x_early: Option<f64>,
+    /// Spikes.
+    pub spikes: Vec<Spike>,
+    /// Whether the spikes recur at a regular interval.
+    pub periodic_spikes: bool,
+    /// The level change, when the verdict is `step`.
+    pub step_change: Option<StepChange>,
+    /// Whether floors trend up at the display level (p < 0.01 and lower bound > 0) without
+    /// passing every gate.
+    pub suspected: bool,
+}
+
+struct Aw {
+    x: f64,
+    x0: f64,
+    x1: f64,
+    floor: f64,
+    ceil: f64,
+    s1: Option<u64>,
+    t1: Option<f64>,
+    s0: Option<u64>,
+    t0: Option<f64>,
+}
+
+fn group(base: &[Window], per: usize) -> Vec<Aw> {
+    let skip = base.len() % per;
+    base[skip..]
+        .chunks(per)
+        .map(|c| {
+            let maxes: Vec<f64> = c.iter().map(|w| w.max).collect();
+            let mut m = c[0];
+            for w in &c[1..] {
+                m.merge(w);
+            }
+            Aw {
+                x: m.mid(),
+                x0: m.x0,
+                x1: m.x1,
+                floor: m.min,
+                ceil: quantile(&maxes, 0.9),
+                s0: m.s0,
+                s1: m.s1,
+                t0: m.t0,
+                t1: m.t1,
+            }
+        })
+        .collect()
+}
+
+/// Period of `v` in samples by autocorrelation, when a clear one exists.
+fn period_of(v: &[f64]) -> Option<usize> {
+    let n = v.len();
+    if n < 24 {
+        return None;
+    }
+    let x: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let (b, a, _) = stats::ols(&x, v);
+    let r: Vec<f64> = v
+        .iter()
+        .enumerate()
+        .map(|(i, y)| y - a - b * i as f64)
+        .collect();
+    let e: f64 = r.iter().map(|y| y * y).sum();
+    if e <= 0.0 {
+        return None;
+    }
+    let max_lag = n / 3;
+    let acf: Vec<f64> = (0..=max_lag)
+        .map(|l| {
+            r[..n - l]
+                .iter()
+                .zip(&r[l..])
+                .map(|(p, q)| p * q)
+                .sum::<f64>()
+                / e
+        })
+        .collect();
+    let mut best: Option<(usize, f64)> = None;
+    for l in 2..max_lag {
+        let dip = acf[1..l].iter().copied().fold(f64::INFINITY, f64::min);
+        if acf[l] > 0.3 && acf[l] >= acf[l - 1] && acf[l] >= acf[l + 1] && dip < acf[l] - 0.3 {
+            match best {
+                Some((_, v)) if v >= acf[l] * 1.1 => {}
+                Some((_, v)) if acf[l] <= v => {}
+                _ => best = Some((l, acf[l])),
+            }
+            if acf[l] > 0.6 {
+                break;
+            }
+        }
+    }
+    best.map(|(l, _)| l)
+}
+
+fn near(markers: &[Marker], axis: Axis, x: f64, tol: f64) -> Option<MarkerKind> {
+    markers
+        .iter()
+        .filter_map(|m| {
+            let mx = match axis {
+                Axis::Step => m.step.map(|s| s as f64),
+                Axis::Time => m.ts,
+                Axis::Ordinal => None,
+            }?;
+            let d = (mx - x).abs();
+            (d <= tol).then_some((d, m.kind))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+        .map(|(_, k)| k)
+}
+
+fn empty(seg: &Segment, reason: &str) -> Analysis {
+    let (first_step, last_step) = seg.step_range();
+    let (first_ts, last_ts) = seg.time_range();
+    Analysis {
+        verdict: Verdict::InsufficientData,
+        reason: Some(reason.to_string()),
+        axis: seg.axis,
+        samples: seg.samples,
+        first_step,
+        last_step,
+        first_ts,
+        last_ts,
+        limit: seg.limit,
+        slope: 0.0,
+        slope_ci: (0.0, 0.0),
+        p_value: 1.0,
+        steps_per_second: None,
+        floor_now: seg.windows.last().map_or(0.0, |w| w.min),
+        ceiling_now: seg.windows.last().map_or(0.0, |w| w.max),
+        swing: 0.0,
+        period: None,
+        warmup_until: None,
+        growth_since: None,
+        oom_x: None,
+        oom_x_early: None,
+        spikes: Vec::new(),
+        periodic_spikes: false,
+        step_change: None,
+        suspected: false,
+    }
+}
+
+/// A warm-up: the second half of the floors rises less than 40% as fast as the first
+/// (Theil-Sen slopes). A steady leak does not slow down.
+fn decelerating(x: &[f64], f: &[f64]) -> bool {
+    let h = f.len() / 2;
+    if h < 5 {
+        return false;
+    }
+    let m1 = mann_kendall(&f[..h]);
+    let t1 = theil_sen(&x[..h], &f[..h], m1.var, 0.025);
+    let m2 = mann_kendall(&f[h..]);
+    let t2 = theil_sen(&x[h..], &f[h..], m2.var, 0.025);
+    t1.slope > 0.0 && t2.slope < 0.4 * t1.slope
+}
+
+/// Analyses one process of one device. `markers` are the log's events (eval, checkpoint,
+/// compilation) for `spikes[].near`.
+pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
+    let mut a = empty(seg, "");
+    a.reason = None;
+    let wins = &seg.windows;
+    if seg.samples < p.min_samples || wins.len() < p.k_min {
+        return empty(
+            seg,
+            &format!(
+                "{} samples: at least {} are needed",
+                seg.samples, p.min_samples
+            ),
+        );
+    }
+    let x_first = wins[0].x0;
+    let x_last = wins[wins.len() - 1].x1;
+    let span = x_last - x_first;
+    if span <= 0.0 {
+        return empty(seg, "all samples at the same step or time");
+    }
+    if seg.axis == Axis::Step && span < 1200.0 {
+        return empty(seg, &format!("{span:.0} steps: at least 1200 are needed"));
+    }
+    if seg.axis == Axis::Time && span < 1800.0 {
+        return empty(
+            seg,
+            &format!("{span:.0} seconds: at least 30 minutes are needed"),
+        );
+    }
+    // Steps per second over the process.
+    let (s0, s1) = seg.step_range();
+    let (t0, t1) = seg.time_range();
+    if let (Some(s0), Some(s1), Some(t0), Some(t1)) = (s0, s1, t0, t1) {
+        if s1 > s0 && t1 > t0 {
+            a.steps_per_second = Some((s1 - s0) as f64 / (t1 - t0));
+        }
+    }
+    let min_warm = match seg.axis {
+        Axis::Step => 200.0,
+        Axis::Time => 600.0,
+        Axis::Ordinal => 0.0,
+    };
+    let warm = (0.05 * span).max(min_warm).min(0.3 * span);
+    let start = wins
+        .iter()
+        .position(|w| w.x0 >= x_first + warm)
+        .unwrap_or(0);
+    a.warmup_until = Some(x_first + warm);
+    analyze_from(seg, &wins[start..], markers, p, a, true)
+}
+
+fn analyze_from(
+    seg: &Segment,
+    base: &[Window],
+    markers: &[Marker],
+    p: &Params,
+    mut a: Analysis,
+    allow_warmup_cut: bool,
+) -> Analysis {
+    let limit = seg.limit.map(|l| l as f64);
+    if base.len() < p.k_min {
+        a.verdict = Verdict::InsufficientData;
+        a.reason = Some("too few samples after the warm-up".into());
+        return a;
+    }
+    // Period of the floors, on at most 512 points.
+    let dec = base.len().div_ceil(512);
+    let floors_dec: Vec<f64> = base
+        .chunks(dec)
+        .map(|c| c.iter().map(|w| w.min).fold(f64::INFINITY, f64::min))
+        .collect();
+    let period_base = period_of(&floors_dec).map(|l| l * dec);
+    let mut per = base.len().div_ceil(p.k_max).max(1);
+    if let Some(pb) = period_base {
+        per = per.max(2 * pb);
+        let w = &base[0];
+        let width = (base[base.len() - 1].x1 - w.x0) / base.len() as f64;
+        a.period = Some(pb as f64 * width);
+    }
+    let aw = group(base, per);
+    if aw.len() < p.k_min {
+        a.verdict = Verdict::InsufficientData;
+        a.reason = Some(format!(
+            "{} windows of 2 periods after the warm-up: {} are needed",
+            aw.len(),
+            p.k_min
+        ));
+        return a;
+    }
+    let k = aw.len();
+    let x: Vec<f64> = aw.iter().map(|w| w.x).collect();
+    let f: Vec<f64> = aw.iter().map(|w| w.floor).collect();
+    let swings: Vec<f64> = aw.iter().map(|w| (w.ceil - w.floor).max(0.0)).collect();
+    let mk = mann_kendall(&f);
+    let ts = theil_sen(&x, &f, mk.var, p.alpha);
+    let ts95 = theil_sen(&x, &f, mk.var, 0.025);
+    let res: Vec<f64> = x
+        .iter()
+        .zip(&f)
+        .map(|(xi, fi)| fi - ts.intercept - ts.slope * xi)
+        .collect();
+    let sigma = mad_sigma(&res);
+    let diffs: Vec<f64> = f.windows(2).map(|d| d[1] - d[0]).collect();
+    let sigma_d = mad_sigma(&diffs) / std::f64::consts::SQRT_2;
+    let level = median(&f);
+    let g1_floor = limit
+        .map_or(0.01 * level, |l| p.g1_limit_fraction * l)
+        .max(1.0);
+    let g1 = (p.g1_sigmas * sigma).max(g1_floor);
+    let tspan = x[k - 1] - x[0];
+    let rise = ts.slope * tspan;
+
+    // Step vs ramp: the best single split.
+    let mut step: Option<(usize, f64)> = None;
+    {
+        let mut pre = vec![0.0; k + 1];
+        let mut pre2 = vec![0.0; k + 1];
+        for i in 0..k {
+            pre[i + 1] = pre[i] + f[i];
+            pre2[i + 1] = pre2[i] + f[i] * f[i];
+        }
+        let sse = |i: usize, j: usize| {
+            let n = (j - i) as f64;
+            let s = pre[j] - pre[i];
+            (pre2[j] - pre2[i]) - s * s / n
+        };
+        let mut best = (0usize, f64::INFINITY);
+        for c in 2..=k - 2 {
+            let v = sse(0, c) + sse(c, k);
+            if v < best.1 {
+                best = (c, v);
+            }
+        }
+        let c = best.0;
+        if c >= 2 {
+            let (_, _, sse_lin) = stats::ols(&x, &f);
+            let d = (pre[k] - pre[c]) / (k - c) as f64 - pre[c] / c as f64;
+            let flat = |xs: &[f64], ys: &[f64]| {
+                if ys.len() < 5 {
+                    return true;
+                }
+                let m = mann_kendall(ys);
+                let t = theil_sen(xs, ys, m.var, 0.025);
+                let r = (t.slope * (xs[xs.len() - 1] - xs[0])).abs();
+                r < (3.0 * sigma_d).max(0.3 * d.abs())
+            };
+            let jump = d.abs() >= g1_floor.max(5.0 * sigma_d);
+            if jump && best.1 < 0.5 * sse_lin && flat(&x[..c], &f[..c]) && flat(&x[c..], &f[c..]) {
+                step = Some((c, d));
+            }
+        }
+    }
+    if let Some((c, d)) = step {
+        if d > 0.0 && c * 8 <= k && allow_warmup_cut {
+            // An early rise that then stays flat: the warm-up. Cut it and judge the rest.
+            let cut_x = aw[c].x0;
+            let start = base.iter().position(|w| w.x0 >= cut_x).unwrap_or(0);
+            a.warmup_until = Some(cut_x);
+            return analyze_from(seg, &base[start..], markers, p, a, false);
+        }
+    }
+
+    a.p_value = mk.p_up;
+    a.slope = ts.slope;
+    a.slope_ci = (ts95.lo, ts95.hi);
+    // A sawtooth seen through windows shorter than its period drops sharply once a period;
+    // a leak's floors do not.
+    let max_drop = diffs.iter().copied().fold(0.0f64, |m, d| m.max(-d));
+    let leak = mk.p_up < p.alpha
+        && ts.lo > 0.0
+        && rise >= g1
+        && step.is_none()
+        && (max_drop < 0.5 * rise || max_drop < 6.0 * sigma_d)
+        && !decelerating(&x, &f);
+    a.suspected = !leak && mk.p_up < 0.01 && ts95.lo > 0.0 && step.is_none();
+    let recent = k.min(8);
+    a.swing = median(&swings[k - recent..]);
+    a.floor_now = ts.intercept + ts.slope * x[k - 1];
+    if leak {
+        // Current slope: a hinge (flat, then linear) that fits clearly better than a line.
+        let (_, _, sse_lin) = stats::ols(&x, &f);
+        let mut best = (0usize, f64::INFINITY);
+        for h in 1..k.saturating_sub(8) {
+            let hx: Vec<f64> = x.iter().map(|xi| (xi - x[h]).max(0.0)).collect();
+            let (_, _, s) = stats::ols(&hx, &f);
+            if s < best.1 {
+                best = (h, s);
+            }
+        }
+        if best.0 > 0 && best.1 < 0.7 * sse_lin {
+            let h = best.0;
+            let m2 = mann_kendall(&f[h..]);
+            let t2 = theil_sen(&x[h..], &f[h..], m2.var, 0.025);
+            a.slope = t2.slope;
+            a.slope_ci = (t2.lo, t2.hi);
+            a.floor_now = t2.intercept + t2.slope * x[k - 1];
+            a.growth_since = Some(aw[h].x0);
+        }
+    } else {
+        a.floor_now = median(&f[k - recent..]);
+    }
+    a.ceiling_now = a.floor_now + a.swing;
+    let x_end = aw[k - 1].x1;
+
+    // Spikes over the base windows, against each analysis window's normal ceiling.
+    let ceils: Vec<f64> = aw.iter().map(|w| w.ceil).collect();
+    let cx: Vec<f64> = x.clone();
+    let cmk = mann_kendall(&ceils);
+    let cts = theil_sen(&cx, &ceils, cmk.var, 0.025);
+    let cres: Vec<f64> = cx
+        .iter()
+        .zip(&ceils)
+        .map(|(xi, c)| c - cts.intercept - cts.slope * xi)
+        .collect();
+    let csig = mad_sigma(&cres);
+    let spike_abs = limit.map_or(p.spike_fraction * median(&ceils), |l| p.spike_fraction * l);
+    let thr = |i: usize| ceils[i] + spike_abs.max(6.0 * csig);
+    let mut spikes: Vec<Spike> = Vec::new();
+    let mut spike_x: Vec<f64> = Vec::new();
+    let mut j = 0usize;
+    let mut cur: Option<(Window, f64)> = None;
+    let width = (x_end - aw[0].x0) / base.len().max(1) as f64;
+    let tol = (3.0 * width)
+        .max(0.002 * (x_end - aw[0].x0))
+        .max(match seg.axis {
+            Axis::Step => 20.0,
+            Axis::Time => 60.0,
+            Axis::Ordinal => 1.0,
+        });
+    for w in base {
+        while j + 1 < k && w.x0 > aw[j].x1 {
+            j += 1;
+        }
+        let normal = ceils[j];
+        if w.max > thr(j) {
+            cur = Some(match cur {
+                Some((mut m, n)) => {
+                    m.merge(w);
+                    (m, n)
+                }
+                None => (*w, normal),
+            });
+        } else if let Some((m, n)) = cur.take() {
+            spikes.push(Spike {
+                step: m.argmax_step,
+                ts: m.argmax_ts,
+                bytes: m.max as u64,
+                above_bytes: (m.max - n).max(0.0) as u64,
+                near: near(markers, seg.axis, m.argmax_x, tol),
+            });
+            spike_x.push(m.argmax_x);
+        }
+    }
+    // An excursion still open at the end is not (yet) isolated: it may be a step.
+    if spike_x.len() >= 4 {
+        let gaps: Vec<f64> = spike_x.windows(2).map(|g| g[1] - g[0]).collect();
+        let mg = median(&gaps);
+        let dev = median(&gaps.iter().map(|g| (g - mg).abs()).collect::<Vec<_>>());
+        a.periodic_spikes = mg > 0.0 && dev <= 0.1 * mg;
+    }
+    a.spikes = spikes;
+
+    // Forecast.
+    if leak {
+        if let Some(l) = limit {
+            let head = l - a.ceiling_now;
+            a.oom_x = Some(if head <= 0.0 {
+                x_end
+            } else {
+                x_end + head / a.slope
+            });
+            let early = head - 0.01 * l;
+            if a.slope_ci.1.is_finite() && a.slope_ci.1 > 0.0 {
+                a.oom_x_early = Some(if early <= 0.0 {
+                    x_end
+                } else {
+                    x_end + early / a.slope_ci.1
+                });
+            }
+        }
+    }
+
+    let swing_frac = limit.map(|l| {
+        swings
+            .iter()
+            .filter(|s| **s >= p.sawtooth_fraction * l)
+            .count() as f64
+            / k as f64
+    });
+    let sawtooth = swing_frac.is_some_and(|fr| fr >= 0.8)
+        || (a.periodic_spikes
+            && limit.is_some_and(|l| {
+                a.spikes
+                    .iter()
+                    .all(|s| s.above_bytes as f64 >= p.sawtooth_fraction * l)
+            }));
+    a.verdict = if leak {
+        Verdict::Leak
+    } else if let Some((c, d)) = step {
+        let bx = aw[c].x0;
+        a.step_change = Some(StepChange {
+            step: aw[c].s0.or(aw[c - 1].s1),
+            ts: aw[c].t0.or(aw[c - 1].t1),
+            delta_bytes: d,
+            near: near(markers, seg.axis, bx, tol.max(aw[c].x1 - aw[c].x0)),
+        });
+        Verdict::Step
+    } else if !a.spikes.is_empty() && !a.periodic_spikes {
+        Verdict::Spikes
+    } else if sawtooth {
+        Verdict::Sawtooth
+    } else {
+        Verdict::Stable
+    };
+    a
+}

@@ -1,0 +1,1165 @@
+//! Streaming readers. [`Reader::feed`] takes chunks of any size; lines are cut at `\n` and each is
+//! classified on its own (plus the small state of CSV headers and PyTorch/XLA metrics blocks), so
+//! formats may even be mixed in one file. Everything read goes into a [`Collected`], whose state
+//! is bounded (see `store.rs`): a 10 GB log takes the same memory as a 10 MB one.
+//!
+//! Formats (docs/trend.md has the full pattern set):
+//! - hbm-doctor recordings (`{"type":"sample"...}` JSON lines, docs/recording.md), including the
+//!   in-process sampler's file;
+//! - CSV per contract.md (`step`/`time`, `bytes_in_use`/`used_bytes`, `device`, `host`,
+//!   `bytes_limit`/`limit_bytes`, `peak_bytes_in_use`) and TensorBoard scalar CSV
+//!   (`Wall time,Step,Value`) and JSON (`[[wall, step, value], ...]`) exports;
+//! - PyTorch/XLA `XLA_METRICS_FILE` (`[MetricsData; step=N]` + report) and metrics reports
+//!   printed in logs; logged `get_memory_info()` dicts (all three shapes);
+//! - JAX `memory_stats()` dicts (one device, or `{id: stats}` for several);
+//! - training-log lines with a memory figure (`hbm`, `memory`, `mem_used`, `bytes_in_use`...), a
+//!   step, a leading timestamp, host RSS, and markers (eval, checkpoint, compilation, OOM
+//!   messages, the kernel OOM killer).
+
+use crate::detect::{Marker, MarkerKind};
+use crate::store::{Sample, Series};
+use regex::Regex;
+use serde::Deserialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::OnceLock;
+
+/// Longest line kept; the rest of a longer line is skipped.
+pub const MAX_LINE: usize = 1 << 20;
+/// Markers kept (the most recent).
+pub const MAX_MARKERS: usize = 4096;
+/// Counter points kept per host (decimated beyond).
+pub const MAX_COUNTERS: usize = 2048;
+
+/// Which framework the input comes from, when it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Framework {
+    /// JAX.
+    Jax,
+    /// PyTorch/XLA.
+    PytorchXla,
+}
+
+/// How the run ended, as far as the input says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Ending {
+    /// Not known (a recording still being written, a CSV).
+    #[default]
+    Unknown,
+    /// The log stops with no message.
+    Silent,
+    /// An out-of-memory message from the framework.
+    OomMessage,
+    /// The kernel's OOM killer (host RAM).
+    HostOom,
+    /// Another error or traceback.
+    Error,
+    /// A normal end.
+    Completed,
+}
+
+impl Ending {
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ending::Unknown => "unknown",
+            Ending::Silent => "silent",
+            Ending::OomMessage => "oom_message",
+            Ending::HostOom => "host_oom",
+            Ending::Error => "error",
+            Ending::Completed => "completed",
+        }
+    }
+}
+
+/// PyTorch/XLA counters at one step (cumulative, as the report prints them).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CounterPoint {
+    /// Step.
+    pub step: Option<u64>,
+    /// Ordinal of the report in the input.
+    pub ordinal: u64,
+    /// `UncachedCompile`.
+    pub uncached_compiles: Option<u64>,
+    /// `CompileTime` accumulator, seconds.
+    pub compile_seconds: Option<f64>,
+    /// `CreateDataHandles − DestroyDataHandles` (or the recording's `live_data_handles`).
+    pub live_data_handles: Option<i64>,
+    /// `CreateXlaTensor − DestroyXlaTensor`.
+    pub live_xla_tensors: Option<i64>,
+    /// `TransferToDeviceTime` samples.
+    pub transfers_to_device: Option<u64>,
+    /// `InboundData` accumulator, bytes.
+    pub inbound_bytes: Option<f64>,
+}
+
+/// One device series and what is known about it.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceSeries {
+    /// The samples.
+    pub series: Series,
+    /// `libtpu`, `jax`, `torch_xla`, `csv`, `log`...
+    pub source: Option<String>,
+}
+
+/// Per-host facts.
+#[derive(Debug, Clone, Default)]
+pub struct HostInfo {
+    /// Host RSS of the trainer (recording `process` lines, log `rss` figures).
+    pub rss: Series,
+    /// PyTorch/XLA counters.
+    pub counters: Vec<CounterPoint>,
+    counters_stride: u64,
+    counters_seen: u64,
+    /// How the run ended.
+    pub ending: Ending,
+    /// The line that says the kernel killed the trainer.
+    pub host_oom_evidence: Option<String>,
+    /// Compilations seen in the log after the first 50 steps.
+    pub late_compiles: u64,
+    /// `Number of Graph Inputs` of successive compilations (first and last kept).
+    pub graph_inputs: Option<(u64, u64, u64)>,
+    /// `pt-xla-profiler: CompileTime too frequent` lines.
+    pub compile_too_frequent: u64,
+}
+
+impl HostInfo {
+    fn push_counter(&mut self, c: CounterPoint) {
+        self.counters_seen += 1;
+        let stride = self.counters_stride.max(1);
+        if self.counters_seen % stride != 0 && !self.counters.is_empty() {
+            // Keep the newest in the last slot so the end of the run is exact.
+            if self.counters.len() > 1 {
+                if let Some(last) = self.counters.last_mut() {
+                    *last = c;
+                    return;
+                }
+            }
+        }
+        self.counters.push(c);
+        if self.counters.len() > MAX_COUNTERS {
+            let kept: Vec<CounterPoint> = self.counters.iter().step_by(2).copied().collect();
+            self.counters = kept;
+            self.counters_stride = stride * 2;
+        }
+    }
+}
+
+/// Everything read from the inputs.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    /// Device series by (host, device).
+    pub devices: BTreeMap<(String, String), DeviceSeries>,
+    /// Per host.
+    pub hosts: BTreeMap<String, HostInfo>,
+    /// Eval/checkpoint/compilation markers (most recent [`MAX_MARKERS`]).
+    pub markers: VecDeque<Marker>,
+    /// The framework, when the input says.
+    pub framework: Option<Framework>,
+    /// Lines read.
+    pub lines: u64,
+    /// Lines skipped as too long or unreadable JSON.
+    pub skipped_lines: u64,
+    /// Bytes read.
+    pub bytes: u64,
+}
+
+impl Collected {
+    fn device(&mut self, host: &str, dev: &str, source: &str) -> &mut DeviceSeries {
+        let d = self
+            .devices
+            .entry((host.to_string(), dev.to_string()))
+            .or_default();
+        if d.source.is_none() {
+            d.source = Some(source.to_string());
+        }
+        d
+    }
+
+    fn host(&mut self, host: &str) -> &mut HostInfo {
+        self.hosts.entry(host.to_string()).or_default()
+    }
+
+    fn marker(&mut self, m: Marker) {
+        if self.markers.len() == MAX_MARKERS {
+            self.markers.pop_front();
+        }
+        self.markers.push_back(m);
+    }
+
+    /// Retained elements (windows, markers, counters), for tests of bounded memory.
+    pub fn retained(&self) -> usize {
+        self.devices
+            .values()
+            .map(|d| d.series.retained_windows())
+            .sum::<usize>()
+            + self
+                .hosts
+                .values()
+                .map(|h| h.rss.retained_windows() + h.counters.capacity())
+                .sum::<usize>()
+            + self.markers.len()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Csv {
+    step: Option<usize>,
+    time: Option<usize>,
+    used: usize,
+    device: Option<usize>,
+    host: Option<usize>,
+    limit: Option<usize>,
+    peak: Option<usize>,
+    /// TensorBoard: values in a unit from the file name.
+    scale: f64,
+    cols: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Block {
+    name: String,
+    counter: bool,
+}
+
+/// A streaming reader of one input.
+#[derive(Debug)]
+pub struct Reader {
+    host: String,
+    name_hint: String,
+    pending: Vec<u8>,
+    overlong: bool,
+    csv: Option<Csv>,
+    step: Option<u64>,
+    ts: Option<f64>,
+    ordinal: u64,
+    metrics: Option<CounterPoint>,
+    metrics_raw: BTreeMap<String, f64>,
+    block: Option<Block>,
+    tb_json: Option<TbJson>,
+    first_byte_seen: bool,
+    tail: VecDeque<Ending>,
+    any_log_line: bool,
+    recording: bool,
+}
+
+#[derive(Debug, Default)]
+struct TbJson {
+    depth: u32,
+    num: String,
+    vals: Vec<f64>,
+}
+
+struct Patterns {
+    step: Regex,
+    time: Regex,
+    dict: Regex,
+    kv: Regex,
+    dev_in_prefix: Regex,
+    dev_in_line: Regex,
+    host_in_line: Regex,
+    mem: Regex,
+    rss: Regex,
+    eval: Regex,
+    ckpt: Regex,
+    compile: Regex,
+    oom: Regex,
+    host_oom: Regex,
+    error: Regex,
+    done: Regex,
+    graph_inputs: Regex,
+    metrics_step: Regex,
+}
+
+fn pats() -> &'static Patterns {
+    static P: OnceLock<Patterns> = OnceLock::new();
+    P.get_or_init(|| {
+        let r = |s: &str| Regex::new(s).expect("valid pattern");
+        let size = r"(\d[\d_,]*(?:\.\d+)?)\s*([kmgtp]i?b?|bytes|b)?\b";
+        let unit_in_key = r"(?:[_ ]?\(?(gib|gb|mib|mb|kib|kb|bytes)\)?)?";
+        Patterns {
+            step: r(r#"(?i)\b(?:global_step|step|iteration|iter|it)\b['"]?\s*[:=#]?\s*\[?(\d+)"#),
+            time: r(r"^\s*\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?\s*(Z|[+-]\d{2}:?\d{2})?"),
+            dict: r(r"\{[^{}]*\}"),
+            kv: r#"['"]?([A-Za-z_]\w*)['"]?\s*:\s*(-?\d+)"#.parse::<String>().map(|s| r(&s)).expect("pattern"),
+            dev_in_prefix: r(r#"(?i)(?:\bid=|TPU_|\b(?:xla|cuda|gpu|tpu):|\bdevice[ _=:]*)(\d+)|(\d+)['"]?\s*:\s*$"#),
+            dev_in_line: r(r"(?i)(?:\bTPU_|\b(?:xla|cuda|gpu|tpu):|\b(?:device|dev|chip|core)\b\s*[ _=:#]?\s*)(\d+)\b"),
+            host_in_line: r(r"(?i)\b(rank|worker|host|vm)[ :=_-]?(\d+)\b"),
+            mem: r(&format!(r"(?i)\b(hbm(?:[_ ](?:used|usage|in[_ ]use))?|(?:tpu|gpu|device|accelerator)[_ ]?mem(?:ory)?(?:[_ ](?:used|usage|in[_ ]use|allocated))?|mem(?:ory)?(?:[_ ](?:used|usage|in[_ ]use|allocated))?|used[_ ]mem(?:ory)?|usage|bytes_in_use|bytes_used|memory_allocated|max_memory_allocated|memory_reserved){unit_in_key}\s*[:=]?\s*{size}(?:\s*(?:/|of)\s*{size})?")),
+            rss: r(&format!(r"(?i)\b(rss|vmrss|maxrss|host[_ ]?mem(?:ory)?(?:[_ ]used)?|cpu[_ ]?mem(?:ory)?(?:[_ ]used)?|ram(?:[_ ]used)?){unit_in_key}\s*[:=]?\s*{size}")),
+            eval: r(r"(?i)\b(eval(?:uat\w*)?|validat\w*|val_loss)\b"),
+            ckpt: r(r"(?i)\b(checkpoint\w*|saving model|saved model|save_pretrained|ckpt)\b"),
+            compile: r(r"(?i)(Compilation Cause|Compiling \w+ (?:for|with)|Finished XLA compilation|Finished tracing \+ transforming|TRACING CACHE MISS|recompil\w*|CompileTime too frequent)"),
+            oom: r(r"(?i)(RESOURCE_EXHAUSTED|Resource exhausted|out of memory|OOM when allocating|Ran out of memory|CUDA error: out of memory)"),
+            host_oom: r(r"(?i)(Out of memory: Killed process|oom-kill|invoked oom-killer|Killed process \d+|exit(?:ed)? (?:with )?(?:code|status) (?:-9|137)|signal 9\b|SIGKILL|^\s*Killed\s*$)"),
+            error: r(r"(Traceback \(most recent call last\)|\b\w*Error\b|\bException\b|FATAL|Segmentation fault|core dumped|Aborted)"),
+            done: r(r"(?i)\b(training (?:complete|completed|finished|done)|finished training|all done)\b"),
+            graph_inputs: r(r"Number of Graph Inputs:\s*(\d+)"),
+            metrics_step: r(r"^\[MetricsData; step=(\d+)\]"),
+        }
+    })
+}
+
+#[derive(Deserialize)]
+struct RecLine {
+    #[serde(rename = "type")]
+    ty: Option<String>,
+    host: Option<String>,
+    id: Option<serde_json::Value>,
+    used_bytes: Option<u64>,
+    limit_bytes: Option<u64>,
+    peak_bytes: Option<u64>,
+    step: Option<u64>,
+    ts: Option<f64>,
+    source: Option<String>,
+    rss_bytes: Option<u64>,
+    event: Option<String>,
+    host_oom_killed: Option<bool>,
+    uncached_compiles: Option<u64>,
+    live_data_handles: Option<i64>,
+    live_xla_tensors: Option<i64>,
+}
+
+/// Unix seconds of an RFC 3339 / ISO 8601 time (`2026-11-21T10:00:00Z`,
+/// `2026-11-21 10:00:00,123`), or plain seconds.
+pub fn parse_time(s: &str) -> Option<f64> {
+    let s = s.trim();
+    if let Ok(v) = s.parse::<f64>() {
+        return Some(v);
+    }
+    let c = pats().time.captures(s)?;
+    time_of(&c)
+}
+
+fn time_of(c: &regex::Captures<'_>) -> Option<f64> {
+    let n = |i: usize| c.get(i).and_then(|m| m.as_str().parse::<i64>().ok());
+    let (y, mo, d, h, mi, se) = (n(1)?, n(2)?, n(3)?, n(4)?, n(5)?, n(6)?);
+    let frac = c
+        .get(7)
+        .and_then(|m| format!("0.{}", m.as_str()).parse::<f64>().ok())
+        .unwrap_or(0.0);
+    let mut off = 0i64;
+    if let Some(z) = c.get(8) {
+        let z = z.as_str();
+        if z != "Z" {
+            let sign = if z.starts_with('-') { -1 } else { 1 };
+            let digits: String = z.chars().filter(char::is_ascii_digit).collect();
+            let hh: i64 = digits.get(..2)?.parse().ok()?;
+            let mm: i64 = digits.get(2..4).and_then(|v| v.parse().ok()).unwrap_or(0);
+            off = sign * (hh * 3600 + mm * 60);
+        }
+    }
+    Some((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se - off) as f64 + frac)
+}
+
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// RFC 3339 UTC (`2026-11-23T04:00:00Z`) of Unix seconds.
+pub fn format_time(t: f64) -> String {
+    let secs = t.floor() as i64;
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    let z = days + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn unit_scale(u: &str) -> Option<f64> {
+    let u = u.to_ascii_lowercase();
+    let k = 1024f64;
+    Some(match u.trim_end_matches("ib").trim_end_matches('b') {
+        "" | "bytes" | "byte" => 1.0,
+        "k" => k,
+        "m" => k * k,
+        "g" => k * k * k,
+        "t" => k * k * k * k,
+        "p" => k * k * k * k * k,
+        _ if u == "bytes" => 1.0,
+        _ => return None,
+    })
+}
+
+fn number(s: &str) -> Option<f64> {
+    let t: String = s.chars().filter(|c| *c != ',' && *c != '_').collect();
+    t.parse().ok()
+}
+
+/// A size from a number and its unit (or a unit named in the key); `bytes_key` when the key
+/// itself names bytes. `None` when the unit is unknown (a bare number next to `mem`).
+fn size_of(num: &str, unit: Option<&str>, key_unit: Option<&str>, bytes_key: bool) -> Option<u64> {
+    let v = number(num)?;
+    let scale = match (unit, key_unit) {
+        (Some(u), _) => unit_scale(u)?,
+        (None, Some(k)) => unit_scale(k)?,
+        (None, None) if bytes_key => 1.0,
+        (None, None) => return None,
+    };
+    let b = v * scale;
+    (b.is_finite() && b >= 0.0).then_some(b as u64)
+}
+
+impl Reader {
+    /// A reader for one input. `host` names series whose input names no host ("" for one
+    /// input); `name_hint` (the file name) gives TensorBoard exports their unit.
+    pub fn new(host: &str, name_hint: &str) -> Self {
+        Reader {
+            host: host.to_string(),
+            name_hint: name_hint.to_ascii_lowercase(),
+            pending: Vec::new(),
+            overlong: false,
+            csv: None,
+            step: None,
+            ts: None,
+            ordinal: 0,
+            metrics: None,
+            metrics_raw: BTreeMap::new(),
+            block: None,
+            tb_json: None,
+            first_byte_seen: false,
+            tail: VecDeque::new(),
+            any_log_line: false,
+            recording: false,
+        }
+    }
+
+    /// Bytes held between chunks (at most [`MAX_LINE`]).
+    pub fn pending_bytes(&self) -> usize {
+        self.pending.capacity()
+    }
+
+    /// Reads one chunk.
+    pub fn feed(&mut self, c: &mut Collected, chunk: &[u8]) {
+        c.bytes += chunk.len() as u64;
+        if !self.first_byte_seen {
+            if let Some(b) = chunk.iter().find(|b| !b.is_ascii_whitespace()) {
+                self.first_byte_seen = true;
+                if *b == b'[' && !chunk.starts_with(b"[MetricsData") {
+                    self.tb_json = Some(TbJson::default());
+                }
+            }
+        }
+        if self.tb_json.is_some() {
+            self.feed_tb_json(c, chunk);
+            return;
+        }
+        let mut rest = chunk;
+        while let Some(i) = memchr_nl(rest) {
+            let (line, after) = rest.split_at(i);
+            rest = &after[1..];
+            if self.overlong {
+                self.overlong = false;
+                self.pending.clear();
+                c.skipped_lines += 1;
+                continue;
+            }
+            if self.pending.is_empty() {
+                self.line_bytes(c, line);
+            } else {
+                let mut buf = std::mem::take(&mut self.pending);
+                buf.extend_from_slice(line);
+                self.line_bytes(c, &buf);
+                buf.clear();
+                self.pending = buf;
+            }
+        }
+        if !self.overlong {
+            if self.pending.len() + rest.len() > MAX_LINE {
+                self.overlong = true;
+                self.pending = Vec::new();
+            } else {
+                self.pending.extend_from_slice(rest);
+            }
+        }
+        if self.pending.capacity() > MAX_LINE * 2 {
+            self.pending.shrink_to(MAX_LINE);
+        }
+    }
+
+    /// The input ended.
+    pub fn finish(mut self, c: &mut Collected) {
+        if !self.pending.is_empty() && !self.overlong {
+            let buf = std::mem::take(&mut self.pending);
+            // A torn last JSON line is skipped (docs/recording.md); other text is read.
+            if !(buf.first() == Some(&b'{')
+                && serde_json::from_slice::<serde_json::Value>(&buf).is_err())
+            {
+                self.line_bytes(c, &buf);
+            }
+        }
+        self.flush_metrics(c);
+        if let Some(tb) = self.tb_json.take() {
+            drop(tb);
+        }
+        if self.any_log_line && !self.recording {
+            let ending = self
+                .tail
+                .iter()
+                .copied()
+                .max_by_key(|e| match e {
+                    Ending::HostOom => 5,
+                    Ending::OomMessage => 4,
+                    Ending::Error => 3,
+                    Ending::Completed => 2,
+                    _ => 0,
+                })
+                .filter(|e| *e != Ending::Unknown)
+                .unwrap_or(Ending::Silent);
+            let h = c.host(&self.host.clone());
+            if h.ending == Ending::Unknown || ending != Ending::Silent {
+                h.ending = ending;
+            }
+        }
+    }
+
+    fn feed_tb_json(&mut self, c: &mut Collected, chunk: &[u8]) {
+        let host = self.host.clone();
+        let scale = self.tb_scale();
+        let Some(tb) = self.tb_json.as_mut() else {
+            return;
+        };
+        let mut out: Vec<(f64, f64, f64)> = Vec::new();
+        for &b in chunk {
+            match b {
+                b'[' => tb.depth += 1,
+                b']' | b',' => {
+                    if !tb.num.is_empty() {
+                        if let Ok(v) = tb.num.parse::<f64>() {
+                            tb.vals.push(v);
+                        }
+                        tb.num.clear();
+                    }
+                    if b == b']' {
+                        if tb.depth == 2 && tb.vals.len() == 3 {
+                            out.push((tb.vals[0], tb.vals[1], tb.vals[2]));
+                        }
+                        if tb.depth == 2 {
+                            tb.vals.clear();
+                        }
+                        tb.depth = tb.depth.saturating_sub(1);
+                    }
+                }
+                b'0'..=b'9' | b'.' | b'-' | b'e' | b'E' | b'+' if tb.num.len() < 64 => {
+                    tb.num.push(b as char)
+                }
+                _ => {}
+            }
+        }
+        for (wall, step, v) in out {
+            c.device(&host, "0", "tensorboard").series.push(Sample {
+                step: Some(step as u64),
+                ts: Some(wall),
+                used: (v * scale) as u64,
+                ..Sample::default()
+            });
+        }
+    }
+
+    fn tb_scale(&self) -> f64 {
+        let n = &self.name_hint;
+        let k = 1024f64;
+        if n.contains("gib") || n.contains("gb") {
+            k * k * k
+        } else if n.contains("mib") || n.contains("mb") {
+            k * k
+        } else if n.contains("kib") || n.contains("kb") {
+            k
+        } else {
+            1.0
+        }
+    }
+
+    fn line_bytes(&mut self, c: &mut Collected, line: &[u8]) {
+        c.lines += 1;
+        let line = match std::str::from_utf8(line) {
+            Ok(s) => std::borrow::Cow::Borrowed(s),
+            Err(_) => String::from_utf8_lossy(line),
+        };
+        let line = line.trim_end_matches('\r');
+        self.line(c, line);
+    }
+
+    fn line(&mut self, c: &mut Collected, line: &str) {
+        let t = line.trim_start();
+        if t.is_empty() {
+            return;
+        }
+        if t.starts_with('{') && t.contains("\"type\"") {
+            match serde_json::from_str::<RecLine>(t) {
+                Ok(r) if r.ty.is_some() => {
+                    self.recording = true;
+                    self.record_line(c, r);
+                    return;
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    c.skipped_lines += 1;
+                    return;
+                }
+            }
+        }
+        // PyTorch/XLA metrics blocks.
+        if self.metrics_line(c, line) {
+            return;
+        }
+        // CSV.
+        if let Some(csv) = self.csv.clone() {
+            if self.csv_row(c, &csv, t) {
+                return;
+            }
+            self.csv = None;
+        }
+        if t.contains(',') && !t.contains('{') {
+            if let Some(h) = self.csv_header(t) {
+                self.csv = Some(h);
+                return;
+            }
+        }
+        self.log_line(c, line);
+    }
+
+    fn record_line(&mut self, c: &mut Collected, r: RecLine) {
+        let host = r.host.clone().unwrap_or_else(|| self.host.clone());
+        match r.ty.as_deref() {
+            Some("sample") => {
+                let Some(used) = r.used_bytes else {
+                    return;
+                };
+                let id = match &r.id {
+                    Some(serde_json::Value::String(s)) => s.clone(),
+                    Some(v @ serde_json::Value::Number(_)) => v.to_string(),
+                    _ => "0".into(),
+                };
+                let source = r.source.clone().unwrap_or_else(|| "recording".into());
+                match source.as_str() {
+                    "jax" => c.framework = c.framework.or(Some(Framework::Jax)),
+                    "torch_xla" | "metrics_file" => c.framework = Some(Framework::PytorchXla),
+                    _ => {}
+                }
+                c.device(&host, &id, &source).series.push(Sample {
+                    step: r.step,
+                    ts: r.ts,
+                    used,
+                    limit: r.limit_bytes,
+                    peak: r.peak_bytes,
+                });
+            }
+            Some("process") => {
+                if let Some(rss) = r.rss_bytes {
+                    c.host(&host).rss.push(Sample {
+                        step: None,
+                        ts: r.ts,
+                        used: rss,
+                        ..Sample::default()
+                    });
+                }
+            }
+            Some("counters") => {
+                c.framework = Some(Framework::PytorchXla);
+                self.ordinal += 1;
+                let p = CounterPoint {
+                    step: r.step,
+                    ordinal: self.ordinal,
+                    uncached_compiles: r.uncached_compiles,
+                    live_data_handles: r.live_data_handles,
+                    live_xla_tensors: r.live_xla_tensors,
+                    ..CounterPoint::default()
+                };
+                c.host(&host).push_counter(p);
+            }
+            Some("event") => match r.event.as_deref() {
+                Some("process_exit") => {
+                    let oom = r.host_oom_killed.unwrap_or(false);
+                    let h = c.host(&host);
+                    h.ending = if oom {
+                        Ending::HostOom
+                    } else {
+                        h.ending.max(Ending::Silent)
+                    };
+                    if oom {
+                        h.host_oom_evidence =
+                            Some("recording: process_exit with host_oom_killed".into());
+                    }
+                    for ((hh, _), d) in c.devices.iter_mut() {
+                        if *hh == host {
+                            d.series.mark_break();
+                        }
+                    }
+                }
+                Some("kernel_oom") => {
+                    let h = c.host(&host);
+                    h.ending = Ending::HostOom;
+                    h.host_oom_evidence = Some("recording: kernel_oom event".into());
+                }
+                Some("source_down") => {
+                    for ((hh, _), d) in c.devices.iter_mut() {
+                        if *hh == host {
+                            d.series.mark_break();
+                        }
+                    }
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    fn csv_header(&self, t: &str) -> Option<Csv> {
+        let cols: Vec<String> = t
+            .split(',')
+            .map(|s| s.trim().trim_matches('"').to_ascii_lowercase())
+            .collect();
+        let find = |names: &[&str]| cols.iter().position(|c| names.contains(&c.as_str()));
+        let mut scale = 1.0;
+        let used = match find(&["bytes_in_use", "used_bytes"]) {
+            Some(u) => u,
+            None => {
+                // TensorBoard scalar export: Wall time,Step,Value.
+                let v = find(&["value"])?;
+                find(&["step"])?;
+                scale = self.tb_scale();
+                v
+            }
+        };
+        Some(Csv {
+            step: find(&["step"]),
+            time: find(&["time", "wall time", "wall_time", "timestamp"]),
+            used,
+            device: find(&["device", "device_id", "id"]),
+            host: find(&["host", "hostname"]),
+            limit: find(&["bytes_limit", "limit_bytes"]),
+            peak: find(&["peak_bytes_in_use", "peak_bytes"]),
+            scale,
+            cols: cols.len(),
+        })
+    }
+
+    fn csv_row(&mut self, c: &mut Collected, h: &Csv, t: &str) -> bool {
+        let f: Vec<&str> = t.split(',').map(|s| s.trim().trim_matches('"')).collect();
+        if f.len() != h.cols {
+            return false;
+        }
+        let Some(used) = f.get(h.used).and_then(|v| number(v)) else {
+            return false;
+        };
+        let g = |i: Option<usize>| i.and_then(|i| f.get(i).copied()).filter(|v| !v.is_empty());
+        let step = g(h.step).and_then(number).map(|v| v as u64);
+        let ts = g(h.time).and_then(parse_time);
+        let host = g(h.host).map_or_else(|| self.host.clone(), str::to_string);
+        let dev = g(h.device).unwrap_or("0").to_string();
+        let limit = g(h.limit).and_then(number).map(|v| v as u64);
+        let peak = g(h.peak).and_then(number).map(|v| v as u64);
+        let source = if h.scale != 1.0 { "tensorboard" } else { "csv" };
+        c.device(&host, &dev, source).series.push(Sample {
+            step,
+            ts,
+            used: (used * h.scale) as u64,
+            limit,
+            peak,
+        });
+        true
+    }
+
+    /// Handles `[MetricsData; step=N]`, `Metric:`/`Counter:` blocks and their attributes.
+    fn metrics_line(&mut self, c: &mut Collected, line: &str) -> bool {
+        let p = pats();
+        if let Some(m) = p.metrics_step.captures(line) {
+            self.flush_metrics(c);
+            self.step = m.get(1).and_then(|v| v.as_str().parse().ok());
+            self.metrics = Some(CounterPoint {
+                step: self.step,
+                ..CounterPoint::default()
+            });
+            c.framework = Some(Framework::PytorchXla);
+            return true;
+        }
+        for (prefix, counter) in [("Metric: ", false), ("Counter: ", true)] {
+            if let Some(name) = line.strip_prefix(prefix) {
+                if self.metrics.is_none() {
+                    self.metrics = Some(CounterPoint {
+                        step: self.step,
+                        ..CounterPoint::default()
+                    });
+                }
+                c.framework = Some(Framework::PytorchXla);
+                self.block = Some(Block {
+                    name: name.trim().to_string(),
+                    counter,
+                });
+                return true;
+            }
+        }
+        if let Some(b) = &self.block {
+            if line.starts_with("  ") {
+                let a = line.trim();
+                if let Some((k, v)) = a.split_once(':') {
+                    let v = v.trim();
+                    let key = match (b.counter, k) {
+                        (true, "Value") => Some(b.name.clone()),
+                        (false, "TotalSamples") => Some(format!("{}.samples", b.name)),
+                        (false, "Accumulator") => Some(format!("{}.acc", b.name)),
+                        _ => None,
+                    };
+                    if let Some(key) = key {
+                        let val = if key.ends_with(".acc") {
+                            parse_metric_value(v)
+                        } else {
+                            number(v)
+                        };
+                        if let Some(val) = val {
+                            self.metrics_raw.insert(key, val);
+                        }
+                    }
+                }
+                return true;
+            }
+            self.block = None;
+            if self.metrics.is_some() && !line.starts_with('[') {
+                self.flush_metrics(c);
+            }
+        }
+        false
+    }
+
+    fn flush_metrics(&mut self, c: &mut Collected) {
+        let Some(mut p) = self.metrics.take() else {
+            return;
+        };
+        self.block = None;
+        let raw = std::mem::take(&mut self.metrics_raw);
+        if raw.is_empty() {
+            return;
+        }
+        let g = |k: &str| raw.get(k).copied();
+        self.ordinal += 1;
+        p.ordinal = self.ordinal;
+        p.uncached_compiles = Some(g("UncachedCompile").unwrap_or(0.0) as u64);
+        p.compile_seconds = g("CompileTime.acc");
+        p.live_data_handles = match (g("CreateDataHandles"), g("DestroyDataHandles")) {
+            (Some(a), d) => Some(a as i64 - d.unwrap_or(0.0) as i64),
+            _ => None,
+        };
+        p.live_xla_tensors = match (g("CreateXlaTensor"), g("DestroyXlaTensor")) {
+            (Some(a), d) => Some(a as i64 - d.unwrap_or(0.0) as i64),
+            _ => None,
+        };
+        p.transfers_to_device = g("TransferToDeviceTime.samples").map(|v| v as u64);
+        p.inbound_bytes = g("InboundData.acc");
+        let host = self.host.clone();
+        c.host(&host).push_counter(p);
+    }
+
+    fn log_line(&mut self, c: &mut Collected, line: &str) {
+        let p = pats();
+        self.any_log_line = true;
+        if let Some(tc) = p.time.captures(line) {
+            self.ts = time_of(&tc).or(self.ts);
+        }
+        let line_step = p
+            .step
+            .captures(line)
+            .and_then(|m| m.get(1))
+            .and_then(|m| m.as_str().parse::<u64>().ok());
+        if line_step.is_some() {
+            self.step = line_step;
+        }
+        let host = p
+            .host_in_line
+            .captures(line)
+            .map(|m| format!("{}{}", m[1].to_ascii_lowercase(), &m[2]))
+            .unwrap_or_else(|| self.host.clone());
+        // Markers and endings.
+        let mut ending = Ending::Unknown;
+        if p.host_oom.is_match(line) {
+            ending = Ending::HostOom;
+            let h = c.host(&host);
+            h.host_oom_evidence = Some(line.chars().take(200).collect());
+            h.ending = Ending::HostOom;
+        } else if p.oom.is_match(line) {
+            ending = Ending::OomMessage;
+        } else if p.error.is_match(line) {
+            ending = Ending::Error;
+        } else if p.done.is_match(line) {
+            ending = Ending::Completed;
+        }
+        if self.tail.len() == 20 {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(ending);
+        let mk = |kind| Marker {
+            kind,
+            step: self.step,
+            ts: self.ts,
+        };
+        if p.compile.is_match(line) {
+            c.marker(mk(MarkerKind::Recompilation));
+            let late = self.step.is_some_and(|s| s > 50);
+            let h = c.host(&host);
+            if late {
+                h.late_compiles += 1;
+            }
+            if line.contains("CompileTime too frequent") {
+                h.compile_too_frequent += 1;
+            }
+            c.framework = c.framework.or_else(|| {
+                (line.contains("Compilation") || line.contains("pt-xla"))
+                    .then_some(Framework::PytorchXla)
+            });
+        }
+        if let Some(g) = p.graph_inputs.captures(line) {
+            if let Ok(n) = g[1].parse::<u64>() {
+                let h = c.host(&host);
+                h.graph_inputs = Some(match h.graph_inputs {
+                    None => (n, n, 1),
+                    Some((f, _, k)) => (f, n, k + 1),
+                });
+            }
+        }
+        if p.eval.is_match(line) {
+            c.marker(mk(MarkerKind::Eval));
+        }
+        if p.ckpt.is_match(line) {
+            c.marker(mk(MarkerKind::Checkpoint));
+        }
+        // Dicts: JAX memory_stats(), torch_xla get_memory_info().
+        if (line.contains("bytes_in_use")
+            || line.contains("bytes_used")
+            || line.contains("kb_free"))
+            && self.dicts(c, line, &host)
+        {
+            return;
+        }
+        // Host RSS, then device memory.
+        let mut rss_spans = Vec::new();
+        for m in p.rss.captures_iter(line) {
+            let whole = m.get(0).map_or(0..0, |g| g.range());
+            let key = m[1].to_ascii_lowercase();
+            let bytes_key = key.contains("bytes");
+            if let Some(b) = size_of(
+                &m[3],
+                m.get(4).map(|u| u.as_str()),
+                m.get(2).map(|u| u.as_str()),
+                bytes_key,
+            ) {
+                c.host(&host).rss.push(Sample {
+                    step: self.step,
+                    ts: self.ts,
+                    used: b,
+                    ..Sample::default()
+                });
+                rss_spans.push(whole);
+            }
+        }
+        for m in p.mem.captures_iter(line) {
+            let whole = m.get(0).map_or(0..0, |g| g.range());
+            if rss_spans.iter().any(|r| r.contains(&whole.start)) {
+                continue;
+            }
+            let key = m[1].to_ascii_lowercase();
+            let bytes_key = key.contains("bytes")
+                || key.contains("memory_allocated")
+                || key.contains("memory_reserved");
+            let key_unit = m.get(2).map(|u| u.as_str());
+            let Some(used) = size_of(&m[3], m.get(4).map(|u| u.as_str()), key_unit, bytes_key)
+            else {
+                continue;
+            };
+            let limit = m.get(5).and_then(|n| {
+                size_of(
+                    n.as_str(),
+                    m.get(6).or(m.get(4)).map(|u| u.as_str()),
+                    key_unit,
+                    bytes_key,
+                )
+            });
+            let dev = p
+                .dev_in_line
+                .captures(line)
+                .map_or_else(|| "0".to_string(), |d| d[1].to_string());
+            c.device(&host, &dev, "log").series.push(Sample {
+                step: self.step,
+                ts: self.ts,
+                used,
+                limit,
+                peak: None,
+            });
+            break;
+        }
+    }
+
+    fn dicts(&mut self, c: &mut Collected, line: &str, host: &str) -> bool {
+        let p = pats();
+        let mut any = false;
+        let mut prev_end = 0;
+        for m in p.dict.find_iter(line) {
+            let body = m.as_str();
+            let mut kv = BTreeMap::new();
+            for k in p.kv.captures_iter(body) {
+                if let Ok(v) = k[2].parse::<i64>() {
+                    kv.insert(k[1].to_string(), v);
+                }
+            }
+            let g = |k: &str| kv.get(k).copied().filter(|v| *v >= 0).map(|v| v as u64);
+            let (used, limit, peak, fw) = if let Some(u) = g("bytes_in_use") {
+                (u, g("bytes_limit"), g("peak_bytes_in_use"), Framework::Jax)
+            } else if let Some(u) = g("bytes_used") {
+                (
+                    u,
+                    g("bytes_limit"),
+                    g("peak_bytes_used"),
+                    Framework::PytorchXla,
+                )
+            } else if let (Some(t), Some(f)) = (g("kb_total"), g("kb_free")) {
+                (
+                    t.saturating_sub(f) * 1024,
+                    Some(t * 1024),
+                    None,
+                    Framework::PytorchXla,
+                )
+            } else {
+                prev_end = m.end();
+                continue;
+            };
+            let prefix = &line[prev_end..m.start()];
+            prev_end = m.end();
+            let dev = p
+                .dev_in_prefix
+                .captures(prefix)
+                .and_then(|d| d.get(1).or(d.get(2)).map(|x| x.as_str().to_string()))
+                .or_else(|| p.dev_in_line.captures(line).map(|d| d[1].to_string()))
+                .unwrap_or_else(|| "0".into());
+            c.framework = c.framework.or(Some(fw));
+            let source = if fw == Framework::Jax {
+                "jax"
+            } else {
+                "torch_xla"
+            };
+            c.device(host, &dev, source).series.push(Sample {
+                step: self.step,
+                ts: self.ts,
+                used,
+                limit,
+                peak,
+            });
+            any = true;
+        }
+        any
+    }
+}
+
+/// A metrics accumulator: `01m12s004ms551.902us` (seconds) or `37.50GB` (bytes) or a number.
+pub fn parse_metric_value(v: &str) -> Option<f64> {
+    let v = v.trim();
+    let k = 1024f64;
+    for (suf, mul) in [
+        ("PB", k.powi(5)),
+        ("TB", k.powi(4)),
+        ("GB", k.powi(3)),
+        ("MB", k * k),
+        ("KB", k),
+        ("B", 1.0),
+    ] {
+        if let Some(n) = v.strip_suffix(suf) {
+            if let Ok(x) = n.trim().parse::<f64>() {
+                return Some(x * mul);
+            }
+        }
+    }
+    if let Ok(x) = v.parse::<f64>() {
+        return Some(x);
+    }
+    // Time: d, h, m, s, ms, us tokens.
+    let mut total = 0.0;
+    let mut rest = v;
+    let mut any = false;
+    while !rest.is_empty() {
+        let n_end = rest.find(|ch: char| !(ch.is_ascii_digit() || ch == '.'))?;
+        let num: f64 = rest[..n_end].parse().ok()?;
+        let r = &rest[n_end..];
+        let (mul, len) = if r.starts_with("ms") {
+            (1e-3, 2)
+        } else if r.starts_with("us") {
+            (1e-6, 2)
+        } else if r.starts_with("ns") {
+            (1e-9, 2)
+        } else if r.starts_with('d') {
+            (86400.0, 1)
+        } else if r.starts_with('h') {
+            (3600.0, 1)
+        } else if r.starts_with('m') {
+            (60.0, 1)
+        } else if r.starts_with('s') {
+            (1.0, 1)
+        } else {
+            return None;
+        };
+        total += num * mul;
+        any = true;
+        rest = &r[len..];
+    }
+    any.then_some(total)
+}
+
+fn memchr_nl(b: &[u8]) -> Option<usize> {
+    b.iter().position(|c| *c == b'\n')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times() {
+        assert_eq!(parse_time("2026-11-21T10:00:00Z"), Some(1_795_255_200.0));
+        assert_eq!(format_time(1_795_255_200.0), "2026-11-21T10:00:00Z");
+        assert_eq!(
+            parse_time("2026-11-21 12:00:00+02:00"),
+            Some(1_795_255_200.0)
+        );
+    }
+
+    #[test]
+    fn metric_values() {
+        assert!(
+            (parse_metric_value("01m12s004ms551.902us").unwrap_or(0.0) - 72.004_551_902).abs()
+                < 1e-6
+        );
+        assert_eq!(parse_metric_value("1.00KB"), Some(1024.0));
+    }
+
+    #[test]
+    fn log_and_dicts() {
+        let mut c = Collected::default();
+        let mut r = Reader::new("", "train.log");
+        let text = "2026-01-01 00:00:00 step 10 loss 1.0 hbm 12.5GiB / 16GiB\n\
+                    step 20 {0: {'bytes_in_use': 100, 'bytes_limit': 1000}, 1: {'bytes_in_use': 200, 'bytes_limit': 1000}}\n\
+                    {'bytes_used': 290816, 'bytes_limit': 34088157184, 'peak_bytes_used': 500816}\n\
+                    rss: 3.5G\n";
+        r.feed(&mut c, text.as_bytes());
+        r.finish(&mut c);
+        let d0 = &c.devices[&(String::new(), "0".to_string())];
+        assert_eq!(d0.series.total_samples, 3);
+        let d1 = &c.devices[&(String::new(), "1".to_string())];
+        assert_eq!(d1.series.current().map(|s| s.last_used), Some(200));
+        assert_eq!(c.hosts[""].rss.total_samples, 1);
+    }
+}
