@@ -239,7 +239,12 @@ fn top_once_json_reads_the_service_and_its_owner() {
             "{used}"
         );
         assert!(d["peak_bytes"].is_null());
-        assert!(d["trend"].is_null());
+        // One sample: the live detector says it is too early to judge (or nothing yet).
+        assert!(
+            d["trend"].is_null() || d["trend"]["verdict"] == "insufficient_data",
+            "{}",
+            d["trend"]
+        );
         // The owner of the listening port is found through /proc.
         assert_eq!(d["pid"], server.pid());
         for key in ["kind", "peak_bytes", "pid", "trend"] {

@@ -63,7 +63,11 @@ impl SourceArgs {
             metrics_file: self.metrics_file.clone(),
             kernel_log: self.pid.is_some(),
         };
-        Monitor::from_config(&cfg)
+        let mut monitor = Monitor::from_config(&cfg)?;
+        // The leak detector of `hbm-doctor trend`, live: top's warning line, the exporter's trend
+        // families and the JSON `trend` object come from it.
+        monitor.set_trend_hook(Box::new(crate::commands::trend::LiveTrend::default()));
+        Ok(monitor)
     }
 }
 
