@@ -181,41 +181,20 @@ fn size(c: &Captures<'_>, i: usize) -> Option<u64> {
 
 /// Quick test: can this cleaned line start an OOM message?
 fn may_start(text: &str) -> bool {
-    const KEYS: [&str; 30] = [
-        "Graph input size",
-        "rematerialization limit",
-        "Chunk State",
-        "enough memory",
-        "Largest program allocations",
-        "Peak buffers",
-        "BufferAssignment OOM",
-        "requirement",
-        "usage >=",
-        "Size:",
-        "Allocation type:",
-        "memory_limit_",
-        "Stats:",
-        "cuMemAllocAsync",
-        "RESOURCE_EXHAUSTED",
-        "Resource exhausted",
-        "ResourceExhausted",
+    // The scanner's anchors, plus report lines that only matter once a block is open (and that
+    // are too common to anchor a multi-GB search on).
+    const MORE: [&str; 6] = [
         "of memory",
-        "OOM when",
-        "Attempting to",
-        "would exceed memory",
-        "exceeds available",
+        "requirement",
+        "Size:",
+        "Stats:",
         "Hbm usage",
-        "rematerialization",
-        "Failed to allocate request",
-        "ScopedVmemOom",
-        "Scoped allocation",
-        "Killed process",
-        "oom-kill",
-        "Sum Total of in-use",
+        "on host",
     ];
-    KEYS.iter().any(|k| text.contains(k))
-        || text.contains("on host")
-        || text.contains("pinned host")
+    crate::scan::ANCHORS
+        .iter()
+        .chain(MORE.iter())
+        .any(|k| text.contains(k))
 }
 
 /// Parses one cleaned block into pieces, in order.

@@ -26,7 +26,7 @@ pub const MAX_BLOCK_BYTES: usize = 4 * 1024 * 1024;
 pub const MAX_PIECES: usize = 100_000;
 
 /// Strings whose presence marks a line worth parsing. Every family of formats.md §4 contains one.
-const ANCHORS: &[&str] = &[
+pub(crate) const ANCHORS: &[&str] = &[
     // Chosen to start with bytes that are rare in ordinary log text, so the SIMD prefilter
     // (Teddy) proposes few false candidates: this search is the hot loop of a multi-GB log.
     "RESOURCE_EXHAUSTED",
