@@ -93,6 +93,9 @@ pub enum Command {
     Record(crate::commands::record::RecordArgs),
     /// Serve device memory as Prometheus/OpenMetrics on `/metrics` (loopback by default).
     Exporter(crate::commands::exporter::ExporterArgs),
+    /// Does a JAX program fit a TPU topology? Compiles it deviceless with the real TPU compiler
+    /// (your Python's jax[tpu]), measures the peak per chip, and with --try-fixes which fixes fit.
+    Fit(crate::commands::fit::FitArgs),
     /// Tell a leak from a spike, a step or a sawtooth in recorded memory series (recordings,
     /// CSV, XLA_METRICS_FILE, logs), and forecast the step that will run out of memory.
     Trend(crate::commands::trend::TrendArgs),

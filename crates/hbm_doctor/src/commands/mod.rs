@@ -3,6 +3,7 @@
 pub mod analyze;
 pub mod explain;
 pub mod exporter;
+pub mod fit;
 pub mod pad;
 pub mod record;
 pub mod top;
@@ -20,6 +21,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Top(args) => top::run(&args, &cli.global),
         Command::Record(args) => record::run(&args, &cli.global),
         Command::Exporter(args) => exporter::run(&args, &cli.global),
+        Command::Fit(args) => fit::run(&args, &cli.global),
         Command::Trend(args) => trend::run(&args, &cli.global),
         Command::View(args) => view::run(&args, &cli.global),
     }

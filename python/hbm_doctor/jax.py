@@ -1,0 +1,1379 @@
+"""Does it fit? Compile a JAX program for a TPU topology on any machine, before you pay for one.
+
+:func:`fit` compiles ``fn`` ahead of time with the real TPU compiler (the ``libtpu`` wheel of
+``jax[tpu]``) for a topology such as ``v5e-8``, deviceless: the arguments are abstract
+(``jax.ShapeDtypeStruct``), nothing is allocated, no TPU is needed. The compiler writes its dump
+into a temporary directory; ``hbm-doctor analyze`` reads it (peak per device, what is live at the
+peak, where it comes from), and when the compiler says ``RESOURCE_EXHAUSTED``, ``hbm-doctor
+explain`` diagnoses its message joined with the dump. With ``try_fixes=True`` every fix that can
+be applied automatically is compiled too, and the compiler's own figures say which ones fit.
+
+Example::
+
+    import jax, jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+    from hbm_doctor.jax import fit, max_batch
+
+    def train_step(params, batch): ...
+    params = jax.ShapeDtypeStruct((8192, 8192), jnp.float32)
+    batch = jax.ShapeDtypeStruct((65536, 8192), jnp.float32)
+    r = fit(train_step, params, batch, target="v5e-8", in_specs=(P(), P("data")), try_fixes=True)
+    print(r)                       # fits or not, peak per device vs HBM, headroom, fixes measured
+    r.fits, r.peak_bytes, r.headroom_bytes
+
+    b = max_batch(train_step, params, batch, target="v5e-8", in_specs=(P(), P("data")))
+    b.max_batch                    # the largest leading dim of `batch` that compiles
+
+TPU compiler flags go in ``compiler_options`` (or ``LIBTPU_INIT_ARGS``), never ``XLA_FLAGS``:
+libtpu aborts on unknown ``XLA_FLAGS``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import functools
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from hbm_doctor._diagnosis import Cause, Diagnosis, exception_text, explain, run_binary
+from hbm_doctor._size import format_size
+
+__all__ = [
+    "FitResult",
+    "FixResult",
+    "BatchSearch",
+    "Generation",
+    "GENERATIONS",
+    "Program",
+    "Target",
+    "fit",
+    "max_batch",
+    "target",
+]
+
+GiB = 1 << 30
+
+# ---------------------------------------------------------------------------------------------
+# Targets
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A TPU generation.
+
+    ``hbm_per_chip_bytes`` is the vendor's HBM per chip (Cloud TPU documentation);
+    ``usable_bytes_per_device`` is what the compiler lets one device use, read off deviceless
+    compiles with jax 0.10.2 / libtpu 0.0.42.1 (``Used X of Y hbm``; docs/deviceless-tpu.md).
+    On v4 a deviceless compile sees each TensorCore as a device (2 per chip).
+    """
+
+    name: str
+    kind: str
+    hbm_per_chip_bytes: int
+    usable_bytes_per_device: int
+    devices_per_chip: int
+    counts_cores: bool  # `v4-8` / `v5p-8` count TensorCores (4 chips); `v5e-8` / `v6e-8` chips
+    dims: int
+    accelerator_type: str  # TPU_ACCELERATOR_TYPE pattern
+
+
+GENERATIONS: Dict[str, Generation] = {
+    "v4": Generation("v4", "TPU v4", 32 * GiB, 16_373_514_240, 2, True, 3, "v4-{n}"),
+    "v5e": Generation("v5e", "TPU v5 lite", 16 * GiB, 16_909_336_576, 1, False, 2, "v5litepod-{n}"),
+    "v5p": Generation("v5p", "TPU v5", 95 * GiB, 102_803_439_616, 1, True, 3, "v5p-{n}"),
+    "v6e": Generation("v6e", "TPU v6 lite", 32 * GiB, 33_550_237_696, 1, False, 2, "v6e-{n}"),
+}
+_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "trillium": "v6e", "v6litepod": "v6e"}
+_TOPO_2D = {4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+_TOPO_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8", 512: "8x8x8"}
+
+
+@dataclass
+class Target:
+    """A resolved target: generation, topology compiled for, and its abstract devices."""
+
+    name: str
+    generation: Generation
+    topology: str
+    chips: int
+    devices: list
+
+    @property
+    def usable_bytes(self) -> int:
+        """HBM the compiler lets a program use on one device."""
+        return self.generation.usable_bytes_per_device
+
+    def mesh(self, axes: Union[None, Dict[str, int], Sequence[str]] = None):
+        """A ``jax.sharding.Mesh`` over this target's devices.
+
+        ``axes``: ``None`` (one axis ``"data"`` over all devices), a dict ``{"data": 4,
+        "model": -1}`` (-1: the rest), or a sequence of names (all devices on the first).
+        """
+        import numpy as np  # noqa: PLC0415
+        from jax.sharding import Mesh  # noqa: PLC0415
+
+        n = len(self.devices)
+        if axes is None:
+            axes = {"data": n}
+        elif not isinstance(axes, dict):
+            names = list(axes)
+            axes = {names[0]: n, **{a: 1 for a in names[1:]}}
+        sizes = dict(axes)
+        free = [a for a, s in sizes.items() if s == -1]
+        known = math.prod(s for s in sizes.values() if s != -1)
+        if len(free) > 1:
+            raise ValueError(f"mesh {axes}: at most one axis may be -1")
+        if free:
+            if n % known:
+                raise ValueError(f"mesh {axes}: {n} devices are not divisible by {known}")
+            sizes[free[0]] = n // known
+        if math.prod(sizes.values()) != n:
+            raise ValueError(f"mesh {axes} has {math.prod(sizes.values())} devices but {self.name} has {n}")
+        return Mesh(np.array(self.devices).reshape(tuple(sizes.values())), tuple(sizes))
+
+
+_TOPO_CACHE: Dict[str, Any] = {}
+
+
+def _set_tpu_env(gen: Generation, chips: int) -> None:
+    # Silences libtpu's probing of the (absent) TPU host; harmless on a real TPU VM, where the
+    # variables are already set.
+    os.environ.setdefault(
+        "TPU_ACCELERATOR_TYPE", gen.accelerator_type.format(n=max(chips, 4) * (2 if gen.counts_cores else 1))
+    )
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    # Deviceless compiles do not open the TPU: do not fail on libtpu's one-process lockfile when
+    # another process (a training job, a notebook kernel) has libtpu loaded.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
+def target(name: str) -> Target:
+    """Resolves ``"v5e-8"``, ``"v6e-4"``, ``"v5p-8"``, ``"v4-8"``, ``"v5e"`` or ``"v5e:2x4"``.
+
+    ``v5e-N``/``v6e-N`` count chips; ``v4-N``/``v5p-N`` count TensorCores (N/2 chips), as Cloud
+    TPU names them. A bare generation is one chip. One- and two-chip targets compile on a 2x2
+    topology with a mesh over 1 or 2 of its devices.
+
+    Example:
+        >>> t = target("v5e-8")      # doctest: +SKIP
+        >>> t.topology, len(t.devices), t.usable_bytes
+        ('v5e:2x4', 8, 16909336576)
+    """
+    raw = name.strip().lower()
+    m = re.fullmatch(r"(?:tpu[-_ ]?)?([a-z0-9]+?)(?:([-:])(.+))?", raw)
+    if not m:
+        raise ValueError(f"unknown target {name!r}: use v4-8, v5e-8, v5p-8, v6e-8 or a topology like v5e:2x4")
+    gen_name = _ALIASES.get(m.group(1), m.group(1))
+    gen = GENERATIONS.get(gen_name)
+    if gen is None:
+        raise ValueError(f"unknown TPU generation {m.group(1)!r} in {name!r}: use one of {', '.join(GENERATIONS)}")
+    sep, rest = m.group(2), m.group(3)
+    if sep == ":":
+        topo_name = f"{gen.name}:{rest}"
+        dims = [int(x) for x in rest.split("x")]
+        chips = math.prod(dims)
+        take = None
+    else:
+        n = int(rest) if rest else (2 if gen.counts_cores else 1)
+        chips = n // 2 if gen.counts_cores else n
+        if chips < 1 or (gen.counts_cores and n % 2):
+            raise ValueError(f"{name!r}: {gen.name}-N counts TensorCores, N must be even")
+        table = _TOPO_3D if gen.dims == 3 else _TOPO_2D
+        if chips in (1, 2):
+            topo_name, take = f"{gen.name}:{table[4]}", chips * gen.devices_per_chip
+        elif chips in table:
+            topo_name, take = f"{gen.name}:{table[chips]}", None
+        else:
+            raise ValueError(
+                f"{name!r}: no {gen.name} topology with {chips} chips; use one of "
+                + ", ".join(f"{gen.name}-{c * (2 if gen.counts_cores else 1)}" for c in [1, 2, *table])
+                + f", or a topology such as {gen.name}:{table[8]}"
+            )
+    _set_tpu_env(gen, chips)
+    if topo_name not in _TOPO_CACHE:
+        from jax.experimental import topologies  # noqa: PLC0415
+
+        _TOPO_CACHE[topo_name] = topologies.get_topology_desc(topology_name=topo_name, platform="tpu")
+    devices = list(_TOPO_CACHE[topo_name].devices)
+    if take is not None:
+        devices = devices[:take]
+    return Target(name=name, generation=gen, topology=topo_name, chips=chips, devices=devices)
+
+
+# ---------------------------------------------------------------------------------------------
+# Programs and abstract arguments
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Program:
+    """What a builder returns for ``max_batch`` and ``hbm-doctor fit``: a function and its abstract args.
+
+    Example::
+
+        def make(batch):
+            return Program(train_step, (params, jax.ShapeDtypeStruct((batch, 1024), jnp.float32)),
+                           in_specs=(P(), P("data")), jit_kwargs={"donate_argnums": (0,)})
+    """
+
+    fn: Callable
+    args: tuple
+    in_specs: Any = None
+    jit_kwargs: Dict[str, Any] = field(default_factory=dict)
+    mesh: Any = None
+    batch_argnums: Optional[Sequence[int]] = None
+
+    @classmethod
+    def coerce(cls, obj: Any) -> "Program":
+        """Accepts a Program, ``(fn, args)``, ``(fn, args, jit_kwargs)`` or a dict of the fields."""
+        if isinstance(obj, Program):
+            return obj
+        if isinstance(obj, dict):
+            return cls(**obj)
+        if isinstance(obj, (tuple, list)) and obj and callable(obj[0]):
+            fn, rest = obj[0], list(obj[1:])
+            args = tuple(rest[0]) if rest else ()
+            kw = dict(rest[1]) if len(rest) > 1 else {}
+            in_specs = kw.pop("in_specs", None)
+            mesh = kw.pop("mesh", None)
+            batch_argnums = kw.pop("batch_argnums", None)
+            return cls(fn, args, in_specs=in_specs, jit_kwargs=kw, mesh=mesh, batch_argnums=batch_argnums)
+        raise TypeError(f"expected a Program, (fn, args) or (fn, args, jit_kwargs), got {type(obj).__name__}")
+
+
+def _P():
+    from jax.sharding import PartitionSpec  # noqa: PLC0415
+
+    return PartitionSpec
+
+
+def _is_array_like(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def _own_spec(leaf: Any):
+    from jax.sharding import NamedSharding, PartitionSpec  # noqa: PLC0415
+
+    s = getattr(leaf, "sharding", None)
+    if isinstance(s, NamedSharding):
+        return s.spec
+    if isinstance(s, PartitionSpec):
+        return s
+    return PartitionSpec()
+
+
+def _sds(leaf: Any, spec: Any, mesh: Any, dtype: Any = None):
+    import jax  # noqa: PLC0415
+    from jax.sharding import NamedSharding  # noqa: PLC0415
+
+    if not _is_array_like(leaf):
+        return leaf
+    spec = _own_spec(leaf) if spec is None else spec
+    return jax.ShapeDtypeStruct(
+        tuple(leaf.shape),
+        dtype or leaf.dtype,
+        sharding=NamedSharding(mesh, spec),
+        weak_type=bool(getattr(leaf, "weak_type", False)),
+    )
+
+
+_UNSET = object()
+
+
+def _abstract_args(args: Sequence[Any], in_specs: Any, mesh: Any, static: Sequence[int]) -> list:
+    """Every array leaf becomes a ShapeDtypeStruct sharded over ``mesh``.
+
+    ``in_specs`` is a prefix tree of ``PartitionSpec`` (like ``shard_map``'s): one spec for
+    everything, or one entry per positional argument (a spec, ``None`` for the leaf's own
+    sharding, or a tree of specs). Leaves without a spec keep the ``PartitionSpec`` of their own
+    ``NamedSharding``, else are replicated.
+    """
+    import jax  # noqa: PLC0415
+
+    P = _P()
+    n = len(args)
+    if in_specs is None:
+        per_arg = [_UNSET] * n
+    elif isinstance(in_specs, P):
+        per_arg = [in_specs] * n
+    elif isinstance(in_specs, (tuple, list)) and len(in_specs) == n:
+        per_arg = list(in_specs)
+    else:
+        raise ValueError(f"in_specs must be a PartitionSpec or a sequence of {n} entries (one per argument)")
+    is_leaf = lambda x: x is None or isinstance(x, P)  # noqa: E731
+    out = []
+    for i, (arg, prefix) in enumerate(zip(args, per_arg)):
+        if i in static:
+            out.append(arg)
+        elif prefix is _UNSET or prefix is None:
+            out.append(jax.tree_util.tree_map(lambda leaf: _sds(leaf, None, mesh), arg))
+        else:
+            out.append(
+                jax.tree_util.tree_map(
+                    lambda spec, sub: jax.tree_util.tree_map(lambda leaf: _sds(leaf, spec, mesh), sub),
+                    prefix,
+                    arg,
+                    is_leaf=is_leaf,
+                )
+            )
+    return out
+
+
+def _static_argnums(jit_kwargs: Dict[str, Any]) -> Tuple[int, ...]:
+    s = jit_kwargs.get("static_argnums")
+    if s is None:
+        return ()
+    return (s,) if isinstance(s, int) else tuple(s)
+
+
+def _default_batch_argnums(n_args: int, static: Sequence[int]) -> Tuple[int, ...]:
+    # The `step(state, batch)` convention: the last positional, non-static argument.
+    for i in reversed(range(n_args)):
+        if i not in static:
+            return (i,)
+    return ()
+
+
+def _resolve_mesh(tgt: Target, mesh: Any):
+    from jax.sharding import Mesh  # noqa: PLC0415
+
+    if mesh is None or isinstance(mesh, (dict, list, tuple)):
+        return tgt.mesh(mesh)
+    if isinstance(mesh, Mesh):
+        if set(mesh.devices.flat) <= set(tgt.devices):
+            return mesh
+        return tgt.mesh(dict(mesh.shape))  # the same axes over the target's devices
+    if callable(mesh):
+        return mesh(tgt.devices)
+    raise TypeError("mesh must be None, a dict {axis: size}, a sequence of axis names, a Mesh or a callable(devices)")
+
+
+@contextlib.contextmanager
+def _mesh_context(mesh) -> Iterator[None]:
+    import jax  # noqa: PLC0415
+
+    # Lets `with_sharding_constraint(x, P("data"))` inside the function resolve axis names.
+    if hasattr(jax, "set_mesh"):
+        with jax.set_mesh(mesh):
+            yield
+    elif hasattr(jax.sharding, "use_mesh"):
+        with jax.sharding.use_mesh(mesh):
+            yield
+    else:
+        with mesh:
+            yield
+
+
+def _nbytes(leaf) -> int:
+    import numpy as np  # noqa: PLC0415
+
+    return int(math.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+
+
+def _shards(mesh, spec, dim: int) -> int:
+    if spec is None or dim >= len(spec) or spec[dim] is None:
+        return 1
+    axes = spec[dim] if isinstance(spec[dim], tuple) else (spec[dim],)
+    return math.prod(mesh.shape[a] for a in axes)
+
+
+# ---------------------------------------------------------------------------------------------
+# One compile
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_oom(exc: BaseException) -> bool:
+    text = str(exc)
+    return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text or "would exceed memory" in text
+
+
+@dataclass
+class _Compiled:
+    fits: bool
+    memory_analysis: Optional[Dict[str, int]]
+    exception: Optional[BaseException]
+    compile_seconds: float
+    trace_seconds: float
+
+
+def _memory_analysis_dict(compiled) -> Optional[Dict[str, int]]:
+    ma = compiled.memory_analysis()
+    if ma is None:
+        return None
+    return {k: int(getattr(ma, k)) for k in dir(ma) if k.endswith("_in_bytes") and not k.startswith("_")}
+
+
+def _compile(
+    fn: Callable,
+    abstract: Sequence[Any],
+    mesh,
+    jit_kwargs: Dict[str, Any],
+    compiler_options: Dict[str, Any],
+    dump_dir: Optional[str],
+    patch: Optional[Callable[[], Any]] = None,
+) -> _Compiled:
+    import jax  # noqa: PLC0415
+
+    # A fresh function object per compile: jax caches traces by function, and a fix (e.g. remat)
+    # changes what tracing produces without changing `fn`.
+    @functools.wraps(fn)
+    def program(*a, **k):
+        return fn(*a, **k)
+
+    t0 = time.perf_counter()
+    with _mesh_context(mesh), patch() if patch else contextlib.nullcontext(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donat.*")
+        traced = jax.jit(program, **jit_kwargs).trace(*abstract)
+        lowered = traced.lower(lowering_platforms=("tpu",))
+    t1 = time.perf_counter()
+    opts = dict(compiler_options)
+    if dump_dir is not None:
+        opts.update(xla_dump_to=dump_dir, xla_dump_hlo_as_text=True)
+    try:
+        compiled = lowered.compile(compiler_options=opts) if opts else lowered.compile()
+    except Exception as e:  # jax.errors.JaxRuntimeError
+        if not _is_oom(e):
+            raise
+        return _Compiled(False, None, e, time.perf_counter() - t1, t1 - t0)
+    return _Compiled(True, _memory_analysis_dict(compiled), None, time.perf_counter() - t1, t1 - t0)
+
+
+def _analyze(dump_dir: str, budget: int) -> Optional[Dict[str, Any]]:
+    if not os.path.isdir(dump_dir) or not os.listdir(dump_dir):
+        return None
+    proc = run_binary(
+        ["analyze", dump_dir, "--format", "json", "--budget", str(budget), "--top", "10"], ok_codes=(0, 1)
+    )
+    return json.loads(proc.stdout)
+
+
+def _hbm_space(analysis: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    if not analysis:
+        return None
+    best = None
+    for m in analysis.get("modules", []):
+        for s in m.get("memory_spaces", []):
+            if s.get("space") == "hbm" and (best is None or s["total_bytes"] > best["total_bytes"]):
+                best = s
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FixResult:
+    """One automatic fix, compiled: does the program fit with it, and at what peak.
+
+    Attributes:
+        name: ``donate``, ``remat:nothing_saveable``, ``remat:dots_with_no_batch_dims_saveable``,
+            ``bf16_params``, ``microbatch:K``, ``compiler_remat``.
+        cause: the contract cause it addresses (``no_donation``, ``no_remat``...).
+        applied: false when the fix does not apply to this program (``reason`` says why).
+        fits: the compiler accepted the program with the fix.
+        peak_bytes: peak per device with the fix, measured by the compiler.
+        savings_bytes: the program's peak minus ``peak_bytes``.
+        code: how to apply the fix in your code.
+    """
+
+    name: str
+    cause: str
+    description: str
+    code: str
+    applied: bool = True
+    fits: Optional[bool] = None
+    peak_bytes: Optional[int] = None
+    savings_bytes: Optional[int] = None
+    reason: Optional[str] = None
+    error: Optional[str] = None
+    compile_seconds: float = 0.0
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` found. ``bool(result)`` is ``result.fits``.
+
+    Attributes:
+        fits: the TPU compiler accepted the program for the target (no ``RESOURCE_EXHAUSTED``).
+        target, topology, device_kind, chips, devices: what it was compiled for.
+        peak_bytes: peak HBM per device. When it fits: ``compiled.memory_analysis()
+            .peak_memory_in_bytes``; when it does not: what the compiler required (the ``Used X``
+            of its OOM, read exactly from the dump's buffer assignment).
+        limit_bytes: HBM the compiler lets one device use (e.g. 15.75 GiB on v5e).
+        hbm_per_chip_bytes: the vendor's HBM per chip (v5e 16 GiB, v6e 32, v5p 95, v4 32).
+        headroom_bytes: ``limit_bytes - peak_bytes`` (negative: over by that much).
+        memory_analysis: every ``*_in_bytes`` field of ``compiled.memory_analysis()`` (fits only).
+        analysis: ``hbm-doctor analyze --format json`` of the compiler's dump.
+        diagnosis: ``hbm-doctor explain`` of the compiler's error joined with the dump (when it
+            does not fit); with ``try_fixes`` its causes are ranked by measured savings.
+        error: the compiler's message when it does not fit.
+        fixes: the fixes tried (``try_fixes=True``).
+    """
+
+    fits: bool
+    target: str
+    topology: str
+    device_kind: str
+    chips: int
+    devices: int
+    peak_bytes: Optional[int]
+    limit_bytes: int
+    hbm_per_chip_bytes: int
+    memory_analysis: Optional[Dict[str, int]] = None
+    analysis: Optional[Dict[str, Any]] = None
+    diagnosis: Optional[Diagnosis] = None
+    error: Optional[str] = None
+    fixes: List[FixResult] = field(default_factory=list)
+    function: str = ""
+    compile_seconds: float = 0.0
+    trace_seconds: float = 0.0
+    analyze_seconds: float = 0.0
+    fixes_seconds: float = 0.0
+    dump_dir: Optional[str] = None
+
+    def __bool__(self) -> bool:
+        return self.fits
+
+    @property
+    def headroom_bytes(self) -> Optional[int]:
+        """Usable HBM per device minus the peak; negative when the program does not fit."""
+        return None if self.peak_bytes is None else self.limit_bytes - self.peak_bytes
+
+    @property
+    def hbm_total_bytes(self) -> Optional[int]:
+        """What the compiler reserves in HBM per device (buffer assignment total), from the dump."""
+        s = _hbm_space(self.analysis)
+        return s["total_bytes"] if s else None
+
+    def fixes_that_fit(self) -> List[FixResult]:
+        """The fixes with which the program fits, largest measured savings first."""
+        return sorted((f for f in self.fixes if f.fits), key=lambda f: -(f.savings_bytes or 0))
+
+    def to_json(self) -> Dict[str, Any]:
+        """A JSON-ready dict (``schema_version`` 1; the ``hbm-doctor fit --format json`` document)."""
+        return {
+            "schema_version": 1,
+            "function": self.function,
+            "target": self.target,
+            "topology": self.topology,
+            "device_kind": self.device_kind,
+            "chips": self.chips,
+            "devices": self.devices,
+            "fits": self.fits,
+            "peak_bytes": self.peak_bytes,
+            "limit_bytes": self.limit_bytes,
+            "headroom_bytes": self.headroom_bytes,
+            "hbm_per_chip_bytes": self.hbm_per_chip_bytes,
+            "hbm_total_bytes": self.hbm_total_bytes,
+            "memory_analysis": self.memory_analysis,
+            "error": self.error,
+            "fixes": [f.to_json() for f in self.fixes],
+            "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+            "analysis": self.analysis,
+            "seconds": {
+                "trace": round(self.trace_seconds, 3),
+                "compile": round(self.compile_seconds, 3),
+                "analyze": round(self.analyze_seconds, 3),
+                "fixes": round(self.fixes_seconds, 3),
+            },
+        }
+
+    def _verdict(self) -> str:
+        where = f"{self.target} ({self.topology}, {self.devices} devices, {self.device_kind})"
+        name = f"{self.function} on " if self.function else ""
+        return f"{name}{where}: {'fits' if self.fits else 'DOES NOT FIT'}"
+
+    def _figures(self) -> str:
+        if self.peak_bytes is None:
+            return f"peak per device unknown; {format_size(self.limit_bytes)} usable"
+        pct = 100.0 * self.peak_bytes / self.limit_bytes
+        head = self.headroom_bytes or 0
+        tail = f"headroom {format_size(head)}" if head >= 0 else f"over by {format_size(-head)}"
+        return (
+            f"peak per device {format_size(self.peak_bytes)} of {format_size(self.limit_bytes)} usable "
+            f"({pct:.0f}%; {format_size(self.hbm_per_chip_bytes)} HBM per chip): {tail}"
+        )
+
+    def _fix_rows(self) -> List[Tuple[str, str, str, str, str]]:
+        rows = []
+        for f in self.fixes:
+            if not f.applied:
+                rows.append((f.name, "n/a", "", "", f.reason or ""))
+            elif f.error:
+                rows.append((f.name, "error", "", "", f.error.splitlines()[0][:100]))
+            else:
+                sav = (
+                    ""
+                    if f.savings_bytes is None
+                    else ("saves " if f.savings_bytes >= 0 else "costs ") + format_size(abs(f.savings_bytes))
+                )
+                rows.append(
+                    (
+                        f.name,
+                        "fits" if f.fits else "no",
+                        format_size(f.peak_bytes) if f.peak_bytes is not None else "?",
+                        sav,
+                        f.code,
+                    )
+                )
+        return rows
+
+    def __str__(self) -> str:
+        lines = [("✓ " if self.fits else "✗ ") + self._verdict(), "  " + self._figures()]
+        if self.error:
+            lines.append("  compiler: " + self.error.splitlines()[0][:240])
+        s = _hbm_space(self.analysis)
+        if s and s.get("buffers_at_peak"):
+            lines.append("  largest buffers live at the peak:")
+            for b in s["buffers_at_peak"][:5]:
+                where = b.get("source") or b.get("op_name") or b.get("name") or ""
+                lines.append(
+                    f"    {format_size(b['size_bytes']):>9}  {b.get('kind', ''):9} {b.get('shape') or '':28} {where}"
+                )
+        if self.fixes:
+            lines.append("  fixes, compiled and measured by the TPU compiler:")
+            for name, ok, peak, sav, code in self._fix_rows():
+                lines.append(f"    {name:38} {ok:5} {peak:>9}  {sav:15} {code}".rstrip())
+        if self.diagnosis:
+            lines.append("")
+            lines.append(str(self.diagnosis))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        import html  # noqa: PLC0415
+
+        esc = html.escape
+        color = "#1a7f37" if self.fits else "#b00020"
+        parts = [
+            '<div style="font-family:system-ui,sans-serif;line-height:1.35;max-width:60em">',
+            f'<div style="font-weight:600;color:{color}">{"&#x2713;" if self.fits else "&#x2717;"} {esc(self._verdict())}</div>',
+        ]
+        if self.peak_bytes is not None:
+            pct = min(100.0, 100.0 * self.peak_bytes / self.limit_bytes)
+            parts.append(
+                f'<div style="background:#eee;width:30em;height:.8em;border-radius:3px;margin:.3em 0">'
+                f'<div style="background:{color};width:{pct:.1f}%;height:100%;border-radius:3px"></div></div>'
+            )
+        parts.append(f"<div>{esc(self._figures())}</div>")
+        if self.error:
+            parts.append(f"<div><code>{esc(self.error.splitlines()[0][:300])}</code></div>")
+        if self.fixes:
+            parts.append(
+                '<table style="margin:.4em 0"><tr><th>fix</th><th>fits</th><th>peak</th><th>savings</th><th>how</th></tr>'
+            )
+            for row in self._fix_rows():
+                parts.append(
+                    "<tr>"
+                    + "".join(
+                        f"<td><code>{esc(c)}</code></td>" if i == 4 else f"<td>{esc(c)}</td>" for i, c in enumerate(row)
+                    )
+                    + "</tr>"
+                )
+            parts.append("</table>")
+        if self.diagnosis:
+            parts.append(self.diagnosis._repr_html_())
+        parts.append("</div>")
+        return "".join(parts)
+
+
+@dataclass
+class BatchSearch:
+    """What :func:`max_batch` found.
+
+    Attributes:
+        max_batch: the largest size that compiles for the target (``None``: not even ``low``).
+        fit: the full :class:`FitResult` at ``max_batch``.
+        first_failing: the smallest size tried that does not fit (``None`` if none failed).
+        trials: ``(size, fits, peak_bytes)`` of every compile, in order.
+    """
+
+    max_batch: Optional[int]
+    fit: Optional[FitResult]
+    first_failing: Optional[int]
+    multiple_of: int
+    trials: List[Tuple[int, bool, Optional[int]]]
+    seconds: float = 0.0
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "schema_version": 1,
+            "max_batch": self.max_batch,
+            "first_failing": self.first_failing,
+            "multiple_of": self.multiple_of,
+            "trials": [{"batch": b, "fits": f, "peak_bytes": p} for b, f, p in self.trials],
+            "fit": self.fit.to_json() if self.fit else None,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def __str__(self) -> str:
+        if self.max_batch is None:
+            head = "✗ no batch size fits"
+        else:
+            head = f"✓ max batch {self.max_batch}"
+            if self.first_failing is not None:
+                head += f" (next multiple of {self.multiple_of}, {self.max_batch + self.multiple_of}, does not fit)"
+        lines = [head, f"  {len(self.trials)} compiles in {self.seconds:.1f}s:"]
+        for b, f, p in self.trials:
+            lines.append(f"    {b:>10}  {'fits' if f else 'no':4}  {format_size(p) if p is not None else '?':>9}")
+        if self.fit is not None:
+            lines.append(str(self.fit))
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixes
+# ---------------------------------------------------------------------------------------------
+
+_REMAT_POLICIES = ("nothing_saveable", "dots_with_no_batch_dims_saveable")
+_COMPILER_REMAT = {"xla_tpu_rematerialization_algo": "PEAK_PRIORITY", "xla_tpu_pre_fusion_remat": True}
+
+
+@contextlib.contextmanager
+def _remat_patch(policy_name: str, counter: List[int]) -> Iterator[None]:
+    """While tracing: every function given to jax.grad/value_and_grad/vjp and every lax.scan body
+    is wrapped in ``jax.checkpoint(policy=...)``."""
+    import jax  # noqa: PLC0415
+    import jax.lax  # noqa: PLC0415
+
+    policy = getattr(jax.checkpoint_policies, policy_name)
+    orig = {"grad": jax.grad, "value_and_grad": jax.value_and_grad, "vjp": jax.vjp, "scan": jax.lax.scan}
+
+    def ck(f):
+        counter[0] += 1
+        return jax.checkpoint(f, policy=policy)
+
+    def grad(fun, *a, **k):
+        return orig["grad"](ck(fun), *a, **k)
+
+    def value_and_grad(fun, *a, **k):
+        return orig["value_and_grad"](ck(fun), *a, **k)
+
+    def vjp(fun, *primals, **k):
+        return orig["vjp"](ck(fun), *primals, **k)
+
+    def scan(f, *a, **k):
+        return orig["scan"](ck(f), *a, **k)
+
+    jax.grad, jax.value_and_grad, jax.vjp, jax.lax.scan = grad, value_and_grad, vjp, scan
+    try:
+        yield
+    finally:
+        jax.grad, jax.value_and_grad, jax.vjp, jax.lax.scan = (
+            orig["grad"],
+            orig["value_and_grad"],
+            orig["vjp"],
+            orig["scan"],
+        )
+
+
+def _donatable(fn, abstract, mesh, jit_kwargs, static) -> Tuple[int, ...]:
+    import jax  # noqa: PLC0415
+
+    already = jit_kwargs.get("donate_argnums") or ()
+    already = (already,) if isinstance(already, int) else tuple(already)
+    with _mesh_context(mesh):
+        out = jax.eval_shape(jax.jit(fn, **{k: v for k, v in jit_kwargs.items() if k != "donate_argnums"}), *abstract)
+    outs = {(tuple(o.shape), str(o.dtype)) for o in jax.tree_util.tree_leaves(out) if _is_array_like(o)}
+    donate = []
+    for i, arg in enumerate(abstract):
+        if i in static or i in already:
+            continue
+        leaves = [x for x in jax.tree_util.tree_leaves(arg) if _is_array_like(x)]
+        if any((tuple(x.shape), str(x.dtype)) in outs and _nbytes(x) >= (1 << 20) for x in leaves):
+            donate.append(i)
+    return tuple(donate)
+
+
+def _to_bf16(abstract, param_argnums, mesh):
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    changed = [0]
+
+    def cast(x):
+        if _is_array_like(x) and str(x.dtype) in ("float32", "float64"):
+            changed[0] += 1
+            return _sds(x, _own_spec(x), mesh, dtype=jnp.bfloat16)
+        return x
+
+    out = [jax.tree_util.tree_map(cast, a) if i in param_argnums else a for i, a in enumerate(abstract)]
+    return out, changed[0]
+
+
+def _microbatched(fn, k: int, batch_argnums: Sequence[int], abstract, mesh):
+    """``fn`` over ``k`` micro-batches of the leading dim of the batch arguments (lax.scan), for
+    measuring memory: float outputs are averaged (means of a loss, gradients, updated params),
+    outputs with the batch as leading dim are concatenated, others keep the last value.
+
+    Returns (program, None) or (None, reason) when the split does not apply.
+    """
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+    from jax.sharding import NamedSharding  # noqa: PLC0415
+
+    leaves = [
+        x
+        for i in batch_argnums
+        for x in jax.tree_util.tree_leaves(abstract[i])
+        if _is_array_like(x) and len(x.shape) > 0
+    ]
+    if not leaves:
+        return None, "no batch argument with a leading dimension"
+    B = leaves[0].shape[0]
+    for x in leaves:
+        if x.shape[0] == B:
+            sh = _shards(mesh, _own_spec(x), 0)
+            if B % k or (B // k) % sh:
+                return (
+                    None,
+                    f"batch {B} does not split into {k} micro-batches of a multiple of {sh} (the shards of its dim 0)",
+                )
+    n = B // k
+
+    def is_batched(x):
+        return _is_array_like(x) and len(x.shape) > 0 and x.shape[0] == B
+
+    def chunk_sds(x):
+        return _sds(jax.ShapeDtypeStruct((n, *x.shape[1:]), x.dtype), _own_spec(x), mesh) if is_batched(x) else x
+
+    chunk_abstract = [jax.tree_util.tree_map(chunk_sds, a) if i in batch_argnums else a for i, a in enumerate(abstract)]
+    specs = [
+        jax.tree_util.tree_map(lambda x: _own_spec(x) if is_batched(x) else None, a) if i in batch_argnums else None
+        for i, a in enumerate(abstract)
+    ]
+    with _mesh_context(mesh):
+        full_out = jax.eval_shape(fn, *abstract)
+        chunk_out = jax.eval_shape(fn, *chunk_abstract)
+    full_leaves, out_tree = jax.tree_util.tree_flatten(full_out)
+    chunk_leaves = jax.tree_util.tree_leaves(chunk_out)
+    stacked = [len(f.shape) > 0 and f.shape[0] == B and c.shape[0] == n for f, c in zip(full_leaves, chunk_leaves)]
+
+    def program(*args):
+        args = list(args)
+        split = {}
+        for i in batch_argnums:
+            # [B, ...] -> [n, k, ...]: micro-batch j is rows j, j+k, ...; dim 0 keeps its sharding.
+            split[i] = jax.tree_util.tree_map(
+                lambda x: (
+                    x.reshape((n, k, *x.shape[1:]))
+                    if (hasattr(x, "shape") and len(x.shape) > 0 and x.shape[0] == B)
+                    else x
+                ),
+                args[i],
+            )
+
+        def body(carry, j):
+            cur = list(args)
+            for i in batch_argnums:
+                cur[i] = jax.tree_util.tree_map(
+                    lambda x, s: (
+                        jax.lax.with_sharding_constraint(
+                            jax.lax.dynamic_index_in_dim(x, j, axis=1, keepdims=False), NamedSharding(mesh, s)
+                        )
+                        if s is not None
+                        else x
+                    ),
+                    split[i],
+                    specs[i],
+                    is_leaf=lambda v: v is None,
+                )
+            outs = jax.tree_util.tree_leaves(fn(*cur))
+            new_carry, ys = [], []
+            for o, c, st in zip(outs, carry, stacked):
+                if st:
+                    ys.append(o)
+                    new_carry.append(c)
+                elif jnp.issubdtype(o.dtype, jnp.floating):
+                    new_carry.append(c + o / k)
+                    ys.append(None)
+                else:
+                    new_carry.append(o)
+                    ys.append(None)
+            return new_carry, ys
+
+        init = [jnp.zeros(c.shape, c.dtype) for c in chunk_leaves]
+        carry, ys = jax.lax.scan(body, init, jnp.arange(k))
+        res = [jnp.swapaxes(y, 0, 1).reshape((B, *y.shape[2:])) if st else c for c, y, st in zip(carry, ys, stacked)]
+        return jax.tree_util.tree_unflatten(out_tree, res)
+
+    program.__name__ = getattr(fn, "__name__", "program")
+    return program, None
+
+
+# ---------------------------------------------------------------------------------------------
+# fit
+# ---------------------------------------------------------------------------------------------
+
+
+def _peak_of_failure(comp: _Compiled, analysis, diag: Optional[Diagnosis]) -> Optional[int]:
+    s = _hbm_space(analysis)
+    if s is not None:
+        return int(s["total_bytes"])
+    if diag is not None and diag.used_bytes is not None:
+        return diag.used_bytes
+    return None
+
+
+def _measure(
+    fn, abstract, mesh, jit_kwargs, compiler_options, limit, patch=None, analyze=True
+) -> Tuple[_Compiled, Optional[int], Optional[dict], Optional[Diagnosis], Optional[str], float]:
+    """Compiles once; returns (compiled, peak, analysis, diagnosis, dump_dir, analyze_seconds)."""
+    tmp = tempfile.mkdtemp(prefix="hbm-doctor-fit-") if analyze else None
+    try:
+        comp = _compile(fn, abstract, mesh, jit_kwargs, compiler_options, tmp, patch)
+        t = time.perf_counter()
+        diag = None
+        if not comp.fits:
+            # explain (the error joined with the dump) and analyze run side by side.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                pending = pool.submit(explain, exception_text(comp.exception), dump=tmp if analyze else None)
+                analysis = _analyze(tmp, limit) if analyze else None
+                diag = pending.result()
+            peak = _peak_of_failure(comp, analysis, diag)
+        else:
+            analysis = _analyze(tmp, limit) if analyze else None
+            peak = comp.memory_analysis.get("peak_memory_in_bytes") if comp.memory_analysis else None
+        return comp, peak, analysis, diag, tmp, time.perf_counter() - t
+    except BaseException:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _rank_by_measured(diag: Diagnosis, fixes: List[FixResult]) -> None:
+    best: Dict[str, FixResult] = {}
+    for f in fixes:
+        if not f.applied or f.error or f.savings_bytes is None:
+            continue
+        cur = best.get(f.cause)
+        if cur is None or (bool(f.fits), f.savings_bytes) > (bool(cur.fits), cur.savings_bytes):
+            best[f.cause] = f
+    present = set()
+    for c in diag.causes:
+        f = best.get(c.cause)
+        if f is not None:
+            c.measured_savings_bytes, c.measured_fits, c.fix = f.savings_bytes, f.fits, f.name
+            present.add(c.cause)
+    for cause, f in best.items():
+        if cause in present:
+            continue
+        diag.causes.append(
+            Cause(
+                cause=cause,
+                savings_bytes=None,
+                evidence=f"measured: with {f.name} the compiler needs {format_size(f.peak_bytes or 0)} per device",
+                actions=[f.description],
+                snippets=[{"framework": "jax", "code": f.code}],
+                measured_savings_bytes=f.savings_bytes,
+                measured_fits=f.fits,
+                fix=f.name,
+            )
+        )
+    order = {id(c): i for i, c in enumerate(diag.causes)}
+
+    def key(c: Cause):
+        m = c.measured_savings_bytes
+        if m is not None and m > 0:
+            return (0 if c.measured_fits else 1, -m, order[id(c)])
+        if m is None:
+            return (2, 0, order[id(c)])
+        return (3, -m, order[id(c)])
+
+    diag.causes.sort(key=key)
+
+
+def fit(
+    fn: Callable,
+    *args: Any,
+    target: str = "v5e-8",
+    mesh: Any = None,
+    in_specs: Any = None,
+    batch_argnums: Optional[Sequence[int]] = None,
+    try_fixes: bool = False,
+    compiler_options: Optional[Dict[str, Any]] = None,
+    keep_dump: Optional[Union[str, os.PathLike]] = None,
+    **jit_kwargs: Any,
+) -> FitResult:
+    """Compiles ``fn(*args)`` for a TPU target, deviceless, and says whether it fits.
+
+    Args:
+        fn: the step function (not yet jitted, or jitted: it is re-jitted with ``jit_kwargs``).
+        *args: abstract arguments: pytrees of ``jax.ShapeDtypeStruct`` (or arrays: only their
+            shapes and dtypes are used). A leaf's own ``NamedSharding`` spec is kept.
+        target: ``"v5e-8"``, ``"v6e-4"``, ``"v5p-8"``, ``"v4-8"``, ``"v5e"`` (one chip) or a
+            topology ``"v5e:2x4"`` (see :func:`target`).
+        mesh: ``None`` (one axis ``"data"`` over all devices), ``{"data": 4, "model": 2}``, a
+            ``Mesh`` (re-created over the target's devices with the same axes), or
+            ``callable(devices) -> Mesh``. Active while tracing, so ``P("data")`` constraints work.
+        in_specs: ``PartitionSpec`` for every argument, or one entry per argument (a spec or a
+            tree of specs); default: each leaf's own spec, else replicated.
+        batch_argnums: the arguments holding the batch (micro-batching, ``max_batch``; the other
+            arguments are the parameters for ``bf16_params``). Default: the last argument.
+        try_fixes: also compile with each automatic fix and measure it (see :class:`FixResult`).
+        compiler_options: passed to the TPU compiler (``{"xla_tpu_...": ...}``; never put TPU
+            flags in ``XLA_FLAGS``).
+        keep_dump: copy the compiler's dump of the program there (it is deleted otherwise).
+        **jit_kwargs: passed to ``jax.jit`` (``donate_argnums``, ``static_argnums``, ...).
+
+    Returns:
+        A :class:`FitResult`; ``bool(result)`` is whether it fits.
+
+    Raises:
+        Any error of tracing or compiling that is not an out-of-memory error (a bug in ``fn``, a
+        sharding that does not divide...), as jax raises it.
+
+    Example:
+        >>> r = fit(step, params, batch, target="v6e-8", in_specs=(P(), P("data")))  # doctest: +SKIP
+        >>> print(r.fits, r.peak_bytes, r.headroom_bytes)                              # doctest: +SKIP
+    """
+    tgt = globals()["target"](target) if isinstance(target, str) else target
+    return _fit_on(tgt, fn, args, mesh, in_specs, batch_argnums, try_fixes, compiler_options, keep_dump, jit_kwargs)
+
+
+def _fit_on(
+    tgt, fn, args, mesh, in_specs, batch_argnums, try_fixes, compiler_options, keep_dump, jit_kwargs, analyze=True
+) -> FitResult:
+    jit_kwargs = dict(jit_kwargs)
+    user_opts = dict(jit_kwargs.pop("compiler_options", None) or {})
+    user_opts.update(compiler_options or {})
+    for k in user_opts:
+        if not k.startswith("xla_"):
+            raise ValueError(
+                f"compiler option {k!r}: options are XLA/TPU flag names without dashes, e.g. xla_tpu_rematerialization_algo"
+            )
+    m = _resolve_mesh(tgt, mesh)
+    static = _static_argnums(jit_kwargs)
+    abstract = _abstract_args(args, in_specs, m, static)
+    limit = tgt.usable_bytes
+    comp, peak, analysis, diag, dump, a_secs = _measure(fn, abstract, m, jit_kwargs, user_opts, limit, analyze=analyze)
+    try:
+        if keep_dump is not None and dump:
+            shutil.copytree(dump, os.fspath(keep_dump), dirs_exist_ok=True)
+    finally:
+        if dump:
+            shutil.rmtree(dump, ignore_errors=True)
+    res = FitResult(
+        fits=comp.fits,
+        target=tgt.name,
+        topology=tgt.topology,
+        device_kind=tgt.generation.kind,
+        chips=tgt.chips,
+        devices=len(m.devices.flat),
+        peak_bytes=peak,
+        limit_bytes=limit,
+        hbm_per_chip_bytes=tgt.generation.hbm_per_chip_bytes,
+        memory_analysis=comp.memory_analysis,
+        analysis=analysis,
+        diagnosis=diag,
+        error=None if comp.fits else str(comp.exception).strip(),
+        function=getattr(fn, "__name__", type(fn).__name__),
+        compile_seconds=comp.compile_seconds,
+        trace_seconds=comp.trace_seconds,
+        analyze_seconds=a_secs,
+        dump_dir=os.fspath(keep_dump) if keep_dump is not None else None,
+    )
+    if try_fixes:
+        t = time.perf_counter()
+        batch = tuple(batch_argnums) if batch_argnums is not None else _default_batch_argnums(len(args), static)
+        res.fixes = _try_fixes(fn, abstract, m, jit_kwargs, user_opts, limit, peak, static, batch, res.fits)
+        res.fixes_seconds = time.perf_counter() - t
+        if res.diagnosis is not None:
+            _rank_by_measured(res.diagnosis, res.fixes)
+    return res
+
+
+def _try_fixes(
+    fn, abstract, mesh, jit_kwargs, opts, limit, base_peak, static, batch_argnums, base_fits
+) -> List[FixResult]:
+    fixes: List[FixResult] = []
+    name = getattr(fn, "__name__", "step")
+
+    def run(fix: FixResult, f=fn, a=abstract, kw=jit_kwargs, o=opts, patch=None) -> FixResult:
+        try:
+            comp, peak, _, _, dump, _ = _measure(f, a, mesh, kw, o, limit, patch=patch, analyze=False)
+            fix.fits, fix.peak_bytes, fix.compile_seconds = comp.fits, peak, comp.compile_seconds
+            if not comp.fits and peak is None:
+                fix.error = str(comp.exception).strip()
+            if peak is not None and base_peak is not None:
+                fix.savings_bytes = base_peak - peak
+        except Exception as e:  # the transformed program did not trace or compile
+            fix.error = f"{type(e).__name__}: {e}"
+        fixes.append(fix)
+        return fix
+
+    # 1. Donation of every argument that has a same-shaped output.
+    try:
+        donate = _donatable(fn, abstract, mesh, jit_kwargs, static)
+    except Exception as e:
+        donate, why = (), f"outputs could not be computed: {e}"
+    else:
+        why = "no argument has a same-shaped output of 1 MiB or more (or it is already donated)"
+    fix = FixResult(
+        "donate",
+        "no_donation",
+        f"donate arguments {donate} whose buffers an output can reuse",
+        f"jax.jit({name}, donate_argnums={donate})",
+    )
+    if donate:
+        prev = jit_kwargs.get("donate_argnums") or ()
+        prev = (prev,) if isinstance(prev, int) else tuple(prev)
+        run(fix, kw={**jit_kwargs, "donate_argnums": tuple(sorted(set(prev) | set(donate)))})
+    else:
+        fix.applied, fix.reason = False, why
+        fixes.append(fix)
+
+    # 2. Rematerialization policies on every differentiated function and scanned body.
+    for pol in _REMAT_POLICIES:
+        counter = [0]
+        fix = FixResult(
+            f"remat:{pol}",
+            "no_remat",
+            f"jax.checkpoint with policy {pol} on the functions given to jax.grad/value_and_grad/vjp and on lax.scan bodies",
+            f"jax.checkpoint(layer, policy=jax.checkpoint_policies.{pol})  # each layer / the scanned block",
+        )
+        run(fix, patch=functools.partial(_remat_patch, pol, counter))
+        if counter[0] == 0 and not fix.error:
+            fix.applied, fix.reason, fix.fits, fix.peak_bytes, fix.savings_bytes = (
+                False,
+                "no jax.grad/value_and_grad/vjp or lax.scan call while tracing",
+                None,
+                None,
+                None,
+            )
+
+    # 3. bf16 parameters.
+    params = tuple(i for i in range(len(abstract)) if i not in static and i not in batch_argnums)
+    cast, changed = _to_bf16(abstract, params, mesh)
+    fix = FixResult(
+        "bf16_params",
+        "f32_precision",
+        "parameters (the non-batch arguments) in bfloat16",
+        "params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)  # f32 master copy in the optimizer if needed",
+    )
+    if changed:
+        run(fix, a=cast)
+    else:
+        fix.applied, fix.reason = False, "no float32 parameter"
+        fixes.append(fix)
+
+    # 4. Micro-batches of the leading batch dimension: the smallest split that fits.
+    for k in (2, 4, 8, 16):
+        try:
+            prog, why = _microbatched(fn, k, batch_argnums, abstract, mesh)
+        except Exception as e:
+            prog, why = None, f"{type(e).__name__}: {e}"
+        fix = FixResult(
+            f"microbatch:{k}",
+            "batch_too_large",
+            f"{k} micro-batches per step (gradient accumulation)",
+            f"optax.MultiSteps(opt, every_k_schedule={k}) with 1/{k} of the batch per call, or lax.scan over {k} micro-batches",
+        )
+        if prog is None:
+            fix.applied, fix.reason = False, why
+            fixes.append(fix)
+            break
+        run(fix, f=prog)
+        if fix.fits or base_fits or fix.error or (fix.savings_bytes is not None and fix.savings_bytes <= 0):
+            break  # fits, or more micro-batches will not help
+
+    # 5. The compiler's own rematerialization, harder.
+    flags = " ".join(f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in _COMPILER_REMAT.items())
+    fix = FixResult(
+        "compiler_remat",
+        "no_remat",
+        "the TPU compiler's peak-priority rematerialization and pre-fusion remat (compile time for memory; last resort)",
+        f"LIBTPU_INIT_ARGS='{flags}' (or compiler_options; never XLA_FLAGS)",
+    )
+    run(fix, o={**opts, **_COMPILER_REMAT})
+    return fixes
+
+
+# ---------------------------------------------------------------------------------------------
+# max_batch
+# ---------------------------------------------------------------------------------------------
+
+
+def _resize(args, batch_argnums, axis, old, new):
+    import jax  # noqa: PLC0415
+
+    def f(x):
+        if _is_array_like(x) and len(x.shape) > axis and x.shape[axis] == old:
+            shape = list(x.shape)
+            shape[axis] = new
+            return jax.ShapeDtypeStruct(
+                tuple(shape),
+                x.dtype,
+                sharding=getattr(x, "sharding", None),
+                weak_type=bool(getattr(x, "weak_type", False)),
+            )
+        return x
+
+    return tuple(jax.tree_util.tree_map(f, a) if i in batch_argnums else a for i, a in enumerate(args))
+
+
+def max_batch(
+    fn: Callable,
+    *args: Any,
+    target: str = "v5e-8",
+    mesh: Any = None,
+    in_specs: Any = None,
+    batch_argnums: Optional[Sequence[int]] = None,
+    axis: int = 0,
+    multiple_of: Optional[int] = None,
+    low: int = 1,
+    high: Optional[int] = None,
+    compiler_options: Optional[Dict[str, Any]] = None,
+    **jit_kwargs: Any,
+) -> BatchSearch:
+    """The largest batch (or any other dimension) for which ``fn`` fits the target.
+
+    Two forms:
+
+    * ``max_batch(fn, *abstract_args, ...)``: dimension ``axis`` of every leaf of the batch
+      arguments (``batch_argnums``, default the last argument) that has the same size as the first
+      such leaf is resized.
+    * ``max_batch(build, ...)`` with no args: ``build(n)`` returns a :class:`Program` (or
+      ``(fn, args)`` / ``(fn, args, jit_kwargs)``) for size ``n``, so any dimension can be searched
+      (sequence length, number of layers...).
+
+    The search doubles from the current size (or ``multiple_of``) until a compile fails, then
+    bisects; each step is one deviceless compile. Sizes are multiples of ``multiple_of`` (default:
+    how many shards the dimension is split into, so that every size divides; for builders,
+    the number of devices).
+
+    Returns:
+        A :class:`BatchSearch` with ``max_batch``, the full :class:`FitResult` at that size and
+        every trial.
+
+    Example:
+        >>> b = max_batch(step, params, batch, target="v5e-8", in_specs=(P(), P("data")))  # doctest: +SKIP
+        >>> b.max_batch                                                                        # doctest: +SKIP
+        8064
+    """
+    t_start = time.perf_counter()
+    tgt = globals()["target"](target) if isinstance(target, str) else target
+    user_opts = dict(compiler_options or {})
+
+    if args:
+        static = _static_argnums(jit_kwargs)
+        batch = tuple(batch_argnums) if batch_argnums is not None else _default_batch_argnums(len(args), static)
+        m = _resolve_mesh(tgt, mesh)
+        abstract = _abstract_args(args, in_specs, m, static)
+        import jax  # noqa: PLC0415
+
+        leaves = [
+            x
+            for i in batch
+            for x in jax.tree_util.tree_leaves(abstract[i])
+            if _is_array_like(x) and len(x.shape) > axis
+        ]
+        if not leaves:
+            raise ValueError(f"no leaf of the batch arguments {batch} has a dimension {axis}")
+        start = leaves[0].shape[axis]
+        if multiple_of is None:
+            multiple_of = 1
+            for x in leaves:
+                if x.shape[axis] == start:
+                    s = _shards(m, _own_spec(x), axis)
+                    multiple_of = multiple_of * s // math.gcd(multiple_of, s)
+
+        def program_for(n):
+            return fn, _resize(abstract, batch, axis, start, n), m, None, dict(jit_kwargs)
+
+    else:
+        start = None
+        # A builder usually shards the batch over every device.
+        multiple_of = multiple_of or len(_resolve_mesh(tgt, mesh).devices.flat)
+
+        def program_for(n):
+            p = Program.coerce(fn(n))
+            kw = {**jit_kwargs, **p.jit_kwargs}
+            pm = _resolve_mesh(tgt, p.mesh if p.mesh is not None else mesh)
+            st = _static_argnums(kw)
+            spec = p.in_specs if p.in_specs is not None else in_specs
+            return p.fn, _abstract_args(p.args, spec, pm, st), pm, None, kw
+
+    trials: List[Tuple[int, bool, Optional[int]]] = []
+    cache: Dict[int, bool] = {}
+
+    def fits(n: int) -> bool:
+        if n in cache:
+            return cache[n]
+        f, a, pm, _, kw = program_for(n)
+        comp = _compile(f, a, pm, kw, user_opts, None)
+        if comp.fits:
+            peak = comp.memory_analysis.get("peak_memory_in_bytes") if comp.memory_analysis else None
+        else:
+            d = explain(str(comp.exception))
+            peak = d.used_bytes
+        trials.append((n, comp.fits, peak))
+        cache[n] = comp.fits
+        return comp.fits
+
+    q = multiple_of
+    lo_units = max(1, -(-low // q))  # ceil(low / q)
+    cur = max(lo_units, (start or q) // q)
+    if high is not None:
+        cur = min(cur, high // q)
+    good: Optional[int] = None
+    bad: Optional[int] = None
+    if fits(cur * q):
+        good = cur
+        while True:
+            nxt = cur * 2
+            if high is not None and nxt * q > high:
+                nxt = high // q
+                if nxt <= cur:
+                    break
+            if nxt > (1 << 40):
+                break
+            if fits(nxt * q):
+                good = cur = nxt
+                if high is not None and nxt * q >= high:
+                    break
+            else:
+                bad = nxt
+                break
+    else:
+        bad = cur
+        while cur > lo_units:
+            cur = max(lo_units, cur // 2)
+            if fits(cur * q):
+                good = cur
+                break
+            bad = cur
+    if good is not None and bad is not None:
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if fits(mid * q):
+                good = mid
+            else:
+                bad = mid
+    best = good * q if good is not None else None
+    full = None
+    if best is not None:
+        f, a, pm, _, kw = program_for(best)
+        full = _fit_on(tgt, f, a, pm, None, batch_argnums, False, user_opts, None, kw)
+    return BatchSearch(
+        max_batch=best,
+        fit=full,
+        first_failing=bad * q if bad is not None else None,
+        multiple_of=q,
+        trials=trials,
+        seconds=time.perf_counter() - t_start,
+    )

@@ -1,0 +1,60 @@
+"""Packaging: the binary is found, `python -m hbm_doctor` runs it, imports stay cheap."""
+
+import os
+import subprocess
+import sys
+
+import hbm_doctor
+
+
+def test_installed_package_is_tested():
+    if os.environ.get("HBM_DOCTOR_TEST_INSTALLED") == "1":
+        # scripts/python-tests.sh: the wheel, not the source tree.
+        assert "site-packages" in hbm_doctor.__file__, hbm_doctor.__file__
+        assert "site-packages" not in hbm_doctor.find_hbm_doctor_bin()
+        assert os.path.dirname(hbm_doctor.find_hbm_doctor_bin()) == os.path.dirname(sys.executable)
+
+
+def test_binary_is_found_and_runs():
+    exe = hbm_doctor.find_hbm_doctor_bin()
+    assert os.access(exe, os.X_OK)
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("hbm-doctor ")
+
+
+def test_python_m_hbm_doctor_runs_the_binary(corpus):
+    v = subprocess.run([sys.executable, "-m", "hbm_doctor", "--version"], capture_output=True, text=True)
+    assert v.returncode == 0 and v.stdout.startswith("hbm-doctor ")
+    # Exit codes pass through: explain exits 1 when it finds an OOM event.
+    exc = corpus / "tpu" / "aggregate_v5e" / "exception.txt"
+    e = subprocess.run(
+        [sys.executable, "-m", "hbm_doctor", "explain", str(exc), "--format", "json"], capture_output=True, text=True
+    )
+    assert e.returncode == 1, e.stderr
+    assert '"category": "aggregate"' in e.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "hbm_doctor", "explain", "/nonexistent"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "hbm-doctor" in bad.stderr
+
+
+def test_import_is_cheap_and_sampler_still_imports():
+    code = "import sys, hbm_doctor, hbm_doctor.sampler; print('jax' in sys.modules); print(hbm_doctor.sampler.Sampler.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "Sampler"]
+
+
+def test_bin_env_override(tmp_path, monkeypatch):
+    monkeypatch.setenv("HBM_DOCTOR_BIN", str(tmp_path / "missing"))
+    try:
+        hbm_doctor.find_hbm_doctor_bin()
+    except FileNotFoundError as e:
+        assert "HBM_DOCTOR_BIN" in str(e)
+    else:
+        raise AssertionError("a missing $HBM_DOCTOR_BIN must be an error")
+
+
+def test_sizes():
+    assert hbm_doctor.format_size(19058917376) == "17.75G"
+    assert hbm_doctor.parse_size("15.75GiB") == 16911433728
+    assert hbm_doctor.parse_size("512M") == 512 << 20
