@@ -413,6 +413,15 @@ def _memory_analysis_dict(compiled) -> Optional[Dict[str, int]]:
     return {k: int(getattr(ma, k)) for k in dir(ma) if k.endswith("_in_bytes") and not k.startswith("_")}
 
 
+def _is_jitted(fn) -> bool:
+    return callable(getattr(fn, "trace", None)) and callable(getattr(fn, "lower", None))
+
+
+def _unjitted(fn):
+    """The Python function under ``jax.jit`` (fixes re-jit it with their own arguments)."""
+    return getattr(fn, "__wrapped__", fn) if _is_jitted(fn) else fn
+
+
 def _compile(
     fn: Callable,
     abstract: Sequence[Any],
@@ -433,7 +442,10 @@ def _compile(
     t0 = time.perf_counter()
     with _mesh_context(mesh), patch() if patch else contextlib.nullcontext(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*donat.*")
-        traced = jax.jit(program, **jit_kwargs).trace(*abstract)
+        if not jit_kwargs and patch is None and _is_jitted(fn):
+            traced = fn.trace(*abstract)  # already jitted: keep its donate_argnums, shardings...
+        else:
+            traced = jax.jit(program, **jit_kwargs).trace(*abstract)
         lowered = traced.lower(lowering_platforms=("tpu",))
     t1 = time.perf_counter()
     opts = dict(compiler_options)
@@ -1012,7 +1024,9 @@ def fit(
     """Compiles ``fn(*args)`` for a TPU target, deviceless, and says whether it fits.
 
     Args:
-        fn: the step function (not yet jitted, or jitted: it is re-jitted with ``jit_kwargs``).
+        fn: the step function. A ``jax.jit`` object is compiled as it is (its own
+            ``donate_argnums``, shardings...) when no ``jit_kwargs`` are given; fixes re-jit the
+            function under it.
         *args: abstract arguments: pytrees of ``jax.ShapeDtypeStruct`` (or arrays: only their
             shapes and dtypes are used). A leaf's own ``NamedSharding`` spec is kept.
         target: ``"v5e-8"``, ``"v6e-4"``, ``"v5p-8"``, ``"v4-8"``, ``"v5e"`` (one chip) or a
@@ -1090,7 +1104,7 @@ def _fit_on(
     if try_fixes:
         t = time.perf_counter()
         batch = tuple(batch_argnums) if batch_argnums is not None else _default_batch_argnums(len(args), static)
-        res.fixes = _try_fixes(fn, abstract, m, jit_kwargs, user_opts, limit, peak, static, batch, res.fits)
+        res.fixes = _try_fixes(_unjitted(fn), abstract, m, jit_kwargs, user_opts, limit, peak, static, batch, res.fits)
         res.fixes_seconds = time.perf_counter() - t
         if res.diagnosis is not None:
             _rank_by_measured(res.diagnosis, res.fixes)

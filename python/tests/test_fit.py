@@ -270,3 +270,11 @@ def test_uncaught_compile_oom_with_excepthook(tmp_path):
     assert "JaxRuntimeError" in p.stderr and "RESOURCE_EXHAUSTED" in p.stderr
     diag = p.stderr.split("hbm-doctor:", 1)[1]
     assert "16.41G" in diag and "15.75G" in diag  # 2100 rows x 8 MiB, as the compiler says
+
+
+def test_jitted_function_keeps_its_own_donation():
+    rows = pr.AFFINE_MAX_ROWS + 1  # does not fit undonated; fits when x is donated
+    plain = fit(pr.affine, *pr.affine_args(rows), target="v5e-4", in_specs=pr.AFFINE_SPECS)
+    donated = fit(jax.jit(pr.affine, donate_argnums=0), *pr.affine_args(rows), target="v5e-4", in_specs=pr.AFFINE_SPECS)
+    assert not plain.fits and donated.fits
+    assert donated.memory_analysis["alias_size_in_bytes"] == rows * pr.ROW
