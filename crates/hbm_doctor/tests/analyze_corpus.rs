@@ -265,3 +265,66 @@ fn heap_simulation_estimate_is_close() {
         assert!(rel.abs() < 0.35, "{case}: estimate {est} vs exact {exact}");
     }
 }
+
+#[test]
+fn reading_without_fusion_bodies_changes_nothing() {
+    // `analyze_files` drops fusion bodies and backend_config while reading (memory on large
+    // dumps); the report must be identical to one built from the whole text.
+    use hbm_doctor_analysis::analyze::{analyze, ModuleInput};
+    use hbm_doctor_hlo::{buffer_assignment, hlo, live_range, usage_report};
+    let dirs: Vec<PathBuf> = cases()
+        .iter()
+        .map(|c| corpus().join(c).join("dump"))
+        .chain(["mlp_train", "sharded_mlp"].map(|c| corpus().join("../cpu").join(c).join("dump")))
+        .collect();
+    for dir in dirs {
+        let files = discover(&dir).expect("discover");
+        let filtered = analyze_files(&files, &AnalyzeOptions::default()).expect("analyze");
+        let read = |p: &Option<PathBuf>| {
+            p.as_ref()
+                .map(|p| std::fs::read_to_string(p).expect("read"))
+        };
+        let texts: Vec<_> = files
+            .iter()
+            .map(|f| {
+                (
+                    read(&f.hlo),
+                    read(&f.buffer_assignment),
+                    read(&f.live_range),
+                    read(&f.usage_report),
+                )
+            })
+            .collect();
+        let parsed: Vec<_> = texts
+            .iter()
+            .map(|(h, b, l, u)| {
+                (
+                    h.as_deref().map(|t| hlo::parse_module(t).0),
+                    b.as_deref()
+                        .map(|t| buffer_assignment::parse_buffer_assignment(t).0),
+                    l.as_deref().map(|t| live_range::parse_live_range(t).0),
+                    u.as_deref().map(|t| usage_report::parse_usage_report(t).0),
+                )
+            })
+            .collect();
+        let inputs: Vec<ModuleInput<'_>> = parsed
+            .iter()
+            .zip(&filtered.modules)
+            .map(|((h, b, l, u), m)| ModuleInput {
+                name: m.name.clone(),
+                hlo: h.as_ref(),
+                buffer_assignment: b.as_ref(),
+                live_range: l.as_ref(),
+                usage_report: u.as_ref(),
+                notes: m.notes.clone(),
+            })
+            .collect();
+        let whole = analyze(&inputs, &AnalyzeOptions::default());
+        assert_eq!(
+            serde_json::to_value(&filtered).expect("json"),
+            serde_json::to_value(&whole).expect("json"),
+            "{}",
+            dir.display()
+        );
+    }
+}

@@ -14,7 +14,9 @@ use hbm_doctor_hlo::text::unescape;
 use hbm_doctor_hlo::usage_report::UsageReport;
 use hbm_doctor_hlo::Shape;
 use serde::Serialize;
-use std::collections::HashMap;
+// FxHash: the name indexes hold 100k+ keys on large dumps (SipHash was a quarter of the time).
+use hbm_doctor_hlo::hash::FxHashMap as HashMap;
+use std::borrow::Cow;
 
 /// The parsed artifacts of one module (any of them may be missing).
 #[derive(Debug, Default)]
@@ -180,7 +182,7 @@ fn largest_buffers(
     hlo: Option<&HloModule<'_>>,
     insts: Option<&HashMap<&str, &Instruction<'_>>>,
     fixed: &[BufferAtPeak],
-    slots: &[Slot],
+    slots: &[Slot<'_>],
 ) -> Vec<BufferAtPeak> {
     let mut order: Vec<usize> = (0..slots.len()).collect();
     order.sort_by(|&a, &b| {
@@ -198,11 +200,11 @@ fn largest_buffers(
         out.push(make_buffer(
             hlo,
             insts,
-            s.name.clone(),
+            s.name.to_string(),
             &base,
             s.size,
             s.unpadded,
-            &s.shape,
+            s.shape,
             s.kind,
             Some((s.start, s.end)),
             Some(s.alloc),
@@ -375,8 +377,19 @@ pub(crate) fn origin(hlo: Option<&HloModule<'_>>, inst: Option<&Instruction<'_>>
 pub(crate) fn index_instructions<'m, 'a>(
     m: &'m HloModule<'a>,
 ) -> HashMap<&'a str, &'m Instruction<'a>> {
-    let mut map = HashMap::new();
-    for c in &m.computations {
+    // Fusion bodies define no buffers (values, live ranges and schedules only name instructions
+    // of sequential computations): leaving them out halves the index on large dumps.
+    let fused: hbm_doctor_hlo::hash::FxHashSet<&str> = m
+        .computations
+        .iter()
+        .flat_map(|c| &c.instructions)
+        .filter(|i| i.opcode == "fusion")
+        .flat_map(|i| i.called())
+        .collect();
+    let kept = || m.computations.iter().filter(|c| !fused.contains(c.name));
+    let n = kept().map(|c| c.instructions.len()).sum();
+    let mut map = hbm_doctor_hlo::hash::map_with_capacity(n);
+    for c in kept() {
         for i in &c.instructions {
             map.insert(i.name, i);
         }
@@ -384,15 +397,16 @@ pub(crate) fn index_instructions<'m, 'a>(
     map
 }
 
-struct Slot {
+/// A temp value with its live range; names and shapes borrow from the dump text (100k+ slots).
+struct Slot<'s> {
     alloc: u64,
     offset: u64,
     size: u64,
     unpadded: u64,
     start: u64,
     end: u64,
-    name: String,
-    shape: String,
+    name: Cow<'s, str>,
+    shape: &'s str,
     kind: &'static str,
 }
 
@@ -408,18 +422,6 @@ pub fn analyze_module(input: &ModuleInput<'_>) -> ModuleReport {
             .map(|s| (s.color.unwrap_or(0), s.total_bytes))
             .collect();
     }
-    let schedule: Vec<String> = match (input.buffer_assignment, input.hlo) {
-        (Some(ba), _) => input
-            .live_range
-            .or(ba.live_range.as_ref())
-            .map(|l| l.sequence.iter().map(|s| s.to_string()).collect())
-            .unwrap_or_default(),
-        (None, Some(m)) if m.is_scheduled => m
-            .entry()
-            .map(|e| e.instructions.iter().map(|i| i.name.to_string()).collect())
-            .unwrap_or_default(),
-        _ => Vec::new(),
-    };
     let (memory_spaces, method, estimate) = match input.buffer_assignment {
         Some(ba) => {
             xla.total_bytes_used = ba.total_bytes_used;
@@ -452,6 +454,19 @@ pub fn analyze_module(input: &ModuleInput<'_>) -> ModuleReport {
             None => (Vec::new(), "none", true),
         },
     };
+    // Built after the memory spaces, so it reuses their freed working memory.
+    let schedule: Vec<String> = match (input.buffer_assignment, input.hlo) {
+        (Some(ba), _) => input
+            .live_range
+            .or(ba.live_range.as_ref())
+            .map(|l| l.sequence.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default(),
+        (None, Some(m)) if m.is_scheduled => m
+            .entry()
+            .map(|e| e.instructions.iter().map(|i| i.name.to_string()).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     ModuleReport {
         name: input.name.clone(),
         memory_spaces,
@@ -473,16 +488,15 @@ pub fn xla_live_range_peak(
     lr: &LiveRange<'_>,
     hlo: Option<&HloModule<'_>>,
 ) -> (Option<u64>, Option<u64>) {
-    let mut sizes: HashMap<String, u64> = HashMap::new();
+    let mut sizes: HashMap<(&str, &str), u64> = HashMap::default();
     for a in &ba.allocations {
         for v in &a.values {
-            sizes.insert(v.key(), logical_bytes(v.shape));
+            sizes.insert((v.name, value_index(v.index)), logical_bytes(v.shape));
         }
     }
     let insts = hlo.map(index_instructions);
     let size_of = |name: &str, index: &str| -> u64 {
-        let key = format!("{name}{index}");
-        if let Some(s) = sizes.get(&key) {
+        if let Some(s) = sizes.get(&(name, value_index(index))) {
             return *s;
         }
         let Some(i) = insts.as_ref().and_then(|m| m.get(name)) else {
@@ -500,7 +514,7 @@ pub fn xla_live_range_peak(
     // The sweep sizes every value by its *instruction's* whole shape (a tuple element counts as
     // the tuple's pointer table); the printed list uses the value's own subshape.
     let inst_size = |name: &str, index: &str| -> u64 {
-        if let Some(s) = sizes.get(&format!("{name}{{}}")) {
+        if let Some(s) = sizes.get(&(name, "{}")) {
             return *s;
         }
         match insts.as_ref().and_then(|m| m.get(name)) {
@@ -546,14 +560,7 @@ fn from_buffer_assignment(
     hlo: Option<&HloModule<'_>>,
 ) -> Vec<SpaceReport> {
     let insts = hlo.map(index_instructions);
-    let ranges: HashMap<String, (u64, u64)> = lr
-        .map(|lr| {
-            lr.ranges
-                .iter()
-                .map(|r| (format!("{}{}", r.name, r.index), (r.start, r.end)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ranges = RangeIndex::new(lr.map_or(&[][..], |l| &l.ranges[..]));
     let max_t = lr.map_or(0, |l| l.max);
     let mut colors: Vec<u32> = ba.allocations.iter().map(|a| a.color).collect();
     colors.sort_unstable();
@@ -576,11 +583,17 @@ fn from_buffer_assignment(
         let indefinite: u64 = arguments_bytes + outputs_bytes + constants_bytes;
 
         // Temp slots with their live ranges.
-        let mut slots: Vec<Slot> = Vec::new();
+        let mut slots: Vec<Slot<'_>> = Vec::with_capacity(
+            allocs
+                .iter()
+                .filter(|a| a.kind() == "temp")
+                .map(|a| a.values.len())
+                .sum(),
+        );
         let mut unranged = 0usize;
         for a in allocs.iter().filter(|a| a.kind() == "temp") {
             for v in &a.values {
-                let Some(&(start, end)) = ranges.get(&v.key()) else {
+                let Some((start, end)) = ranges.get(v.name, v.index) else {
                     unranged += 1;
                     continue;
                 };
@@ -591,8 +604,8 @@ fn from_buffer_assignment(
                     unpadded: logical_bytes(v.shape),
                     start,
                     end,
-                    name: display_name(v.name, v.index),
-                    shape: v.shape.to_string(),
+                    name: slot_name(v.name, v.index),
+                    shape: v.shape,
                     kind: "temp",
                 });
             }
@@ -625,7 +638,7 @@ fn from_buffer_assignment(
             else {
                 continue;
             };
-            let range = ranges.get(&v.key()).copied();
+            let range = ranges.get(v.name, v.index);
             buffers.push(make_buffer(
                 hlo,
                 insts.as_ref(),
@@ -642,17 +655,17 @@ fn from_buffer_assignment(
         let largest = largest_buffers(hlo, insts.as_ref(), &buffers, &slots);
         let buffer_count = (buffers.len() + slots.len()) as u64;
         if let Some(t) = peak_t {
-            let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
+            let mut seen: HashMap<(u64, u64), usize> = HashMap::default();
             for s in slots.iter().filter(|s| s.start <= t && t <= s.end) {
                 let base = s.name.split('{').next().unwrap_or(&s.name).to_string();
                 let b = make_buffer(
                     hlo,
                     insts.as_ref(),
-                    s.name.clone(),
+                    s.name.to_string(),
                     &base,
                     s.size,
                     s.unpadded,
-                    &s.shape,
+                    s.shape,
                     s.kind,
                     Some((s.start, s.end)),
                     Some(s.alloc),
@@ -712,6 +725,61 @@ fn from_buffer_assignment(
     out
 }
 
+/// Live ranges looked up by value through their key hashes, sorted: 12 bytes per range, integer
+/// comparisons only (a hash map of string keys was the largest analysis structure on
+/// 100k-instruction dumps).
+struct RangeIndex<'r, 'a> {
+    ranges: &'r [hbm_doctor_hlo::live_range::Range<'a>],
+    order: Vec<(u64, u32)>,
+}
+
+impl<'r, 'a> RangeIndex<'r, 'a> {
+    fn new(ranges: &'r [hbm_doctor_hlo::live_range::Range<'a>]) -> Self {
+        let mut order: Vec<(u64, u32)> = ranges
+            .iter()
+            .enumerate()
+            .map(|(k, r)| (Self::hash(r.name, r.index), k as u32))
+            .collect();
+        order.sort_unstable();
+        RangeIndex { ranges, order }
+    }
+    fn hash(name: &str, index: &str) -> u64 {
+        use std::hash::BuildHasher;
+        hbm_doctor_hlo::hash::FxBuildHasher::default().hash_one((name, value_index(index)))
+    }
+    /// `(start, end)` of the value `name` at ShapeIndex `index` (empty = `{}`); among repeated
+    /// keys the last printed, as a map built in order would keep.
+    fn get(&self, name: &str, index: &str) -> Option<(u64, u64)> {
+        let h = Self::hash(name, index);
+        let from = self.order.partition_point(|&(k, _)| k < h);
+        self.order[from..]
+            .iter()
+            .take_while(|&&(k, _)| k == h)
+            .map(|&(_, i)| &self.ranges[i as usize])
+            .filter(|r| r.name == name && value_index(r.index) == value_index(index))
+            .last()
+            .map(|r| (r.start, r.end))
+    }
+}
+
+/// A value's ShapeIndex as the live ranges print it (`{}` when the buffer assignment printed none).
+fn value_index(index: &str) -> &str {
+    if index.is_empty() {
+        "{}"
+    } else {
+        index
+    }
+}
+
+/// [`display_name`], borrowed when there is no index to append.
+fn slot_name<'s>(name: &'s str, index: &str) -> Cow<'s, str> {
+    if index.is_empty() || index == "{}" {
+        Cow::Borrowed(name)
+    } else {
+        Cow::Owned(format!("{name}{index}"))
+    }
+}
+
 fn display_name(name: &str, index: &str) -> String {
     if index.is_empty() || index == "{}" {
         name.to_string()
@@ -754,7 +822,7 @@ fn make_buffer(
 
 /// Occupancy of the temp arena at every time `0..=max`: a slot (allocation, offset) counts once,
 /// at the largest size live in it. Returns the timeline and the first time of its maximum.
-fn sweep(slots: &[Slot], max_t: u64) -> (Vec<u64>, Option<u64>) {
+fn sweep(slots: &[Slot<'_>], max_t: u64) -> (Vec<u64>, Option<u64>) {
     let len = slots
         .iter()
         .map(|s| s.end + 1)
@@ -764,31 +832,43 @@ fn sweep(slots: &[Slot], max_t: u64) -> (Vec<u64>, Option<u64>) {
     if len == 0 {
         return (Vec::new(), None);
     }
-    let mut starts: Vec<Vec<usize>> = vec![Vec::new(); len + 1];
-    let mut ends: Vec<Vec<usize>> = vec![Vec::new(); len + 1];
-    for (k, s) in slots.iter().enumerate() {
-        starts[(s.start as usize).min(len)].push(k);
-        ends[((s.end + 1) as usize).min(len)].push(k);
-    }
-    let mut live: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+    // Dense slot ids and the slots ordered by start and by end (no per-time vectors, no hashing
+    // in the loop: dumps have 100k+ values over 40k+ positions).
+    let mut keys: Vec<(u64, u64)> = slots.iter().map(|s| (s.alloc, s.offset)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let slot_id: Vec<usize> = slots
+        .iter()
+        .map(|s| keys.binary_search(&(s.alloc, s.offset)).unwrap_or(0))
+        .collect();
+    let mut by_start: Vec<usize> = (0..slots.len()).collect();
+    by_start.sort_by_key(|&k| slots[k].start);
+    let mut by_end: Vec<usize> = (0..slots.len()).collect();
+    by_end.sort_by_key(|&k| slots[k].end);
+    let (mut next_start, mut next_end) = (0, 0);
+    let mut live: Vec<Vec<u64>> = vec![Vec::new(); keys.len()];
     let mut usage: u64 = 0;
     let mut timeline = Vec::with_capacity(len);
     let (mut best, mut best_t) = (0u64, None);
     for t in 0..len {
-        for &k in &ends[t] {
+        // Values whose last time was t-1 leave before those starting at t arrive.
+        while next_end < by_end.len() && (slots[by_end[next_end]].end + 1) as usize <= t {
+            let k = by_end[next_end];
+            next_end += 1;
             let s = &slots[k];
-            if let Some(v) = live.get_mut(&(s.alloc, s.offset)) {
-                let before = v.iter().copied().max().unwrap_or(0);
-                if let Some(p) = v.iter().position(|&z| z == s.size) {
-                    v.swap_remove(p);
-                }
-                let after = v.iter().copied().max().unwrap_or(0);
-                usage = usage + after - before;
+            let v = &mut live[slot_id[k]];
+            let before = v.iter().copied().max().unwrap_or(0);
+            if let Some(p) = v.iter().position(|&z| z == s.size) {
+                v.swap_remove(p);
             }
+            let after = v.iter().copied().max().unwrap_or(0);
+            usage = usage + after - before;
         }
-        for &k in &starts[t] {
+        while next_start < by_start.len() && slots[by_start[next_start]].start as usize <= t {
+            let k = by_start[next_start];
+            next_start += 1;
             let s = &slots[k];
-            let v = live.entry((s.alloc, s.offset)).or_default();
+            let v = &mut live[slot_id[k]];
             let before = v.iter().copied().max().unwrap_or(0);
             v.push(s.size);
             let after = before.max(s.size);
@@ -848,7 +928,7 @@ pub fn op_name_parts(op: &str) -> Vec<&str> {
 
 fn group_by_op_name(buffers: &[BufferAtPeak]) -> Vec<Group> {
     // Every path prefix, then printed as a tree: children sorted by bytes under their parent.
-    let mut totals: HashMap<Vec<String>, (u64, usize)> = HashMap::new();
+    let mut totals: HashMap<Vec<String>, (u64, usize)> = HashMap::default();
     for b in buffers {
         let op = b.op_name.clone().unwrap_or_else(|| format!("({})", b.name));
         let parts: Vec<String> = op_name_parts(&op).into_iter().map(str::to_string).collect();
@@ -860,7 +940,7 @@ fn group_by_op_name(buffers: &[BufferAtPeak]) -> Vec<Group> {
     }
     // Children of every prefix, so the walk is linear in the number of paths (100k+ buffers).
     type Node<'t> = (&'t Vec<String>, &'t (u64, usize));
-    let mut children: HashMap<&[String], Vec<Node<'_>>> = HashMap::new();
+    let mut children: HashMap<&[String], Vec<Node<'_>>> = HashMap::default();
     for (k, v) in &totals {
         children.entry(&k[..k.len() - 1]).or_default().push((k, v));
     }
@@ -945,7 +1025,7 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
         .map(|a| a.output_index.clone())
         .collect();
     // Instructions whose value is an element of a tuple ROOT, with their output index.
-    let mut root_outputs: HashMap<usize, Vec<u64>> = HashMap::new();
+    let mut root_outputs: HashMap<usize, Vec<u64>> = HashMap::default();
     if let Some(root) = entry.instructions.iter().find(|i| i.is_root) {
         if root.opcode == "tuple" {
             for (k, o) in root.operands.iter().enumerate() {
@@ -956,9 +1036,9 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
         }
     }
     let mut slots = Vec::new();
-    let mut indefinite: HashMap<u32, (u64, u64, u64, u64)> = HashMap::new(); // color -> args, outs, aliased, consts
+    let mut indefinite: HashMap<u32, (u64, u64, u64, u64)> = HashMap::default(); // color -> args, outs, aliased, consts
     let insts = index_instructions(m);
-    let mut buffers_by_color: HashMap<u32, Vec<BufferAtPeak>> = HashMap::new();
+    let mut buffers_by_color: HashMap<u32, Vec<BufferAtPeak>> = HashMap::default();
     for (k, i) in entry.instructions.iter().enumerate() {
         if owner[k] != k || matches!(i.opcode, "tuple" | "get-tuple-element" | "bitcast") {
             continue;
@@ -1034,8 +1114,8 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
                     unpadded: s.unpadded_bytes(),
                     start: k as u64,
                     end: last_use[k] as u64,
-                    name: i.name.to_string(),
-                    shape: leaf.to_string(),
+                    name: Cow::Borrowed(i.name),
+                    shape: leaf,
                     kind: "temp",
                 },
             ));
@@ -1061,7 +1141,7 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
                 start: s.start,
                 end: s.end,
                 name: s.name.clone(),
-                shape: s.shape.clone(),
+                shape: s.shape,
                 kind: s.kind,
             })
             .collect();
@@ -1080,11 +1160,11 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
                 buffers.push(make_buffer(
                     Some(m),
                     Some(&insts),
-                    s.name.clone(),
+                    s.name.to_string(),
                     &s.name,
                     s.size,
                     s.unpadded,
-                    &s.shape,
+                    s.shape,
                     "temp",
                     Some((s.start, s.end)),
                     None,
@@ -1137,7 +1217,9 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
         r.causes = crate::detect::detect(input, &r, opts);
         modules.push(r);
     }
-    let hbm = |m: &ModuleReport| m.memory_spaces.iter().find(|s| s.color == 0).cloned();
+    fn hbm(m: &ModuleReport) -> Option<&SpaceReport> {
+        m.memory_spaces.iter().find(|s| s.color == 0)
+    }
     // The module that matters most: the largest HBM total.
     let main = modules
         .iter()

@@ -2,15 +2,14 @@
 //! it rests on as evidence and an estimate of the peak reduction (`savings_bytes`).
 
 use crate::analyze::{
-    index_instructions, op_name_parts, AnalyzeOptions, BufferAtPeak, ModuleInput, ModuleReport,
-    SpaceReport,
+    op_name_parts, AnalyzeOptions, BufferAtPeak, ModuleInput, ModuleReport, SpaceReport,
 };
 use crate::model::{Cause, CauseKind, Snippet};
+use hbm_doctor_hlo::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use hbm_doctor_hlo::hlo::{shape_leaves, sharding_is_replicated, HloModule, Instruction};
 use hbm_doctor_hlo::text::unescape;
 use hbm_doctor_hlo::Shape;
 use hbm_doctor_log::format_size;
-use std::collections::{HashMap, HashSet};
 
 const MIB: u64 = 1 << 20;
 
@@ -53,7 +52,7 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
         return Vec::new();
     };
     let hlo = input.hlo;
-    let mut claimed: HashSet<String> = HashSet::new();
+    let mut claimed: HashSet<String> = HashSet::default();
     let mut out = Vec::new();
     if let Some(m) = hlo {
         out.extend(debug_print(m, s, &mut claimed));
@@ -230,7 +229,7 @@ fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>
         return Vec::new();
     }
     // Data fed to the host, and what exists only to feed it (a gather to one device, a copy).
-    let mut feeding: HashSet<&str> = HashSet::new();
+    let mut feeding: HashSet<&str> = HashSet::default();
     for t in &transfers {
         for o in &t.operands {
             let mut cur = *o;
@@ -455,7 +454,14 @@ fn no_remat(input: &ModuleInput<'_>, s: &SpaceReport, claimed: &mut HashSet<Stri
     let Some(m) = input.hlo else {
         return Vec::new();
     };
-    let insts = index_instructions(m);
+    // Instructions of the backward pass (a set of names, not an index of the whole module).
+    let backward: HashSet<&str> = m
+        .computations
+        .iter()
+        .flat_map(|c| &c.instructions)
+        .filter(|i| i.metadata.op_name.contains("transpose("))
+        .map(|i| i.name)
+        .collect();
     // First backward instruction in the flattened schedule.
     let lr = input
         .live_range
@@ -467,11 +473,7 @@ fn no_remat(input: &ModuleInput<'_>, s: &SpaceReport, claimed: &mut HashSet<Stri
             .map(|e| e.instructions.iter().map(|i| i.name).collect())
             .unwrap_or_default(),
     };
-    let first_bwd = seq.iter().position(|n| {
-        insts
-            .get(n)
-            .is_some_and(|i| i.metadata.op_name.contains("transpose("))
-    });
+    let first_bwd = seq.iter().position(|n| backward.contains(n));
     let Some(first_bwd) = first_bwd.map(|p| p as u64) else {
         return Vec::new();
     };

@@ -179,6 +179,11 @@ pub fn parse_buffer_assignment(text: &str) -> (BufferAssignment<'_>, Vec<Diagnos
         }
         i = end + 1;
     }
+    // Exact capacities: a large module's temp allocation holds 40k+ values.
+    for a in &mut ba.allocations {
+        a.values.shrink_to_fit();
+    }
+    ba.allocations.shrink_to_fit();
     (ba, diags)
 }
 

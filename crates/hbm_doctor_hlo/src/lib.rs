@@ -14,6 +14,7 @@
 //! never panics; text it cannot read gives `None`.
 
 pub mod buffer_assignment;
+pub mod hash;
 pub mod hlo;
 pub mod live_range;
 pub mod shape;

@@ -148,6 +148,8 @@ pub fn parse_live_range(text: &str) -> (LiveRange<'_>, Vec<Diagnostic>) {
             n.depth -= d0;
         }
     }
+    lr.ranges.shrink_to_fit();
+    lr.sequence.shrink_to_fit();
     (lr, diags)
 }
 

@@ -8,7 +8,7 @@ use hbm_doctor_analysis::analyze::{
     analyze, AnalyzeOptions, AnalyzeReport, ModuleInput, ModuleReport, SpaceReport,
 };
 use hbm_doctor_hlo::buffer_assignment::parse_buffer_assignment;
-use hbm_doctor_hlo::hlo::parse_module;
+use hbm_doctor_hlo::hlo::{parse_module, strip_attribute, FusionBodyFilter};
 use hbm_doctor_hlo::live_range::parse_live_range;
 use hbm_doctor_hlo::usage_report::parse_usage_report;
 use hbm_doctor_log::format_size;
@@ -141,9 +141,48 @@ fn read(p: &Option<PathBuf>) -> Result<Option<String>> {
         Some(p) => {
             let bytes =
                 std::fs::read(p).with_context(|| format!("cannot read `{}`", p.display()))?;
-            Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+            // Valid UTF-8 (always, from XLA) is taken as is: no second copy of a large file.
+            Ok(Some(String::from_utf8(bytes).unwrap_or_else(|e| {
+                String::from_utf8_lossy(e.as_bytes()).into_owned()
+            })))
         }
         None => Ok(None),
+    }
+}
+
+/// Reads HLO module text without the bodies of fusion computations (two streaming passes with
+/// [`FusionBodyFilter`]) and without `backend_config` attributes: the analysis never looks at
+/// them, and on large modules they are most of the text, so peak memory stays near the size of
+/// the files. Text that is not UTF-8 is
+/// read whole (lossily) instead.
+fn read_hlo(p: &Option<PathBuf>) -> Result<Option<String>> {
+    use std::io::{BufRead, BufReader, Seek};
+    let Some(path) = p else { return Ok(None) };
+    let open =
+        || std::fs::File::open(path).with_context(|| format!("cannot read `{}`", path.display()));
+    let mut filter = FusionBodyFilter::default();
+    let mut line = String::new();
+    let mut reader = BufReader::with_capacity(1 << 20, open()?);
+    let streamed = (|| -> std::io::Result<String> {
+        while reader.read_line(&mut line)? > 0 {
+            filter.scan(&line);
+            line.clear();
+        }
+        reader.rewind()?;
+        let mut kept = String::with_capacity(filter.kept_bytes() as usize);
+        while reader.read_line(&mut line)? > 0 {
+            if filter.keep(&line) {
+                kept.push_str(&strip_attribute(&line, "backend_config"));
+            }
+            line.clear();
+        }
+        kept.shrink_to_fit();
+        Ok(kept)
+    })();
+    match streamed {
+        Ok(kept) => Ok(Some(kept)),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => read(p),
+        Err(e) => Err(e).with_context(|| format!("cannot read `{}`", path.display())),
     }
 }
 
@@ -152,7 +191,7 @@ pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<Ana
     let mut texts = Vec::new();
     for f in files {
         texts.push((
-            read(&f.hlo)?,
+            read_hlo(&f.hlo)?,
             read(&f.buffer_assignment)?,
             read(&f.live_range)?,
             read(&f.usage_report)?,
