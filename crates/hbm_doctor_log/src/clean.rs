@@ -32,7 +32,7 @@ struct Patterns {
 fn patterns() -> &'static Patterns {
     static P: OnceLock<Patterns> = OnceLock::new();
     P.get_or_init(|| {
-        let re = |s: &str| Regex::new(s).expect("valid built-in regex");
+        let re = |s: &str| Regex::new(&crate::parse::ascii_classes(s)).expect("valid built-in regex");
         Patterns {
             ansi: re(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07"),
             bare_ansi: re(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m"),

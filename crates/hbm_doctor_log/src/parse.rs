@@ -117,7 +117,7 @@ struct Patterns {
 fn p() -> &'static Patterns {
     static P: OnceLock<Patterns> = OnceLock::new();
     P.get_or_init(|| {
-        let re = |s: &str| Regex::new(&s.replace("SZ", SZ)).expect("valid built-in regex");
+        let re = |s: &str| Regex::new(&ascii_classes(&s.replace("SZ", SZ))).expect("valid built-in regex");
         Patterns {
             tpu_hbm: re(r"(Compilation failure:\s+)?Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\.?\s+Used\s+SZ\s+of\s+SZ(?:\s+\w+)?\.?(?:\s+Exceeded\s+\w+\s+capacity\s+by\s+SZ)?"),
             hlo_temporaries: re(r"Ran\s+out\s+of\s+memory\s+on\s+(\w+),?\s+the\s+total\s+memory\s+required\s+for\s+HLO\s+temporaries\s+\(SZ\)\s+exceeds\s+available\s+\w+\s+\(SZ\)"),
@@ -173,6 +173,16 @@ fn p() -> &'static Patterns {
             pool_limit: re(r"memory_limit_:\s*SZ|memory_limit_:\s*(\d+)"),
         }
     })
+}
+
+/// Log text is matched with ASCII classes: Unicode `\d`, `\s`, `\w` and `\b` compile to large
+/// automata, and compiling ~60 of them dominated the start-up of a one-line `explain`.
+pub(crate) fn ascii_classes(pattern: &str) -> String {
+    pattern
+        .replace(r"\d", "[0-9]")
+        .replace(r"\s", r"[\t\n\x0B\x0C\r ]")
+        .replace(r"\w", "[0-9A-Za-z_]")
+        .replace(r"\b", r"(?-u:\b)")
 }
 
 fn size(c: &Captures<'_>, i: usize) -> Option<u64> {
