@@ -46,11 +46,39 @@ fn same_array(a: &str, b: &str) -> bool {
     }
 }
 
+/// A cause whose savings are below this share of the peak is not reported (immaterial).
+pub const MATERIAL_SHARE: f64 = 0.05;
+
+/// A program whose HBM total is at most this share of the memory it must fit in fits
+/// comfortably: the detectors whose fixes cost something (recomputation, precision, batch size,
+/// code restructuring) stay quiet for it.
+pub const COMFORT_SHARE: f64 = 0.5;
+
+/// The memory a program must fit in: the budget, or without one the smallest accelerator
+/// memory in current use (a TPU v5e's 15.75 GiB as the compiler counts it; also a TPU v4 core's
+/// and a 16 GB GPU's).
+pub fn reference_bytes(opts: &AnalyzeOptions) -> u64 {
+    opts.budget_bytes
+        .unwrap_or_else(|| crate::chips::tpu_by_name("v5e").map_or(16 << 30, |c| c.usable_bytes))
+}
+
+/// Whether the HBM total is at most [`COMFORT_SHARE`] of [`reference_bytes`].
+pub fn fits_comfortably(s: &SpaceReport, opts: &AnalyzeOptions) -> bool {
+    (s.total_bytes as f64) <= COMFORT_SHARE * reference_bytes(opts) as f64
+}
+
 /// Runs every detector on one module; causes ranked by savings (unknown savings last).
+///
+/// Waste that costs nothing to remove (replicated or unsharded state, debug transfers, missing
+/// donation, padding) is reported whenever it is material; remedies that cost compute,
+/// precision or batch size (no_remat, f32_precision, batch_too_large, large_activation) only
+/// when the program does not fit comfortably ([`fits_comfortably`]). Causes saving less than
+/// [`MATERIAL_SHARE`] of the peak are dropped.
 pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) -> Vec<Cause> {
     let Some(s) = r.memory_spaces.iter().find(|s| s.color == 0) else {
         return Vec::new();
     };
+    let tight = !fits_comfortably(s, opts);
     let hlo = input.hlo;
     let mut claimed: HashSet<String> = HashSet::default();
     let mut out = Vec::new();
@@ -59,12 +87,20 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
         out.extend(replicated(m, s, &mut claimed));
         out.extend(no_donation(m, s));
     }
-    out.extend(no_remat(input, s, &mut claimed));
-    out.extend(large_activation(s, &claimed));
+    if tight {
+        out.extend(no_remat(input, s, &mut claimed));
+        out.extend(large_activation(s, &claimed));
+    }
     out.extend(padding(s));
-    out.extend(f32_precision(s));
-    out.extend(batch_too_large(hlo, s, opts));
+    if tight {
+        out.extend(f32_precision(s, &claimed));
+        out.extend(batch_too_large(hlo, s, opts));
+    }
     out.extend(arguments_exceed(s, opts));
+    out.retain(|c| {
+        c.savings_bytes
+            .is_none_or(|b| b as f64 >= MATERIAL_SHARE * s.peak_bytes as f64)
+    });
     for c in &mut out {
         if let (Some(b), Some(sv)) = (opts.budget_bytes, c.savings_bytes) {
             if s.total_bytes > b {
@@ -613,12 +649,25 @@ fn padding(s: &SpaceReport) -> Vec<Cause> {
     )]
 }
 
-/// Large f32 activations and outputs where bf16 would serve.
-fn f32_precision(s: &SpaceReport) -> Vec<Cause> {
+/// Large f32 activations and outputs where bf16 would serve: temporaries, and outputs that are
+/// not the new value of an f32 parameter (master weights stay f32). Buffers another detector
+/// already explains (a gathered debug print, a replicated weight, held activations) are left to
+/// it.
+fn f32_precision(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
+    let params: Vec<&BufferAtPeak> = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| b.kind == "parameter")
+        .collect();
     let f32s: Vec<&BufferAtPeak> = s
         .buffers_at_peak
         .iter()
-        .filter(|b| b.kind != "parameter" && b.shape.starts_with("f32["))
+        .filter(|b| {
+            b.shape.starts_with("f32[")
+                && !claimed.contains(&b.name)
+                && (b.kind == "temp"
+                    || (b.kind == "output" && !params.iter().any(|p| p.shape == b.shape)))
+        })
         .collect();
     let bytes: u64 = f32s.iter().map(|b| b.size_bytes).sum();
     if bytes < 256 * MIB || bytes * 2 < s.peak_bytes {
