@@ -345,35 +345,75 @@ fn decelerating(x: &[f64], f: &[f64]) -> bool {
     t1.slope > 0.0 && t2.slope < 0.4 * t1.slope
 }
 
+/// On a series too short to judge (posted logs: a few dozen readings), whether the samples
+/// still rise clearly: Mann–Kendall p < 0.01 with Sen's 95% lower bound > 0 on at least 6
+/// readings sets `suspected` (the verdict stays `insufficient_data`) and says so in `reason`.
+fn short_trend(seg: &Segment, a: &mut Analysis) {
+    let fs = |v: f64| hbm_doctor_log::format_size(v.max(0.0) as u64);
+    let w = &seg.windows;
+    if w.len() < 6 {
+        return;
+    }
+    let x: Vec<f64> = w.iter().map(|w| w.mid()).collect();
+    let y: Vec<f64> = w.iter().map(|w| w.min).collect();
+    let mk = mann_kendall(&y);
+    let ts = theil_sen(&x, &y, mk.var, 0.025);
+    if mk.p_up < 0.01 && ts.lo > 0.0 {
+        a.suspected = true;
+        a.p_value = mk.p_up;
+        a.slope = ts.slope;
+        a.slope_ci = (ts.lo, ts.hi);
+        let unit = match seg.axis {
+            Axis::Step => "step",
+            Axis::Time => "second",
+            Axis::Ordinal => "reading",
+        };
+        let r = a.reason.take().unwrap_or_default();
+        a.reason = Some(format!(
+            "{r}; yet the {} readings rise (Mann-Kendall p {}, {} per {unit}, 95% [{} .. {}]): a leak is suspected, record longer to judge it",
+            w.len(),
+            if mk.p_up < 1e-9 {
+                "< 1e-9".to_string()
+            } else {
+                format!("= {:.0e}", mk.p_up)
+            },
+            fs(ts.slope),
+            fs(ts.lo),
+            fs(ts.hi)
+        ));
+    }
+}
+
 /// Analyses one process of one device. `markers` are the log's events (eval, checkpoint,
 /// compilation) for `spikes[].near`.
 pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
     let mut a = empty(seg, "");
     a.reason = None;
     let wins = &seg.windows;
+    let short = |reason: &str| {
+        let mut e = empty(seg, reason);
+        short_trend(seg, &mut e);
+        e
+    };
     if seg.samples < p.min_samples || wins.len() < p.k_min {
-        return empty(
-            seg,
-            &format!(
-                "{} samples: at least {} are needed",
-                seg.samples, p.min_samples
-            ),
-        );
+        return short(&format!(
+            "{} samples: at least {} are needed",
+            seg.samples, p.min_samples
+        ));
     }
     let x_first = wins[0].x0;
     let x_last = wins[wins.len() - 1].x1;
     let span = x_last - x_first;
     if span <= 0.0 {
-        return empty(seg, "all samples at the same step or time");
+        return short("all samples at the same step or time");
     }
     if seg.axis == Axis::Step && span < 1200.0 {
-        return empty(seg, &format!("{span:.0} steps: at least 1200 are needed"));
+        return short(&format!("{span:.0} steps: at least 1200 are needed"));
     }
     if seg.axis == Axis::Time && span < 1800.0 {
-        return empty(
-            seg,
-            &format!("{span:.0} seconds: at least 30 minutes are needed"),
-        );
+        return short(&format!(
+            "{span:.0} seconds: at least 30 minutes are needed"
+        ));
     }
     // Steps per second over the process.
     let (s0, s1) = seg.step_range();

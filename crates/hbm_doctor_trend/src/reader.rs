@@ -588,6 +588,17 @@ impl Reader {
         }
     }
 
+    /// Bytes per unit named by the file name as a whole word (`memory_gb.log`, `rss-mib.txt`):
+    /// the unit of bare numbers after a memory key in a log.
+    fn name_unit(&self) -> Option<f64> {
+        self.name_hint
+            .split(|ch: char| !ch.is_ascii_alphanumeric())
+            .find_map(|t| match t {
+                "gb" | "gib" | "mb" | "mib" | "kb" | "kib" => unit_scale(t),
+                _ => None,
+            })
+    }
+
     fn line_bytes(&mut self, c: &mut Collected, line: &[u8]) {
         c.lines += 1;
         let line = match std::str::from_utf8(line) {
@@ -852,7 +863,12 @@ impl Reader {
         let g = |k: &str| raw.get(k).copied();
         self.ordinal += 1;
         p.ordinal = self.ordinal;
-        p.uncached_compiles = Some(g("UncachedCompile").unwrap_or(0.0) as u64);
+        // Reports older than the UncachedCompile counter count compilations in CompileTime.
+        p.uncached_compiles = Some(
+            g("UncachedCompile")
+                .or(g("CompileTime.samples"))
+                .unwrap_or(0.0) as u64,
+        );
         p.compile_seconds = g("CompileTime.acc");
         p.live_data_handles = match (g("CreateDataHandles"), g("DestroyDataHandles")) {
             (Some(a), d) => Some(a as i64 - d.unwrap_or(0.0) as i64),
@@ -959,7 +975,9 @@ impl Reader {
                 m.get(4).map(|u| u.as_str()),
                 m.get(2).map(|u| u.as_str()),
                 bytes_key,
-            ) {
+            )
+            .or_else(|| self.bare_in_named_unit(&m[3], m.get(4), m.get(2)))
+            {
                 c.host(&host).rss.push(Sample {
                     step: self.step,
                     ts: self.ts,
@@ -980,6 +998,7 @@ impl Reader {
                 || key.contains("memory_reserved");
             let key_unit = m.get(2).map(|u| u.as_str());
             let Some(used) = size_of(&m[3], m.get(4).map(|u| u.as_str()), key_unit, bytes_key)
+                .or_else(|| self.bare_in_named_unit(&m[3], m.get(4), m.get(2)))
             else {
                 continue;
             };
@@ -1004,6 +1023,20 @@ impl Reader {
             });
             break;
         }
+    }
+
+    /// A bare number (no unit after it or in its key) in the unit the file name gives.
+    fn bare_in_named_unit(
+        &self,
+        num: &str,
+        unit: Option<regex::Match<'_>>,
+        key_unit: Option<regex::Match<'_>>,
+    ) -> Option<u64> {
+        if unit.is_some() || key_unit.is_some() {
+            return None;
+        }
+        let b = number(num)? * self.name_unit()?;
+        (b.is_finite() && b >= 0.0).then_some(b as u64)
     }
 
     fn dicts(&mut self, c: &mut Collected, line: &str, host: &str) -> bool {

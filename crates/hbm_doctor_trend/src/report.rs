@@ -521,8 +521,35 @@ pub fn build_series(
     }
 }
 
+/// Compilations counted by a report at step `step`, when they clearly outnumber the steps
+/// (a single report of a run that recompiles nearly every step): at step ≥ 5, more than
+/// 2 × (step + 1) + 4.
+fn compiles_outnumber_steps(cps: &[CounterPoint]) -> Option<(u64, u64)> {
+    let last = cps.iter().rev().find(|c| c.step.is_some())?;
+    let (step, n) = (last.step?, last.uncached_compiles?);
+    (step >= 5 && n > 2 * (step + 1) + 4).then_some((n, step))
+}
+
+fn recompilation_cause(ev: String) -> Cause {
+    cause(
+        CauseKind::Recompilation,
+        ev,
+        vec![
+            "call `torch_xla.sync()` (`xm.mark_step()`) at the end of every step so a graph covers one step".into(),
+            "keep shapes fixed: pad variable-length batches to a few buckets; do not turn Python scalars that change (per-group learning rates, step counters) into graph constants: pass them as device tensors".into(),
+            "`PT_XLA_DEBUG_LEVEL=1` prints the `Compilation Cause` and the Python frame of each recompilation".into(),
+            "a larger compilation cache (`XLA_COMPILATION_CACHE_SIZE`... or the persistent cache) only hides the cost; each cached executable also takes HBM for its code".into(),
+        ],
+    )
+}
+
 fn counter_findings(h: &mut HostReport, cps: &[CounterPoint], fw_pt: bool) {
     if cps.len() < 4 {
+        if let Some((n, step)) = compiles_outnumber_steps(cps) {
+            h.causes.push(recompilation_cause(format!(
+                "{n} compilations by step {step} (CompileTime/UncachedCompile): more than the steps themselves, a new graph nearly every step"
+            )));
+        }
         return;
     }
     let xs: Vec<f64> = cps
@@ -591,16 +618,7 @@ fn counter_findings(h: &mut HostReport, cps: &[CounterPoint], fw_pt: bool) {
                 ev.push_str(" (graphs growing: a step that is never cut by mark_step)");
             }
         }
-        h.causes.push(cause(
-            CauseKind::Recompilation,
-            ev,
-            vec![
-                "call `torch_xla.sync()` (`xm.mark_step()`) at the end of every step so a graph covers one step".into(),
-                "keep shapes fixed: pad variable-length batches to a few buckets; do not turn Python scalars that change (per-group learning rates, step counters) into graph constants: pass them as device tensors".into(),
-                "`PT_XLA_DEBUG_LEVEL=1` prints the `Compilation Cause` and the Python frame of each recompilation".into(),
-                "a larger compilation cache (`XLA_COMPILATION_CACHE_SIZE`... or the persistent cache) only hides the cost; each cached executable also takes HBM for its code".into(),
-            ],
-        ));
+        h.causes.push(recompilation_cause(ev));
     }
     if let Some(g) = h
         .live_data_handles_per_1k_steps
