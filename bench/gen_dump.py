@@ -11,7 +11,7 @@ usage (from the repository root):
 
     .venv-tpu/bin/python bench/gen_dump.py [--layers N] [--backend tpu|cpu] [--out DIR]
 
-Defaults: 96 layers, TPU, bench-data/dump-transformer-<backend>-<N>L/. Prints the dump's files,
+Defaults: 100 layers, TPU, bench-data/dump-transformer-<backend>-<N>L/. Prints the dump's files,
 their sizes and the instruction count of the after-optimizations module. Requires jax[tpu]==0.10.2
 (the repository's .venv-tpu).
 """
@@ -26,7 +26,7 @@ import time
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--layers", type=int, default=96)
+    ap.add_argument("--layers", type=int, default=100)
     ap.add_argument("--backend", choices=["tpu", "cpu"], default="tpu")
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--heads", type=int, default=8)
