@@ -80,7 +80,7 @@ fn value(k: Kind, pos: u64, rng: &mut Rng) -> f64 {
 
 struct Outcome {
     first_leak: Option<u64>,
-    /// First step where a leak verdict is confirmed by a later one at ≥ 1.5× the step.
+    /// First step where the alarm is raised by the live confirmation rule.
     confirmed: Option<u64>,
     final_verdict: Verdict,
     forecast_at_detect: Option<(u64, f64)>,
@@ -94,6 +94,7 @@ fn run(k: Kind, seed: u64, p: &Params) -> Outcome {
     let mut first_leak = None;
     let mut any_leak: Option<u64> = None;
     let mut confirmed = None;
+    let mut conf = hbm_doctor_trend::live::Confirm::default();
     let mut retracted = false;
     let mut fad = None;
     let mut last = None;
@@ -146,12 +147,10 @@ fn run(k: Kind, seed: u64, p: &Params) -> Outcome {
                 {
                     eprintln!("{k:?} seed {seed} leak at {step}: slope/1k {:.3e} p {:.2e} warm {:?} since {:?} period {:?}", a.slope * 1000.0, a.p_value, a.warmup_until, a.growth_since, a.period);
                 }
-                if a.verdict == Verdict::Leak && confirmed.is_none() {
-                    if let Some(f) = first_leak {
-                        if step * 2 >= f * 3 {
-                            confirmed = Some(step);
-                        }
-                    }
+                // The live rule (hbm_doctor_trend::live::Confirm): leak at position s of the
+                // process and again at >= 1.5 max(s, 2400 steps).
+                if conf.update(&a, p) && confirmed.is_none() {
+                    confirmed = Some(step);
                 }
                 if a.verdict != Verdict::Leak && confirmed.is_none() && first_leak.is_some() {
                     first_leak = None;
@@ -220,7 +219,7 @@ fn main() {
         "## Leak-free runs (false alarm = a `leak` verdict at any of the {} evaluations)\n",
         STEPS / EVAL_EVERY
     );
-    println!("| scenario | runs | runs with a `leak` verdict at any evaluation | runs with a confirmed alarm (leak at step s and again at ≥ 1.5 s) | final verdict = truth |");
+    println!("| scenario | runs | runs with a `leak` verdict at any evaluation | runs with a confirmed alarm (leak at position s of the process and again at ≥ 1.5 max(s, 2400)) | final verdict = truth |");
     println!("|---|---:|---:|---:|---:|");
     let nulls = [
         ("flat + noise", Kind::Flat),
