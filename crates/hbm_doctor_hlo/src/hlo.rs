@@ -423,6 +423,13 @@ fn read_attr(text: &str, mut i: usize) -> (&str, &str, usize) {
     (key, text[vs..i].trim_end(), i)
 }
 
+/// The text inside a group that opens at `open` and whose [`skip_balanced`] end is `end` (the
+/// closer excluded when present: a truncated group runs to the end of the text).
+fn group_inner(s: &str, open: usize, end: usize) -> &str {
+    let closed = end > open + 1 && matches!(s.as_bytes()[end - 1], b')' | b'}' | b']');
+    &s[(open + 1).min(end)..if closed { end - 1 } else { end }]
+}
+
 fn parse_aliases(v: &str) -> Vec<Alias> {
     let inner = v.trim().trim_start_matches('{').trim_end_matches('}');
     let mut out = Vec::new();
@@ -436,7 +443,7 @@ fn parse_aliases(v: &str) -> Vec<Alias> {
         let after = &rest[colon + 2..];
         let Some(po) = after.find('(') else { break };
         let pe = skip_balanced(after.as_bytes(), po);
-        let parts = split_top_level(&after[po + 1..pe.saturating_sub(1)]);
+        let parts = split_top_level(group_inner(after, po, pe));
         if let Some(param) = parts.first().and_then(|p| p.trim().parse().ok()) {
             out.push(Alias {
                 output_index,
@@ -463,7 +470,7 @@ fn parse_donors(v: &str) -> Vec<(u32, Vec<u64>)> {
     while let Some(k) = memchr::memchr(b'(', &b[i..]) {
         let s = i + k;
         let e = skip_balanced(b, s);
-        let parts = split_top_level(&v[s + 1..e.saturating_sub(1)]);
+        let parts = split_top_level(group_inner(v, s, e));
         if let Some(p) = parts.first().and_then(|p| p.trim().parse().ok()) {
             out.push((
                 p,
@@ -1150,5 +1157,28 @@ ENTRY %main (a: f32[4], b: f32[4]) -> (f32[4], s32[]) {
             strip_attribute("%c = f32[] d()", "backend_config"),
             std::borrow::Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn fusion_filter_crlf_and_truncation() {
+        let crlf = LONG.replace('\n', "\r\n");
+        let mut f = FusionBodyFilter::default();
+        let lines: Vec<&str> = crlf.split_inclusive('\n').collect();
+        lines.iter().for_each(|l| f.scan(l));
+        let kept: String = lines.iter().filter(|l| f.keep(l)).copied().collect();
+        assert_eq!(f.dropped_computations(), 1);
+        assert!(!kept.contains("%p.0 = f32[4]{0} parameter(0)") && kept.contains("ENTRY %main"));
+        // Cut anywhere: the filter never panics and keeps what precedes the fusion body.
+        for cut in 0..LONG.len() {
+            let text = &LONG[..cut];
+            let mut f = FusionBodyFilter::default();
+            let lines: Vec<&str> = text.split_inclusive('\n').collect();
+            lines.iter().for_each(|l| f.scan(l));
+            let kept: String = lines.iter().filter(|l| f.keep(l)).copied().collect();
+            assert!(f.kept_bytes() >= kept.len() as u64);
+            let _ = parse_module(&kept);
+            // Regression: a header cut inside `input_output_alias={ {0}: (` sliced backwards.
+            let _ = parse_module(text);
+        }
     }
 }

@@ -153,11 +153,11 @@ fn read(p: &Option<PathBuf>) -> Result<Option<String>> {
 /// Reads HLO module text without the bodies of fusion computations (two streaming passes with
 /// [`FusionBodyFilter`]) and without `backend_config` attributes: the analysis never looks at
 /// them, and on large modules they are most of the text, so peak memory stays near the size of
-/// the files. Text that is not UTF-8 is
-/// read whole (lossily) instead.
-fn read_hlo(p: &Option<PathBuf>) -> Result<Option<String>> {
+/// the files. Text that is not UTF-8 is read whole (lossily) instead. Also returns how many
+/// fusion bodies were left out.
+fn read_hlo(p: &Option<PathBuf>) -> Result<(Option<String>, usize)> {
     use std::io::{BufRead, BufReader, Seek};
-    let Some(path) = p else { return Ok(None) };
+    let Some(path) = p else { return Ok((None, 0)) };
     let open =
         || std::fs::File::open(path).with_context(|| format!("cannot read `{}`", path.display()));
     let mut filter = FusionBodyFilter::default();
@@ -180,8 +180,8 @@ fn read_hlo(p: &Option<PathBuf>) -> Result<Option<String>> {
         Ok(kept)
     })();
     match streamed {
-        Ok(kept) => Ok(Some(kept)),
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => read(p),
+        Ok(kept) => Ok((Some(kept), filter.dropped_computations())),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Ok((read(p)?, 0)),
         Err(e) => Err(e).with_context(|| format!("cannot read `{}`", path.display())),
     }
 }
@@ -190,23 +190,30 @@ fn read_hlo(p: &Option<PathBuf>) -> Result<Option<String>> {
 pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<AnalyzeReport> {
     let mut texts = Vec::new();
     for f in files {
+        let (hlo, fusion_bodies) = read_hlo(&f.hlo)?;
         texts.push((
-            read_hlo(&f.hlo)?,
+            hlo,
             read(&f.buffer_assignment)?,
             read(&f.live_range)?,
             read(&f.usage_report)?,
+            fusion_bodies,
         ));
     }
     let mut parsed = Vec::new();
-    for (hlo, ba, lr, rep) in &texts {
+    for (hlo, ba, lr, rep, fusion_bodies) in &texts {
         let mut notes = Vec::new();
         let hlo = hlo.as_deref().map(|t| {
             let (m, d) = parse_module(t);
             if !d.is_empty() {
                 notes.push(format!(
-                    "HLO text: {} part(s) skipped (first: line {}: {})",
+                    "HLO text: {} part(s) skipped (first: line {}{}: {})",
                     d.len(),
                     d[0].line,
+                    if *fusion_bodies > 0 {
+                        format!(" of the text without its {fusion_bodies} fusion bodies, which are not read")
+                    } else {
+                        String::new()
+                    },
                     d[0].message
                 ));
             }
