@@ -559,7 +559,9 @@ fn from_buffer_assignment(
     lr: Option<&LiveRange<'_>>,
     hlo: Option<&HloModule<'_>>,
 ) -> Vec<SpaceReport> {
-    let insts = hlo.map(index_instructions);
+    // Built after the first sweep (lazily), so the index and the sweep's working set are never
+    // both live: both are megabytes on 100k-instruction dumps.
+    let insts_cell = std::cell::OnceCell::new();
     let ranges = RangeIndex::new(lr.map_or(&[][..], |l| &l.ranges[..]));
     let max_t = lr.map_or(0, |l| l.max);
     let mut colors: Vec<u32> = ba.allocations.iter().map(|a| a.color).collect();
@@ -615,6 +617,7 @@ fn from_buffer_assignment(
         } else {
             (Vec::new(), None)
         };
+        let insts = insts_cell.get_or_init(|| hlo.map(index_instructions));
         let temp_peak = match peak_t {
             Some(t) => timeline.get(t as usize).copied().unwrap_or(0),
             None if lr.is_some() && unranged == 0 => 0,
@@ -820,6 +823,46 @@ fn make_buffer(
     }
 }
 
+/// The sizes of the values live in one arena slot (a multiset; usually zero or one value).
+#[derive(Clone)]
+enum LiveSizes {
+    Empty,
+    One(u64),
+    Many(Vec<u64>),
+}
+
+impl LiveSizes {
+    fn max(&self) -> u64 {
+        match self {
+            LiveSizes::Empty => 0,
+            LiveSizes::One(z) => *z,
+            LiveSizes::Many(v) => v.iter().copied().max().unwrap_or(0),
+        }
+    }
+    fn push(&mut self, z: u64) {
+        *self = match std::mem::replace(self, LiveSizes::Empty) {
+            LiveSizes::Empty => LiveSizes::One(z),
+            LiveSizes::One(a) => LiveSizes::Many(vec![a, z]),
+            LiveSizes::Many(mut v) => {
+                v.push(z);
+                LiveSizes::Many(v)
+            }
+        };
+    }
+    /// Removes one value of size `z` (nothing when none is live).
+    fn remove(&mut self, z: u64) {
+        match self {
+            LiveSizes::One(a) if *a == z => *self = LiveSizes::Empty,
+            LiveSizes::Many(v) => {
+                if let Some(p) = v.iter().position(|&x| x == z) {
+                    v.swap_remove(p);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Occupancy of the temp arena at every time `0..=max`: a slot (allocation, offset) counts once,
 /// at the largest size live in it. Returns the timeline and the first time of its maximum.
 fn sweep(slots: &[Slot<'_>], max_t: u64) -> (Vec<u64>, Option<u64>) {
@@ -833,46 +876,45 @@ fn sweep(slots: &[Slot<'_>], max_t: u64) -> (Vec<u64>, Option<u64>) {
         return (Vec::new(), None);
     }
     // Dense slot ids and the slots ordered by start and by end (no per-time vectors, no hashing
-    // in the loop: dumps have 100k+ values over 40k+ positions).
+    // in the loop: dumps have 100k+ values over 40k+ positions). Most slots hold one value at a
+    // time: sizes live in a slot are a heap allocation only when several overlap.
     let mut keys: Vec<(u64, u64)> = slots.iter().map(|s| (s.alloc, s.offset)).collect();
     keys.sort_unstable();
     keys.dedup();
-    let slot_id: Vec<usize> = slots
+    let slot_id: Vec<u32> = slots
         .iter()
-        .map(|s| keys.binary_search(&(s.alloc, s.offset)).unwrap_or(0))
+        .map(|s| keys.binary_search(&(s.alloc, s.offset)).unwrap_or(0) as u32)
         .collect();
-    let mut by_start: Vec<usize> = (0..slots.len()).collect();
-    by_start.sort_by_key(|&k| slots[k].start);
-    let mut by_end: Vec<usize> = (0..slots.len()).collect();
-    by_end.sort_by_key(|&k| slots[k].end);
+    let n_keys = keys.len();
+    drop(keys);
+    let mut by_start: Vec<u32> = (0..slots.len() as u32).collect();
+    by_start.sort_by_key(|&k| slots[k as usize].start);
+    let mut by_end: Vec<u32> = (0..slots.len() as u32).collect();
+    by_end.sort_by_key(|&k| slots[k as usize].end);
     let (mut next_start, mut next_end) = (0, 0);
-    let mut live: Vec<Vec<u64>> = vec![Vec::new(); keys.len()];
+    let mut live: Vec<LiveSizes> = vec![LiveSizes::Empty; n_keys];
     let mut usage: u64 = 0;
     let mut timeline = Vec::with_capacity(len);
     let (mut best, mut best_t) = (0u64, None);
     for t in 0..len {
         // Values whose last time was t-1 leave before those starting at t arrive.
-        while next_end < by_end.len() && (slots[by_end[next_end]].end + 1) as usize <= t {
-            let k = by_end[next_end];
+        while next_end < by_end.len() && (slots[by_end[next_end] as usize].end + 1) as usize <= t {
+            let k = by_end[next_end] as usize;
             next_end += 1;
-            let s = &slots[k];
-            let v = &mut live[slot_id[k]];
-            let before = v.iter().copied().max().unwrap_or(0);
-            if let Some(p) = v.iter().position(|&z| z == s.size) {
-                v.swap_remove(p);
-            }
-            let after = v.iter().copied().max().unwrap_or(0);
-            usage = usage + after - before;
+            let v = &mut live[slot_id[k] as usize];
+            let before = v.max();
+            v.remove(slots[k].size);
+            usage = usage + v.max() - before;
         }
-        while next_start < by_start.len() && slots[by_start[next_start]].start as usize <= t {
-            let k = by_start[next_start];
+        while next_start < by_start.len()
+            && slots[by_start[next_start] as usize].start as usize <= t
+        {
+            let k = by_start[next_start] as usize;
             next_start += 1;
-            let s = &slots[k];
-            let v = &mut live[slot_id[k]];
-            let before = v.iter().copied().max().unwrap_or(0);
-            v.push(s.size);
-            let after = before.max(s.size);
-            usage = usage + after - before;
+            let v = &mut live[slot_id[k] as usize];
+            let before = v.max();
+            v.push(slots[k].size);
+            usage = usage + v.max() - before;
         }
         timeline.push(usage);
         if best_t.is_none() || usage > best {

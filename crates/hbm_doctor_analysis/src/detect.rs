@@ -254,8 +254,6 @@ fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>
     let Some(entry) = m.entry() else {
         return Vec::new();
     };
-    let by_name: HashMap<&str, &Instruction<'_>> =
-        entry.instructions.iter().map(|i| (i.name, i)).collect();
     let transfers: Vec<&Instruction<'_>> = entry
         .instructions
         .iter()
@@ -264,6 +262,9 @@ fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>
     if transfers.is_empty() {
         return Vec::new();
     }
+    // Only now (most programs have no transfer): an index of the entry, 40k+ names on big dumps.
+    let by_name: HashMap<&str, &Instruction<'_>> =
+        entry.instructions.iter().map(|i| (i.name, i)).collect();
     // Data fed to the host, and what exists only to feed it (a gather to one device, a copy).
     let mut feeding: HashSet<&str> = HashSet::default();
     for t in &transfers {
