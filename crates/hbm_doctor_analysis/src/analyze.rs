@@ -203,9 +203,9 @@ fn largest_buffers(
             s.name.to_string(),
             &base,
             s.size,
-            s.unpadded,
+            logical_bytes(s.shape),
             s.shape,
-            s.kind,
+            "temp",
             Some((s.start, s.end)),
             Some(s.alloc),
         ));
@@ -397,17 +397,16 @@ pub(crate) fn index_instructions<'m, 'a>(
     map
 }
 
-/// A temp value with its live range; names and shapes borrow from the dump text (100k+ slots).
+/// A temp value with its live range; names and shapes borrow from the dump text (100k+ slots,
+/// so nothing here that can be derived: the logical size comes from `shape`, the kind is `temp`).
 struct Slot<'s> {
     alloc: u64,
     offset: u64,
     size: u64,
-    unpadded: u64,
     start: u64,
     end: u64,
     name: Cow<'s, str>,
     shape: &'s str,
-    kind: &'static str,
 }
 
 /// Analyzes one module.
@@ -488,18 +487,40 @@ pub fn xla_live_range_peak(
     lr: &LiveRange<'_>,
     hlo: Option<&HloModule<'_>>,
 ) -> (Option<u64>, Option<u64>) {
-    let mut sizes: HashMap<(&str, &str), u64> = HashMap::default();
-    for a in &ba.allocations {
-        for v in &a.values {
-            sizes.insert((v.name, value_index(v.index)), logical_bytes(v.shape));
-        }
-    }
-    let insts = hlo.map(index_instructions);
+    // Values by (name, index) through sorted key hashes (12 B each, no map of 50k+ keys), and the
+    // instruction index only if some value is not in the buffer assignment: this function's
+    // working set was one of the two RSS peaks on 100k-instruction dumps.
+    let values: Vec<&hbm_doctor_hlo::buffer_assignment::Value<'_>> =
+        ba.allocations.iter().flat_map(|a| &a.values).collect();
+    let mut order: Vec<(u64, u32)> = values
+        .iter()
+        .enumerate()
+        .map(|(k, v)| (RangeIndex::hash(v.name, v.index), k as u32))
+        .collect();
+    order.sort_unstable();
+    let value_size = |name: &str, index: &str| -> Option<u64> {
+        let h = RangeIndex::hash(name, index);
+        let from = order.partition_point(|&(k, _)| k < h);
+        order[from..]
+            .iter()
+            .take_while(|&&(k, _)| k == h)
+            .map(|&(_, i)| values[i as usize])
+            .filter(|v| v.name == name && value_index(v.index) == value_index(index))
+            .last()
+            .map(|v| logical_bytes(v.shape))
+    };
+    let insts_cell = std::cell::OnceCell::new();
+    let inst = |name: &str| {
+        insts_cell
+            .get_or_init(|| hlo.map(index_instructions))
+            .as_ref()
+            .and_then(|m| m.get(name).copied())
+    };
     let size_of = |name: &str, index: &str| -> u64 {
-        if let Some(s) = sizes.get(&(name, value_index(index))) {
-            return *s;
+        if let Some(s) = value_size(name, index) {
+            return s;
         }
-        let Some(i) = insts.as_ref().and_then(|m| m.get(name)) else {
+        let Some(i) = inst(name) else {
             return 0;
         };
         let want = hbm_doctor_hlo::text::parse_shape_index(index).unwrap_or_default();
@@ -514,42 +535,39 @@ pub fn xla_live_range_peak(
     // The sweep sizes every value by its *instruction's* whole shape (a tuple element counts as
     // the tuple's pointer table); the printed list uses the value's own subshape.
     let inst_size = |name: &str, index: &str| -> u64 {
-        if let Some(s) = sizes.get(&(name, "{}")) {
-            return *s;
+        if let Some(s) = value_size(name, "{}") {
+            return s;
         }
-        match insts.as_ref().and_then(|m| m.get(name)) {
+        match inst(name) {
             Some(i) => logical_bytes(i.shape),
             None => size_of(name, index),
         }
     };
-    let vals: Vec<(u64, u64, u64)> = lr
-        .ranges
-        .iter()
-        .map(|r| (r.start, r.end, size_of(r.name, r.index)))
-        .collect();
-    if vals.is_empty() {
+    if lr.ranges.is_empty() {
         return (None, None);
     }
-    let mut events: Vec<(u64, bool, u64)> = Vec::with_capacity(vals.len() * 2);
+    // (time * 2 + is_end, size): at one time allocations sort before frees.
+    let mut events: Vec<(u64, u64)> = Vec::with_capacity(lr.ranges.len() * 2);
     for r in &lr.ranges {
         let z = inst_size(r.name, r.index);
-        events.push((r.start, false, z));
-        events.push((r.end + 1, true, z));
+        events.push((r.start.saturating_mul(2), z));
+        events.push(((r.end + 1).saturating_mul(2) + 1, z));
     }
-    events.sort_unstable_by_key(|&(t, end, _)| (t, end));
+    events.sort_unstable_by_key(|&(k, _)| k);
     let (mut usage, mut peak, mut peak_t) = (0i128, 0i128, None);
-    for (t, end, z) in events {
-        usage += if end { -(z as i128) } else { z as i128 };
+    for (k, z) in events {
+        usage += if k & 1 == 1 { -(z as i128) } else { z as i128 };
         if usage > peak {
             peak = usage;
-            peak_t = Some(t);
+            peak_t = Some(k / 2);
         }
     }
     let t = peak_t.unwrap_or(0);
-    let bytes = vals
+    let bytes = lr
+        .ranges
         .iter()
-        .filter(|(s, e, _)| *s <= t && t <= *e)
-        .map(|(_, _, z)| z)
+        .filter(|r| r.start <= t && t <= r.end)
+        .map(|r| size_of(r.name, r.index))
         .sum();
     (Some(t), Some(bytes))
 }
@@ -603,12 +621,10 @@ fn from_buffer_assignment(
                     alloc: a.index,
                     offset: v.offset,
                     size: v.size,
-                    unpadded: logical_bytes(v.shape),
                     start,
                     end,
                     name: slot_name(v.name, v.index),
                     shape: v.shape,
-                    kind: "temp",
                 });
             }
         }
@@ -667,9 +683,9 @@ fn from_buffer_assignment(
                     s.name.to_string(),
                     &base,
                     s.size,
-                    s.unpadded,
+                    logical_bytes(s.shape),
                     s.shape,
-                    s.kind,
+                    "temp",
                     Some((s.start, s.end)),
                     Some(s.alloc),
                 );
@@ -1153,12 +1169,10 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
                     alloc: k as u64,
                     offset: slots.len() as u64,
                     size,
-                    unpadded: s.unpadded_bytes(),
                     start: k as u64,
                     end: last_use[k] as u64,
                     name: Cow::Borrowed(i.name),
                     shape: leaf,
-                    kind: "temp",
                 },
             ));
         }
@@ -1179,12 +1193,10 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
                 alloc: s.alloc,
                 offset: s.offset,
                 size: s.size,
-                unpadded: s.unpadded,
                 start: s.start,
                 end: s.end,
                 name: s.name.clone(),
                 shape: s.shape,
-                kind: s.kind,
             })
             .collect();
         let (timeline, peak_t) = sweep(&mine, n as u64);
@@ -1205,7 +1217,7 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
                     s.name.to_string(),
                     &s.name,
                     s.size,
-                    s.unpadded,
+                    logical_bytes(s.shape),
                     s.shape,
                     "temp",
                     Some((s.start, s.end)),
