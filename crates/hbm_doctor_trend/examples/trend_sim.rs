@@ -219,7 +219,7 @@ fn main() {
         "## Leak-free runs (false alarm = a `leak` verdict at any of the {} evaluations)\n",
         STEPS / EVAL_EVERY
     );
-    println!("| scenario | runs | runs with a `leak` verdict at any evaluation | runs with a confirmed alarm (leak at position s of the process and again at ≥ 1.5 max(s, 2400)) | final verdict = truth |");
+    println!("| scenario | runs | runs with a `leak` verdict at any evaluation | runs with a confirmed alarm (live::Confirm: leak at position s and again at ≥ 1.5 max(s, 2400 steps)) | final verdict = truth |");
     println!("|---|---:|---:|---:|---:|");
     let nulls = [
         ("flat + noise", Kind::Flat),

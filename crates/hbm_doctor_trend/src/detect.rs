@@ -196,6 +196,9 @@ pub struct Analysis {
     pub periodic_spikes: bool,
     /// The level change, when the verdict is `step`.
     pub step_change: Option<StepChange>,
+    /// When the leak was found on the most recent part of the process only (multi-scale):
+    /// the fraction tested (0.5 or 0.25 of the process after the warm-up).
+    pub recent_scale: Option<f64>,
     /// Whether floors trend up at the display level (p < 0.01 and lower bound > 0) without
     /// passing every gate.
     pub suspected: bool,
@@ -327,6 +330,7 @@ fn empty(seg: &Segment, reason: &str) -> Analysis {
         spikes: Vec::new(),
         periodic_spikes: false,
         step_change: None,
+        recent_scale: None,
         suspected: false,
     }
 }
@@ -434,7 +438,49 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
         .position(|w| w.x0 >= x_first + warm)
         .unwrap_or(0);
     a.warmup_until = Some(x_first + warm);
-    analyze_from(seg, &wins[start..], markers, p, a, true)
+    let template = a.clone();
+    let full = analyze_from(seg, &wins[start..], markers, p, a, true);
+    if matches!(full.verdict, Verdict::Leak | Verdict::InsufficientData) {
+        return full;
+    }
+    // Multi-scale: a leak that began mid-run is diluted by the flat part before it. Test the
+    // most recent half and quarter of the process too, each judged as a whole by the same
+    // gates (and long enough to be judged at all), when the floors before it do not rise.
+    let post = &wins[start..];
+    let min_span = match seg.axis {
+        Axis::Step => 1200.0,
+        Axis::Time => 1800.0,
+        Axis::Ordinal => 0.0,
+    };
+    for frac in [2usize, 4] {
+        let n = post.len() / frac;
+        if n < p.k_min {
+            break;
+        }
+        let sub = &post[post.len() - n..];
+        if sub[n - 1].x1 - sub[0].x0 < min_span || seg.samples / (frac as u64) < p.min_samples {
+            break;
+        }
+        // A mid-run leak is a hinge: flat before the recent part. A warm-up's tail rises in
+        // the recent part too, but the part before it rises clearly (Mann-Kendall p < alpha on
+        // its window floors): not a hinge, not judged here.
+        let before = &post[..post.len() - n];
+        let per = before.len().div_ceil(p.k_max).max(1);
+        let floors: Vec<f64> = before
+            .chunks(per)
+            .map(|c| c.iter().map(|w| w.min).fold(f64::INFINITY, f64::min))
+            .collect();
+        if floors.len() < p.k_min || mann_kendall(&floors).p_up < p.alpha {
+            continue;
+        }
+        let mut b = analyze_from(seg, sub, markers, p, template.clone(), false);
+        if b.verdict == Verdict::Leak {
+            b.growth_since = Some(b.growth_since.unwrap_or(sub[0].x0));
+            b.recent_scale = Some(1.0 / frac as f64);
+            return b;
+        }
+    }
+    full
 }
 
 fn analyze_from(
@@ -701,4 +747,66 @@ fn analyze_from(
         Verdict::Stable
     };
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Sample, Series};
+
+    /// Flat (10% sawtooth of period 100, ±0.5% noise) for 50k steps, then a leak of 0.1% of the
+    /// limit per 1k steps; judged at `end`.
+    fn mid_run(end: u64) -> Analysis {
+        let l = 17_179_869_184.0f64;
+        let mut s = Series::default();
+        let mut z = 0x2545_F491_4F6C_DD1Du64;
+        for step in 0..end {
+            z ^= z << 13;
+            z ^= z >> 7;
+            z ^= z << 17;
+            let noise = ((z >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 0.01 * l;
+            let leak = 0.001 * l * step.saturating_sub(50_000) as f64 / 1000.0;
+            let v = 0.5 * l + 0.1 * l * (step % 100) as f64 / 100.0 + leak + noise;
+            s.push(Sample {
+                step: Some(step),
+                ts: None,
+                used: v as u64,
+                limit: Some(l as u64),
+                peak: None,
+            });
+        }
+        analyze(s.current().expect("segment"), &[], &Params::default())
+    }
+
+    #[test]
+    fn mid_run_leak_is_found_on_the_recent_part() {
+        // 12k steps after the leak began: the whole process (flat for 50k) does not show it
+        // yet; its last quarter does.
+        let a = mid_run(62_000);
+        assert_eq!(a.verdict, Verdict::Leak, "{a:?}");
+        assert!(a.recent_scale.is_some());
+        let since = a.growth_since.expect("growth_since");
+        assert!((45_000.0..=56_000.0).contains(&since), "{since}");
+        let per_1k = a.slope * 1000.0 / 17_179_869_184.0;
+        assert!((per_1k - 0.001).abs() < 0.0003, "{per_1k}");
+    }
+
+    #[test]
+    fn flat_run_stays_stable_at_every_scale() {
+        let l = 17_179_869_184.0f64;
+        let mut s = Series::default();
+        for step in 0..60_000u64 {
+            let v = 0.5 * l + 0.1 * l * (step % 100) as f64 / 100.0;
+            s.push(Sample {
+                step: Some(step),
+                ts: None,
+                used: v as u64,
+                limit: Some(l as u64),
+                peak: None,
+            });
+        }
+        let a = analyze(s.current().expect("segment"), &[], &Params::default());
+        assert_ne!(a.verdict, Verdict::Leak);
+        assert_eq!(a.recent_scale, None);
+    }
 }

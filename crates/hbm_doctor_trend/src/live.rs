@@ -21,7 +21,7 @@ struct Dev {
 }
 
 /// The confirmation rule of docs/trend.md and the simulation: a `leak` verdict first seen at
-/// position s of the process raises the alarm only when a later evaluation at
+/// position s of the process (of the growth, when it began mid-run) raises the alarm only when a later evaluation at
 /// ≥ 1.5 · max(s, [`min_first`]) says `leak` too, every evaluation between saying `leak`.
 pub const CONFIRM_FACTOR: f64 = 1.5;
 
@@ -65,7 +65,17 @@ impl Confirm {
             *self = Confirm::default();
             return false;
         }
-        let pos = position(a);
+        // A leak found to begin mid-run (`growth_since`, from the hinge fit or the recent-part
+        // test) is counted from where it began: its age, not the process's.
+        let start = match a.axis {
+            Axis::Step => a.first_step.map(|v| v as f64),
+            Axis::Time => a.first_ts,
+            Axis::Ordinal => None,
+        };
+        let pos = match (a.growth_since, start) {
+            (Some(g), Some(s0)) if g > s0 => (position(a) - (g - s0)).max(1.0),
+            _ => position(a),
+        };
         match self.since {
             None => self.since = Some(pos),
             Some(first) if pos >= CONFIRM_FACTOR * first.max(min_first(a.axis, p)) => {
