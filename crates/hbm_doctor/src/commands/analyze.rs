@@ -261,23 +261,29 @@ pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<Ana
     Ok(analyze(&inputs, opts))
 }
 
-/// Runs `analyze`.
-pub fn run(args: &AnalyzeArgs, global: &GlobalArgs) -> Result<u8> {
-    let _ = global;
+/// The budget of `--budget BYTES` or `--target GEN` (shared by `analyze` and `view`).
+pub fn budget_options(budget: Option<&str>, target: Option<&str>) -> Result<AnalyzeOptions> {
     let mut opts = AnalyzeOptions::default();
-    if let Some(b) = &args.budget {
+    if let Some(b) = budget {
         let Some(bytes) = hbm_doctor_log::parse_size(b).filter(|&x| x > 0) else {
             bail!("cannot read --budget `{b}`: give bytes or a size such as 16G, 15.75GiB or 17179869184");
         };
         opts.budget_bytes = Some(bytes);
     }
-    if let Some(t) = &args.target {
+    if let Some(t) = target {
         let Some(chip) = hbm_doctor_analysis::chips::tpu_by_name(t) else {
             bail!("unknown --target `{t}`: use v4, v5e, v5p, v6e or v7, or give --budget BYTES");
         };
         opts.budget_bytes = Some(chip.usable_bytes);
         opts.target = Some(chip.name.to_string());
     }
+    Ok(opts)
+}
+
+/// Runs `analyze`.
+pub fn run(args: &AnalyzeArgs, global: &GlobalArgs) -> Result<u8> {
+    let _ = global;
+    let opts = budget_options(args.budget.as_deref(), args.target.as_deref())?;
     let mut files = discover(&args.path)?;
     if let Some(m) = &args.module {
         files.retain(|f| f.key.contains(m.as_str()));

@@ -122,20 +122,8 @@ fn analyze_path(path: &Path, opts: &AnalyzeOptions) -> Result<AnalyzeReport> {
 /// Runs `view`.
 pub fn run(args: &ViewArgs, global: &GlobalArgs) -> Result<u8> {
     let _ = global;
-    let mut opts = AnalyzeOptions::default();
-    if let Some(b) = &args.budget {
-        let Some(bytes) = hbm_doctor_log::parse_size(b).filter(|&x| x > 0) else {
-            bail!("cannot read --budget `{b}`: give bytes or a size such as 16G, 15.75GiB or 17179869184");
-        };
-        opts.budget_bytes = Some(bytes);
-    }
-    if let Some(t) = &args.target {
-        let Some(chip) = hbm_doctor_analysis::chips::tpu_by_name(t) else {
-            bail!("unknown --target `{t}`: use v4, v5e, v5p, v6e or v7, or give --budget BYTES");
-        };
-        opts.budget_bytes = Some(chip.usable_bytes);
-        opts.target = Some(chip.name.to_string());
-    }
+    let opts =
+        crate::commands::analyze::budget_options(args.budget.as_deref(), args.target.as_deref())?;
     let to_stdout = args.output.as_deref() == Some(Path::new("-"));
     let out_path = match &args.output {
         Some(p) => p.clone(),
