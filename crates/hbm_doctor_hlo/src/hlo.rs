@@ -551,24 +551,7 @@ fn parse_computation<'a>(
     diags: &mut Vec<Diagnostic>,
 ) -> Option<(Computation<'a>, usize)> {
     let b = text.as_bytes();
-    let mut i = start;
-    let mut is_entry = false;
-    if text[i..].starts_with("ENTRY ") {
-        is_entry = true;
-        i += 6;
-    }
-    while i < b.len() && b[i] == b' ' {
-        i += 1;
-    }
-    if i < b.len() && b[i] == b'%' {
-        i += 1;
-    }
-    let ne = ident_end(b, i);
-    if ne == i {
-        return None;
-    }
-    let name = &text[i..ne];
-    i = ne;
+    let (is_entry, name, mut i) = keyword_and_name(text, start, "ENTRY ")?;
     // Optional signature `(params) -> shape`, then `{`.
     loop {
         while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
@@ -659,26 +642,33 @@ fn parse_computation<'a>(
     ))
 }
 
-/// Parses one instruction starting at `i`; returns it and the index after it.
-fn parse_instruction(text: &str, mut i: usize) -> Option<(Instruction<'_>, usize)> {
+/// An optional keyword (`ENTRY `, `ROOT `), spaces, an optional `%`, then a name: whether the
+/// keyword was there, the name, and the index after the name. The caller has skipped whitespace.
+fn keyword_and_name<'a>(
+    text: &'a str,
+    mut i: usize,
+    keyword: &str,
+) -> Option<(bool, &'a str, usize)> {
     let b = text.as_bytes();
-    let mut is_root = false;
-    if text[i..].starts_with("ROOT ") {
-        is_root = true;
-        i += 5;
-        while i < b.len() && b[i] == b' ' {
-            i += 1;
-        }
+    let has_keyword = text[i..].starts_with(keyword);
+    if has_keyword {
+        i += keyword.len();
+    }
+    while i < b.len() && b[i] == b' ' {
+        i += 1;
     }
     if i < b.len() && b[i] == b'%' {
         i += 1;
     }
-    let ne = ident_end(b, i);
-    if ne == i {
-        return None;
-    }
-    let name = &text[i..ne];
-    i = ne;
+    let end = ident_end(b, i);
+    (end > i).then(|| (has_keyword, &text[i..end], end))
+}
+
+/// Parses one instruction starting at `i`; returns it and the index after it.
+fn parse_instruction(text: &str, mut i: usize) -> Option<(Instruction<'_>, usize)> {
+    let b = text.as_bytes();
+    let (is_root, name, end) = keyword_and_name(text, i, "ROOT ")?;
+    i = end;
     while i < b.len() && b[i] == b' ' {
         i += 1;
     }
