@@ -526,26 +526,35 @@ fn render_space(out: &mut String, s: &SpaceReport, top: usize, limit: Option<u64
     }
 }
 
+/// ` (N partitions, per-device figures)` for SPMD modules, else nothing.
+fn partitions_note(m: &ModuleReport) -> String {
+    if m.num_partitions > 1 {
+        format!(" ({} partitions, per-device figures)", m.num_partitions)
+    } else {
+        String::new()
+    }
+}
+
+/// The memory spaces that hold anything.
+fn spaces_in_use(m: &ModuleReport) -> impl Iterator<Item = &SpaceReport> {
+    m.memory_spaces
+        .iter()
+        .filter(|s| s.total_bytes > 0 || s.peak_bytes > 0)
+}
+
 fn render_module(out: &mut String, m: &ModuleReport, top: usize, limit: Option<u64>) {
     let _ = writeln!(
         out,
         "module {}{}{}",
         m.name,
-        if m.num_partitions > 1 {
-            format!(" ({} partitions, per-device figures)", m.num_partitions)
-        } else {
-            String::new()
-        },
+        partitions_note(m),
         if m.estimate {
             " - ESTIMATE from the schedule (no buffer assignment)"
         } else {
             ""
         }
     );
-    for s in &m.memory_spaces {
-        if s.total_bytes == 0 && s.peak_bytes == 0 {
-            continue;
-        }
+    for s in spaces_in_use(m) {
         render_space(out, s, top, limit);
     }
     if let (Some(x), Some(o)) = (m.xla.live_range_peak_bytes, m.xla.recomputed_peak_bytes) {
@@ -797,21 +806,14 @@ pub fn render_markdown(r: &AnalyzeReport, top: usize) -> String {
             out,
             "### Module `{}`{}{}\n",
             m.name,
-            if m.num_partitions > 1 {
-                format!(" ({} partitions, per-device figures)", m.num_partitions)
-            } else {
-                String::new()
-            },
+            partitions_note(m),
             if m.estimate {
                 " — estimate from the schedule (no buffer assignment)"
             } else {
                 ""
             }
         );
-        for s in &m.memory_spaces {
-            if s.total_bytes == 0 && s.peak_bytes == 0 {
-                continue;
-            }
+        for s in spaces_in_use(m) {
             if let Some(i) = &s.peak_instruction {
                 let _ = writeln!(
                     out,
