@@ -1047,27 +1047,36 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
-fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
-    let e = ctx.e;
-    let hits: Vec<&Allocation> = e
-        .allocations
+/// The allocations whose op_name or XLA label mentions one of `needles` (lowercase).
+fn allocations_mentioning<'a>(allocs: &'a [Allocation], needles: &[&str]) -> Vec<&'a Allocation> {
+    allocs
         .iter()
         .filter(|a| {
-            let t = format!(
+            let text = format!(
                 "{} {}",
                 a.op_name.as_deref().unwrap_or(""),
                 a.label.as_deref().unwrap_or("")
             )
             .to_ascii_lowercase();
-            t.contains("token[]")
-                || t.contains("debug_callback")
-                || t.contains("debug_print")
-                || t.contains("outfeed")
-                || t.contains("host_callback")
-                || t.contains("pure_callback")
-                || t.contains("io_callback")
+            needles.iter().any(|n| text.contains(n))
         })
-        .collect();
+        .collect()
+}
+
+fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let hits = allocations_mentioning(
+        &e.allocations,
+        &[
+            "token[]",
+            "debug_callback",
+            "debug_print",
+            "outfeed",
+            "host_callback",
+            "pure_callback",
+            "io_callback",
+        ],
+    );
     if hits.is_empty() {
         return None;
     }
@@ -1083,19 +1092,7 @@ fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
 
 fn optimizer_state(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    let hits: Vec<&Allocation> = e
-        .allocations
-        .iter()
-        .filter(|a| {
-            let t = format!(
-                "{} {}",
-                a.op_name.as_deref().unwrap_or(""),
-                a.label.as_deref().unwrap_or("")
-            )
-            .to_ascii_lowercase();
-            t.contains("opt_state") || t.contains("adam") || t.contains("/mu") || t.contains("/nu")
-        })
-        .collect();
+    let hits = allocations_mentioning(&e.allocations, &["opt_state", "adam", "/mu", "/nu"]);
     if hits.is_empty() {
         return None;
     }
