@@ -10,7 +10,7 @@ pub struct TpuGeneration {
     pub name: &'static str,
     /// Marketing name.
     pub long_name: &'static str,
-    /// Physical HBM per device as JAX sees it (per chip; per core on v2/v3).
+    /// Physical HBM per device as JAX sees it (per chip; per core on v2/v3 and v4 outside megacore).
     pub physical_bytes: u64,
     /// HBM the compiler lets a program use on one device, when measured.
     pub usable_bytes: u64,
@@ -27,8 +27,8 @@ pub const TPUS: &[TpuGeneration] = &[
         usable_bytes: 8_031_043_584,
     },
     TpuGeneration {
-        name: "v4",
-        long_name: "TPU v4",
+        name: "v4-core",
+        long_name: "TPU v4 TensorCore (non-megacore mode)",
         physical_bytes: 16 * GIB,
         usable_bytes: 16_373_514_240,
     },
@@ -43,6 +43,13 @@ pub const TPUS: &[TpuGeneration] = &[
         long_name: "TPU v5e (v5 lite)",
         physical_bytes: 16 * GIB,
         usable_bytes: 16_909_336_576,
+    },
+    TpuGeneration {
+        name: "v4",
+        long_name: "TPU v4 (megacore)",
+        physical_bytes: 32 * GIB,
+        // `of 30.75G hbm` in users' messages: one JAX device per chip, both TensorCores.
+        usable_bytes: 33_017_561_088,
     },
     TpuGeneration {
         name: "v6e",
@@ -76,6 +83,15 @@ pub fn tpu_by_name(name: &str) -> Option<&'static TpuGeneration> {
         other => other,
     };
     TPUS.iter().find(|t| t.name == n)
+}
+
+/// The generation whose usable HBM (as the compiler prints it, rounded to two decimals in G) is
+/// exactly `limit`.
+pub fn usable_match(limit: u64) -> Option<&'static TpuGeneration> {
+    TPUS.iter().find(|t| {
+        let rounded = (t.usable_bytes as f64 / GIB as f64 * 100.0).round() / 100.0;
+        t.usable_bytes == limit || (limit as f64 / GIB as f64 - rounded).abs() < 0.006
+    })
 }
 
 /// What a limit (and the reserved part, when stated) says about the device.
@@ -119,7 +135,7 @@ pub fn infer_tpu(limit: u64, reserved: Option<u64>) -> Option<(String, u64)> {
 pub fn tpus_that_fit(bytes: u64) -> Vec<String> {
     let mut out: Vec<&TpuGeneration> = TPUS
         .iter()
-        .filter(|t| t.usable_bytes >= bytes && t.name != "v2" && t.name != "v3")
+        .filter(|t| t.usable_bytes >= bytes && !matches!(t.name, "v2" | "v3" | "v4-core"))
         .collect();
     out.sort_by_key(|t| t.usable_bytes);
     out.into_iter()
@@ -168,7 +184,18 @@ mod tests {
         assert_eq!(tpu_by_name("v5litepod-4").map(|t| t.name), Some("v5e"));
         assert_eq!(
             tpus_that_fit(20 * GIB).first().map(String::as_str),
-            Some("v6e (31.25G usable)")
+            Some("v4 (30.75G usable)")
         );
+        // Real v4 users see one device per chip (megacore): `of 30.75G hbm`.
+        let (name, physical) =
+            infer_tpu(hbm_doctor_log::parse_size("30.75G").expect("size"), None).expect("v4");
+        assert!(name.contains("v4") && physical == 32 * GIB, "{name}");
+        // A deviceless compile for a v4 topology sees each TensorCore (15.25G).
+        let (name, _) =
+            infer_tpu(hbm_doctor_log::parse_size("15.25G").expect("size"), None).expect("core");
+        assert!(name.contains("TensorCore"), "{name}");
+        assert!(!tpus_that_fit(15 * GIB)
+            .iter()
+            .any(|t| t.starts_with("v4-core")));
     }
 }

@@ -4,7 +4,7 @@ use crate::chips;
 use crate::model::{Category, Cause, CauseKind, Diagnosis, ExplainReport, Snippet, SCHEMA_VERSION};
 use hbm_doctor_hlo::Shape;
 use hbm_doctor_log::{
-    format_size, Allocation, Backend, Event, Family, Framework, MemorySpace, Phase,
+    format_size, Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Stage,
 };
 
 /// Builds the report for the events of one log.
@@ -249,6 +249,12 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
             .zip(ctx.used)
             .is_some_and(|(w, u)| w.saturating_mul(3) > u);
         rank!(if extreme { 1.8 } else { 0.9 }, pad);
+        // Arguments that are most of the limit are the program's state: a smaller batch cannot
+        // free what parameters and optimizer moments hold.
+        let args_heavy = e
+            .arguments_bytes
+            .zip(ctx.limit)
+            .is_some_and(|(a, l)| a.saturating_mul(2) >= l);
         rank!(1.0, batch_too_large(&ctx));
         rank!(1.1, no_donation(&ctx));
         rank!(1.2, undonated_arguments(&ctx));
@@ -263,17 +269,18 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
             replicated_tensor(&ctx)
         );
         rank!(1.6, debug_print(&ctx));
-        rank!(1.0, optimizer_state(&ctx));
+        rank!(if args_heavy { 2.4 } else { 1.0 }, optimizer_state(&ctx));
         rank!(1.4, other_process(&ctx));
         rank!(1.3, preallocation(&ctx));
-        let late = e.step.is_some_and(|s| s >= 100);
-        rank!(if late { 2.5 } else { 0.4 }, runtime_growth(&ctx));
-        rank!(
-            if e.near.is_some() { 2.6 } else { 0.0 },
-            runtime_spike(&ctx)
-        );
+        rank!(1.9, hbm_cap(&ctx));
+        // Growth needs evidence: a failure after many good steps.
+        rank!(2.5, runtime_growth(&ctx));
+        rank!(2.6, runtime_spike(&ctx));
+        rank!(3.0, model_state_at_load(&ctx));
+        rank!(1.8, generation_memory(&ctx));
+        rank!(1.5, runtime_step_batch(&ctx));
         if category != Category::Arguments {
-            rank!(0.2, arguments_exceed(&ctx));
+            rank!(if args_heavy { 2.0 } else { 0.2 }, arguments_exceed(&ctx));
         }
         rank!(0.05, device_too_small(&ctx));
     }
@@ -292,6 +299,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         (Some(MemorySpace::Hbm), Some(u), Phase::Compile) if tpu => chips::tpus_that_fit(u),
         _ => Vec::new(),
     };
+    let missing = missing_evidence(&ctx, &causes);
     Diagnosis {
         event: index,
         category,
@@ -301,7 +309,39 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         physical_bytes: physical,
         fits_on,
         dump_module: None,
+        ledger: crate::ledger::of_event(e),
+        missing,
     }
+}
+
+/// What the diagnosis could not see, and the cheapest way to get it.
+fn missing_evidence(ctx: &Ctx<'_>, causes: &[Cause]) -> Vec<String> {
+    let e = ctx.e;
+    let mut out = Vec::new();
+    if e.phase == Phase::Runtime && e.stage.is_none() && e.step.is_none() && e.near.is_none() {
+        out.push("what the program was doing: paste the whole traceback (init, checkpoint restore, a training step, eval or generation decide the cause), and the step it failed at".into());
+    }
+    if e.phase == Phase::Runtime
+        && e.step.is_none()
+        && !causes.iter().any(|c| {
+            matches!(
+                c.cause,
+                CauseKind::MemoryLeak | CauseKind::MemorySpike | CauseKind::Recompilation
+            )
+        })
+    {
+        out.push("whether memory grows over steps: log jax.devices()[0].memory_stats()['bytes_in_use'] (PyTorch/XLA: xm.get_memory_info()) each step, or run hbm-doctor record, then hbm-doctor trend".into());
+    }
+    if e.phase == Phase::Compile
+        && e.allocations.is_empty()
+        && e.memory_space == Some(MemorySpace::Hbm)
+    {
+        out.push("which buffers make up the requirement: rerun with XLA_FLAGS=--xla_dump_to=DIR and pass --dump DIR (or paste the whole log, with its 'Largest program allocations' listing)".into());
+    }
+    if causes.is_empty() {
+        out.push("no cause is shown by the text: a dump (XLA_FLAGS=--xla_dump_to=DIR, then hbm-doctor analyze DIR) shows what is live at the peak".into());
+    }
+    out
 }
 
 fn summary(ctx: &Ctx<'_>, chip: Option<&str>) -> String {
@@ -783,8 +823,39 @@ fn permuted_fix(shape: &Shape, current: u64) -> String {
     }
 }
 
-/// The leading dimension most listed allocations share: probably the batch.
+/// Whether `a` looks like layer-stacked parameters (`scan` over layers): an entry parameter, or
+/// a buffer made in a scan / while loop shaped like weights `[L, d_in, d_out]`. Its leading
+/// dimension is the layer count, not the batch.
+fn stacked_layers(a: &Allocation, s: &Shape) -> bool {
+    if matches!(
+        a.allocation_type.as_deref(),
+        Some("Entry Parameter" | "parameter")
+    ) {
+        return true;
+    }
+    let names = format!(
+        "{} {}",
+        a.op_name.as_deref().unwrap_or(""),
+        a.label.as_deref().unwrap_or("")
+    )
+    .to_ascii_lowercase();
+    let n = s.dims.len();
+    (names.contains("scan") || names.contains("while"))
+        && n >= 3
+        && s.dims[0] <= 512
+        && s.dims[n - 1] >= 128
+        && s.dims[n - 2] >= 128
+        && !names.contains("jvp(")
+}
+
+/// The leading dimension most listed allocations share: probably the batch. Dimensions that are
+/// the layer count of stacked parameters are not.
 fn common_batch(allocs: &[Allocation]) -> Option<(u64, u64)> {
+    let layers: Vec<u64> = allocs
+        .iter()
+        .filter_map(|a| shape_of(a).filter(|s| stacked_layers(a, s)))
+        .filter_map(|s| s.dims.first().copied())
+        .collect();
     let mut counts: Vec<(u64, u64, u64)> = Vec::new(); // (dim, count, bytes)
     for a in allocs {
         let Some(s) = shape_of(a) else { continue };
@@ -792,7 +863,7 @@ fn common_batch(allocs: &[Allocation]) -> Option<(u64, u64)> {
             continue;
         }
         let d = s.dims[0];
-        if d < 2 {
+        if d < 2 || layers.contains(&d) {
             continue;
         }
         match counts.iter_mut().find(|c| c.0 == d) {
@@ -1163,6 +1234,14 @@ fn runtime_growth(ctx: &Ctx<'_>) -> Option<Cause> {
     {
         return None;
     }
+    // Growth needs evidence: the failure came after many steps that ran.
+    let step = e.step.filter(|&s| s >= 100)?;
+    if matches!(
+        e.stage,
+        Some(Stage::Init | Stage::Restore | Stage::Eval | Stage::CheckpointSave)
+    ) {
+        return None;
+    }
     let mut actions = vec![
         "Record device memory over steps (hbm-doctor record, or the hbm_doctor sampler in the training loop) and run hbm-doctor trend on it: steady growth is a leak, a jump at one step is a spike (eval, checkpoint, recompilation).".into(),
     ];
@@ -1172,16 +1251,18 @@ fn runtime_growth(ctx: &Ctx<'_>) -> Option<Cause> {
     if ctx.jax || !ctx.ptxla {
         actions.push("JAX: do not keep device arrays in Python lists across steps; check len(jax.live_arrays()) over time.".into());
     }
-    let evidence = match e.step {
-        Some(step) if step >= 100 => format!("the failure came at step {step}, after training had run normally: memory that grows step by step (small tensors kept across steps, a growing cache or graph) is the usual cause"),
-        _ => "a runtime OOM after training ran for a while often comes from memory that grows step by step".into(),
-    };
+    let evidence = format!("the failure came at step {step}, after training had run normally: memory that grows step by step (small tensors kept across steps, a growing cache or graph) is the usual cause");
     Some(ctx.cause(CauseKind::MemoryLeak, None, evidence, actions, Vec::new()))
 }
 
 fn runtime_spike(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    let near = e.near.as_deref()?;
+    let near = match (e.near.as_deref(), e.stage) {
+        (Some(n), _) => n,
+        (None, Some(Stage::Eval)) => "eval",
+        (None, Some(Stage::CheckpointSave)) => "checkpoint",
+        _ => return None,
+    };
     if e.phase != Phase::Runtime {
         return None;
     }
@@ -1207,6 +1288,142 @@ fn runtime_spike(ctx: &Ctx<'_>) -> Option<Cause> {
         None,
         format!("the log shows the failure{at} while {what}"),
         actions,
+        Vec::new(),
+    ))
+}
+
+/// A runtime failure while the model's parameters were created, placed or loaded: nothing but
+/// the model state is allocated yet, so the state itself does not fit.
+fn model_state_at_load(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime {
+        return None;
+    }
+    let what = match e.stage? {
+        Stage::Init => "creating or placing the model's parameters",
+        Stage::Restore => "loading a checkpoint or pretrained weights",
+        _ => return None,
+    };
+    let figures = match (e.requested_bytes, e.limit_bytes) {
+        (Some(r), Some(l)) => format!(" ({} requested of {})", fmt(r), fmt(l)),
+        (Some(r), None) => format!(" ({} requested)", fmt(r)),
+        _ => String::new(),
+    };
+    Some(ctx.cause(
+        CauseKind::ArgumentsExceed,
+        None,
+        format!("the traceback shows the failure while {what}{figures}, before any training step: the model state alone does not fit the device as it is placed"),
+        vec![
+            "Create or load the parameters already sharded over the devices (FSDP), instead of whole on one device and then split: jax.jit(init_fn, out_shardings=...) / orbax restore with the target shardings; PyTorch/XLA: FSDPv2 or xs.mark_sharding before moving weights.".into(),
+            "Load weights in bf16 (or int8 for inference), and keep optimizer state sharded or on the host.".into(),
+            "Check that nothing else holds the device (a second process, arrays of a previous run in the same notebook).".into(),
+            "If the state is simply larger than the devices: more chips, or a generation with more HBM per device.".into(),
+        ],
+        ctx.snippets(
+            "params = jax.jit(model.init, out_shardings=param_shardings)(rng, x)  # born sharded\nstate = ckptr.restore(path, args=ocp.args.StandardRestore(abstract_state_with_shardings))",
+            "model = FSDPv2(model)  # shard before the weights reach the device\nmodel = AutoModel.from_pretrained(name, torch_dtype=torch.bfloat16)",
+        ),
+    ))
+}
+
+/// Inference: the KV cache and logits grow with batch x sequence length.
+fn generation_memory(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.stage != Some(Stage::Generation) || e.phase != Phase::Runtime {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        None,
+        "the traceback shows the failure during generation: the KV cache and the logits grow with batch size x sequence length".into(),
+        vec![
+            "Lower the generation batch or the maximum sequence length (max_new_tokens, max_model_len), or keep the KV cache in bf16/int8.".into(),
+            "vLLM: lower gpu_memory_utilization only if another process shares the device; otherwise lower max_num_seqs / max_model_len.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+/// A runtime failure inside a training step with no sign of growth before it: the step's
+/// activations at this batch do not fit.
+fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime
+        || !matches!(
+            ctx.category,
+            Category::RuntimeAllocation | Category::SingleLargeAllocation | Category::Unknown
+        )
+        || e.step.is_some_and(|s| s >= 100)
+    {
+        return None;
+    }
+    // The tensor that failed (TensorFlow prints its shape): its leading dimension is the batch.
+    let tensor = e
+        .allocations
+        .iter()
+        .filter(|a| a.allocation_type.as_deref() == Some("tensor"))
+        .find_map(|a| shape_of(a).filter(|s| s.dims.len() >= 2).map(|s| (a, s)));
+    let evidence = match (&tensor, e.stage) {
+        (Some((a, s)), _) => format!(
+            "the allocation that failed is {} ({}), whose leading dimension {} is the batch in a framework's activation layout",
+            a.shape.as_deref().unwrap_or(""),
+            fmt(a.size_bytes),
+            s.dims[0]
+        ),
+        (None, Some(Stage::Train)) => "the traceback shows the failure inside a training step, with no sign of growth before it: the step's activations at this batch size do not fit".into(),
+        _ => return None,
+    };
+    let mut actions = Vec::new();
+    if let Some((_, s)) = &tensor {
+        let b = s.dims[0];
+        if b >= 2 {
+            actions.push(format!(
+                "Halve the batch ({b} -> {}), or keep it and accumulate gradients over 2 micro-batches.",
+                b / 2
+            ));
+        }
+    } else {
+        actions.push("Halve the per-device batch (or the sequence length), or keep the global batch with gradient accumulation over micro-batches.".into());
+    }
+    actions.push("Then rematerialize activations (jax.checkpoint / torch_xla checkpoint) and use bf16 if the batch must stay.".into());
+    Some(ctx.cause(
+        CauseKind::BatchTooLarge,
+        None,
+        evidence,
+        actions,
+        Vec::new(),
+    ))
+}
+
+/// A TPU limit that is no generation's usable HBM: a flag or runtime setting caps it.
+fn hbm_cap(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Compile
+        || e.memory_space != Some(MemorySpace::Hbm)
+        || e.backend != Some(Backend::Tpu)
+        || e.family == Family::TpuCompileHbmOld
+    {
+        return None;
+    }
+    let l = ctx.limit?;
+    if chips::usable_match(l).is_some() {
+        return None;
+    }
+    const MIB256: u64 = 256 << 20;
+    let gib = 1u64 << 30;
+    if !(l % MIB256 == 0 || l < 7 * gib) {
+        return None;
+    }
+    let physical = chips::tpus_that_fit(0);
+    Some(ctx.cause(
+        CauseKind::Preallocation,
+        ctx.exceeded,
+        format!(
+            "the limit {} is not the usable HBM of any TPU generation ({}): a flag such as --xla_tpu_max_hbm_size_mib (in LIBTPU_INIT_ARGS) or a memory fraction caps what the program may use",
+            fmt(l),
+            physical.join(", ")
+        ),
+        vec!["Remove the cap (unset --xla_tpu_max_hbm_size_mib in LIBTPU_INIT_ARGS, or raise it) unless another program must share the chip.".into()],
         Vec::new(),
     ))
 }
@@ -1242,4 +1459,106 @@ fn device_too_small(ctx: &Ctx<'_>) -> Option<Cause> {
         actions,
         Vec::new(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hbm_doctor_log::scan_all;
+
+    fn causes(text: &str) -> (Category, Vec<CauseKind>) {
+        let r = explain(scan_all(text.as_bytes()));
+        let d = r.diagnosis.expect("diagnosis");
+        (d.category, d.causes.iter().map(|c| c.cause).collect())
+    }
+
+    const ALLOC: &str = "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4294967296 bytes.";
+
+    fn traceback(frames: &[(&str, &str)]) -> String {
+        let mut t = String::from("Traceback (most recent call last):\n");
+        for (func, code) in frames {
+            t.push_str(&format!(
+                "  File \"/home/u/train.py\", line 10, in {func}\n    {code}\n"
+            ));
+        }
+        t.push_str(ALLOC);
+        t.push('\n');
+        t
+    }
+
+    #[test]
+    fn a_runtime_oom_while_creating_parameters_is_the_model_state() {
+        let text = traceback(&[
+            ("main", "state = create_train_state(rng, cfg)"),
+            ("create_train_state", "params = model.init(rng, x)"),
+        ]);
+        let (_, c) = causes(&text);
+        assert_eq!(c.first(), Some(&CauseKind::ArgumentsExceed), "{c:?}");
+        assert!(!c.contains(&CauseKind::MemoryLeak), "{c:?}");
+    }
+
+    #[test]
+    fn a_runtime_oom_without_growth_is_no_leak() {
+        let (_, c) = causes(ALLOC);
+        assert!(!c.contains(&CauseKind::MemoryLeak), "{c:?}");
+        let r = explain(scan_all(ALLOC.as_bytes()));
+        assert!(!r.diagnosis.expect("d").missing.is_empty());
+    }
+
+    #[test]
+    fn a_failure_after_many_steps_is_growth() {
+        let mut text = String::new();
+        for s in (100..=5000).step_by(100) {
+            text.push_str(&format!("step {s} loss 0.5\n"));
+        }
+        text.push_str(&traceback(&[("main", "state = train_step(state, batch)")]));
+        let (_, c) = causes(&text);
+        assert_eq!(c.first(), Some(&CauseKind::MemoryLeak), "{c:?}");
+    }
+
+    #[test]
+    fn the_first_training_step_is_the_batch() {
+        let text = traceback(&[("main", "state, loss = train_step(state, batch)")]);
+        let (_, c) = causes(&text);
+        assert_eq!(c.first(), Some(&CauseKind::BatchTooLarge), "{c:?}");
+    }
+
+    #[test]
+    fn the_layer_count_of_stacked_parameters_is_not_the_batch() {
+        let allocs = vec![
+            Allocation {
+                size_bytes: 3 << 30,
+                shape: Some("f32[48,4096,4096]".into()),
+                allocation_type: Some("Entry Parameter".into()),
+                ..Allocation::default()
+            },
+            Allocation {
+                size_bytes: 3 << 30,
+                shape: Some("f32[48,4096,4096]".into()),
+                allocation_type: Some("HLO temp".into()),
+                op_name: Some("jit(step)/while/body/dot_general".into()),
+                ..Allocation::default()
+            },
+            Allocation {
+                size_bytes: 1 << 30,
+                shape: Some("bf16[64,2048,4096]".into()),
+                allocation_type: Some("HLO temp".into()),
+                ..Allocation::default()
+            },
+            Allocation {
+                size_bytes: 1 << 30,
+                shape: Some("bf16[64,2048,4096]".into()),
+                allocation_type: Some("HLO temp".into()),
+                ..Allocation::default()
+            },
+        ];
+        assert_eq!(common_batch(&allocs).map(|b| b.0), Some(64));
+    }
+
+    #[test]
+    fn a_limit_no_tpu_has_is_a_cap() {
+        let text = "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 1.62G of 1.00G hbm. Exceeded hbm capacity by 640.06M.\n";
+        let (_, c) = causes(text);
+        assert_eq!(c.first(), Some(&CauseKind::Preallocation), "{c:?}");
+    }
 }

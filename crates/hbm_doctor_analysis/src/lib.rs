@@ -14,7 +14,10 @@ pub mod chips;
 pub mod detect;
 pub mod explain;
 pub mod join;
+pub mod ledger;
 pub mod model;
 
 pub use explain::explain;
-pub use model::{Category, Cause, CauseKind, Diagnosis, ExplainReport, Snippet, SCHEMA_VERSION};
+pub use model::{
+    Category, Cause, CauseKind, Diagnosis, ExplainReport, LedgerEntry, Snippet, SCHEMA_VERSION,
+};

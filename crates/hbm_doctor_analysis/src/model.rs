@@ -155,6 +155,29 @@ pub struct Diagnosis {
     /// Extension: the dump module joined by `explain --dump` (absent without `--dump`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dump_module: Option<String>,
+    /// Extension: what the requirement is made of, part by part.
+    #[serde(default)]
+    pub ledger: Vec<LedgerEntry>,
+    /// Extension: evidence the diagnosis lacks, and the cheapest way to collect it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+}
+
+/// One accounted part of what the program needs (extension field `ledger` of a diagnosis).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// `parameters`, `optimizer_state`, `arguments`, `outputs`, `temporaries`, `logits`,
+    /// `attention_scores`, `debug_copies`, `padding`, `fragmentation`, `reserved`,
+    /// `in_use`, `request`, `free`, `unaccounted`.
+    pub part: String,
+    /// Bytes of that part.
+    pub bytes: u64,
+    /// How the figure is known: `stated` (printed by the compiler or runtime), `listed` (the sum
+    /// of listed buffers, a lower bound), `derived` (computed from stated figures), `measured`
+    /// (from a dump).
+    pub basis: String,
+    /// What it rests on.
+    pub note: String,
 }
 
 /// The whole `explain` report.

@@ -17,6 +17,40 @@ pub enum Phase {
     Runtime,
 }
 
+/// What the program was doing when it failed, from the traceback's frames and the log around
+/// the event (extension field `stage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Creating the model or its parameters, or placing them on devices (`__init__`, `init`,
+    /// `device_put`, `.to(device)`).
+    Init,
+    /// Loading a checkpoint or pretrained weights.
+    Restore,
+    /// A training step (`train_step`, `backward`, `optimizer.step`).
+    Train,
+    /// Evaluation or validation.
+    Eval,
+    /// Saving a checkpoint.
+    CheckpointSave,
+    /// Inference: generation, decoding, sampling.
+    Generation,
+}
+
+impl Stage {
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Init => "init",
+            Stage::Restore => "restore",
+            Stage::Train => "train",
+            Stage::Eval => "eval",
+            Stage::CheckpointSave => "checkpoint_save",
+            Stage::Generation => "generation",
+        }
+    }
+}
+
 /// Which XLA backend produced the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -231,6 +265,10 @@ pub struct Event {
     /// Extension: what was happening just before a runtime failure (`eval`, `checkpoint`,
     /// `saving`, `recompil`, `compiling`), when the log says.
     pub near: Option<String>,
+    /// Extension: what the program was doing (init, restore, train, eval, checkpoint_save,
+    /// generation), from the traceback's frames around the event.
+    #[serde(default)]
+    pub stage: Option<Stage>,
 }
 
 impl Event {

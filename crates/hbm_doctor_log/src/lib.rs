@@ -20,6 +20,6 @@ pub mod parse;
 pub mod scan;
 pub mod size;
 
-pub use event::{Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Remat};
+pub use event::{Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Remat, Stage};
 pub use scan::{scan_all, Scanner};
 pub use size::{format_size, parse_size};

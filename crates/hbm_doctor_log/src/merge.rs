@@ -243,7 +243,10 @@ fn absorb(into: &mut Event, from: Event) {
         fragmentation_bytes,
         largest_free_bytes,
         device,
-        remat
+        remat,
+        step,
+        near,
+        stage
     );
     if from.allocations.len() > into.allocations.len() {
         into.allocations = from.allocations;

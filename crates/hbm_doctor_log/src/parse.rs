@@ -7,7 +7,9 @@
 //! joined with the next three, so messages wrapped at word boundaries still match.
 
 use crate::clean::Line;
-use crate::event::{Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Remat};
+use crate::event::{
+    Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Remat, Stage,
+};
 use crate::size::parse_size;
 use regex::{Captures, Regex};
 use std::sync::OnceLock;
@@ -279,6 +281,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 read_report(event, head_line_text, region, pat);
                 hints.apply(event);
                 read_progress(event, &lines[..start], pat);
+                read_stage(event, &lines[..start], region);
             }
             Piece::AllocatorStats {
                 limit,
@@ -1252,6 +1255,147 @@ fn read_progress(e: &mut Event, before: &[Line], pat: &Patterns) {
     }
 }
 
+/// Words in a traceback frame (`File "...", line N, in NAME` and the code line under it) that say
+/// what the program was doing. The deepest frame that names a stage wins: tracebacks list the
+/// outermost call first, and `main -> train -> evaluate` failed in evaluation.
+const STAGE_WORDS: &[(Stage, &[&str])] = &[
+    (
+        Stage::Restore,
+        &[
+            "restore",
+            "load_checkpoint",
+            "load_state_dict",
+            "from_pretrained",
+            "torch.load",
+            "load_params",
+            "load_pretrained",
+            "load_model",
+            "safetensors",
+        ],
+    ),
+    (
+        Stage::CheckpointSave,
+        &[
+            "save_checkpoint",
+            "torch.save",
+            "xm.save",
+            "checkpointer.save",
+            "save_state",
+        ],
+    ),
+    (
+        Stage::Generation,
+        &[
+            "generate",
+            "decode",
+            "beam_search",
+            "greedy_search",
+            "sample_tokens",
+            "sampling",
+        ],
+    ),
+    (
+        Stage::Eval,
+        &["eval", "validat", "valid_step", "test_step", "predict"],
+    ),
+    (
+        Stage::Init,
+        &[
+            "__init__",
+            "in init",
+            "init_fn",
+            "initializ",
+            "init_params",
+            "init_state",
+            "create_train_state",
+            "device_put",
+            ".to(device",
+            ".to(xm.xla_device",
+            ".cuda(",
+            "replicate(",
+            "param_init",
+            "in setup",
+            "model.init(",
+        ],
+    ),
+    (
+        Stage::Train,
+        &[
+            "train_step",
+            "training_step",
+            "train_batch",
+            "train_on_batch",
+            "update_step",
+            "backward",
+            "optimizer.step",
+            "value_and_grad",
+            "loss_fn",
+            "train_loop",
+            "in train",
+            "in fit",
+        ],
+    ),
+];
+
+/// The stage named by one traceback line, if any.
+fn stage_of(text: &str) -> Option<Stage> {
+    let t = text.trim_start();
+    let frame = t.starts_with("File \"");
+    if !frame && !t.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        return None;
+    }
+    let lower = t.to_ascii_lowercase();
+    // Library internals (`site-packages/jax/_src/...`) say nothing about the user's program.
+    if frame && (lower.contains("site-packages") || lower.contains("/_src/")) {
+        return None;
+    }
+    // Of a frame, only the function name counts (`generate.py` is a file, not a stage).
+    let lower = if frame {
+        match lower.rfind(", in ") {
+            Some(i) => format!("in {}", &lower[i + 5..]),
+            None => return None,
+        }
+    } else {
+        lower
+    };
+    if !frame && (lower.contains(' ') && !lower.contains('(') || lower.len() > 200) {
+        return None; // prose, not a code line
+    }
+    STAGE_WORDS
+        .iter()
+        .find(|(_, words)| words.iter().any(|w| lower.contains(w)))
+        .map(|(s, _)| *s)
+}
+
+/// What the program was doing: the deepest traceback frame (and its code line) that names a
+/// stage, before the event or in the report lines after it.
+fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
+    let start = before.len().saturating_sub(LOOKBEHIND_STAGE_LINES);
+    let mut found = None;
+    let mut after_frame = false;
+    for line in before[start..]
+        .iter()
+        .chain(after.iter().take(LOOKAHEAD_STAGE_LINES))
+    {
+        let t = line.text.trim_start();
+        let frame = t.starts_with("File \"");
+        // A frame line, or the code line printed under it.
+        if frame || after_frame {
+            if let Some(s) = stage_of(t) {
+                found = Some(s);
+            }
+        }
+        let lower = t.to_ascii_lowercase();
+        after_frame = frame && !lower.contains("site-packages") && !lower.contains("/_src/");
+    }
+    e.stage = e.stage.or(found);
+}
+
+/// Lines before an event searched for its traceback.
+const LOOKBEHIND_STAGE_LINES: usize = 80;
+/// Lines after an event searched for its traceback (logs that print the error before it).
+const LOOKAHEAD_STAGE_LINES: usize = 200;
+
 fn read_bfc_stat(
     t: &str,
     limit: &mut Option<u64>,
@@ -1292,5 +1436,28 @@ fn short_label(value: &str) -> String {
     match v.find(" = ") {
         Some(i) if !v[..i].contains(' ') => v[..i].trim_start_matches('%').to_string(),
         _ => v.chars().take(200).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{scan_all, Stage};
+
+    fn stage(text: &str) -> Option<Stage> {
+        scan_all(text.as_bytes()).last().and_then(|e| e.stage)
+    }
+
+    #[test]
+    fn the_deepest_user_frame_names_the_stage() {
+        let err =
+            "RuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.";
+        let tb = |frames: &str| format!("Traceback (most recent call last):\n{frames}{err}\n");
+        let t = tb("  File \"t.py\", line 1, in main\n    train(cfg)\n  File \"t.py\", line 9, in train\n    metrics = evaluate(state)\n  File \"t.py\", line 30, in evaluate\n    out = eval_step(state, b)\n");
+        assert_eq!(stage(&t), Some(Stage::Eval));
+        let t = tb("  File \"t.py\", line 1, in main\n    state = restore_checkpoint(path)\n");
+        assert_eq!(stage(&t), Some(Stage::Restore));
+        // A file called generate.py is not generation; library frames say nothing.
+        let t = tb("  File \"generate.py\", line 1, in main\n    run()\n  File \"/x/site-packages/jax/_src/api.py\", line 5, in generate_thing\n    f()\n");
+        assert_eq!(stage(&t), None);
     }
 }

@@ -343,6 +343,19 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
             let _ = writeln!(out, "  {}", st.dim(&format!("... and {rest} more")));
         }
     }
+    if !d.ledger.is_empty() {
+        let _ = writeln!(out, "\n{}", st.bold("Ledger"));
+        let w = d.ledger.iter().map(|l| l.part.len()).max().unwrap_or(0);
+        for l in &d.ledger {
+            let _ = writeln!(
+                out,
+                "  {:<w$}  {:>9}  {}",
+                l.part,
+                format_size(l.bytes),
+                st.dim(&format!("{}: {}", l.basis, l.note))
+            );
+        }
+    }
     if !d.causes.is_empty() {
         let _ = writeln!(out, "\n{}", st.bold("Plan"));
         for (i, c) in d.causes.iter().enumerate() {
@@ -363,6 +376,16 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
                     let _ = writeln!(out, "       {line}");
                 }
             }
+        }
+    }
+    if !d.missing.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{}",
+            st.bold("Not shown by the input (collect to be sure)")
+        );
+        for m in &d.missing {
+            let _ = writeln!(out, "  - {m}");
         }
     }
     if !d.fits_on.is_empty() {
@@ -435,6 +458,20 @@ fn markdown(report: &ExplainReport, source_name: &str) -> String {
         }
         out.push('\n');
     }
+    if !d.ledger.is_empty() {
+        let _ = writeln!(out, "| part | bytes | basis |\n|---|---|---|");
+        for l in &d.ledger {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {}: {} |",
+                l.part,
+                format_size(l.bytes),
+                l.basis,
+                l.note
+            );
+        }
+        out.push('\n');
+    }
     if !d.causes.is_empty() {
         let _ = writeln!(out, "#### Plan\n");
         for (i, c) in d.causes.iter().enumerate() {
@@ -461,6 +498,12 @@ fn markdown(report: &ExplainReport, source_name: &str) -> String {
                 }
                 let _ = writeln!(out, "   ```");
             }
+        }
+    }
+    if !d.missing.is_empty() {
+        let _ = writeln!(out, "\n**Not shown by the input (collect to be sure):**\n");
+        for m in &d.missing {
+            let _ = writeln!(out, "- {m}");
         }
     }
     if !d.fits_on.is_empty() {

@@ -1,0 +1,478 @@
+//! The accuracy harness: every labelled real case in `tests/corpus` is diagnosed and scored the
+//! way a classifier is evaluated. `bash scripts/accuracy.sh` prints the full report.
+//!
+//! Sets:
+//! - `posts`: messages users posted in public issues (`tests/corpus/issues`), labelled in
+//!   `tests/corpus/issues/labels/*.toml` from the thread's own resolution (docs/accuracy.md).
+//! - `compiler_log`, `compiler_exception`: real TPU compiler failures (`tests/corpus/tpu`), the
+//!   libtpu log and the Python exception, labelled in `meta.json` by the fix that was compiled
+//!   and measured (the `-fixed` twin).
+//! - `compiler_dump`: `analyze` on those cases' dumps (with the generation as `--target`).
+//! - `compiler_joined`: `explain stderr.log --dump dump/`.
+//!
+//! Per set: category accuracy, cause@1 (the first cause is one the label accepts), cause@3 (one
+//! of the first three is), over the cases whose label names causes. The figures may only rise:
+//! the test fails when one falls below the figure recorded in ACCURACY.md's ratchet block.
+
+use hbm_doctor::commands::analyze::{analyze_files, budget_options, discover};
+use hbm_doctor_analysis::{explain, join::join_dump};
+use hbm_doctor_log::scan_all;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Label {
+    file: String,
+    #[serde(default)]
+    source: String,
+    category: String,
+    #[serde(default)]
+    category_also: Vec<String>,
+    #[serde(default)]
+    causes: Vec<String>,
+    #[serde(default)]
+    basis: String,
+    #[serde(default)]
+    stage: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct LabelFile {
+    #[serde(default)]
+    label: Vec<Label>,
+}
+
+/// One scored case.
+#[derive(Debug)]
+struct Case {
+    set: &'static str,
+    label: Label,
+    category: String,
+    causes: Vec<String>,
+}
+
+impl Case {
+    fn category_ok(&self) -> bool {
+        self.category == self.label.category || self.label.category_also.contains(&self.category)
+    }
+    fn hit(&self, k: usize) -> bool {
+        self.causes
+            .iter()
+            .take(k)
+            .any(|c| self.label.causes.contains(c))
+    }
+}
+
+const SETS: [&str; 5] = [
+    "posts",
+    "compiler_log",
+    "compiler_exception",
+    "compiler_dump",
+    "compiler_joined",
+];
+
+/// Category and cause names of an explain run on `text`; "none" when no fatal event is found.
+fn explain_text(text: &[u8]) -> (String, Vec<String>) {
+    let events = scan_all(text);
+    if !events.iter().any(|e| e.fatal) {
+        return ("none".into(), Vec::new());
+    }
+    let report = explain(events);
+    let d = report.diagnosis.expect("a diagnosis when events exist");
+    (
+        d.category.as_str().to_string(),
+        d.causes
+            .iter()
+            .map(|c| c.cause.as_str().to_string())
+            .collect(),
+    )
+}
+
+fn post_cases() -> Vec<Case> {
+    let dir = root().join("tests/corpus/issues/labels");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|e| e == "toml"));
+    files.sort();
+    let mut cases = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("accuracy harness input");
+        let parsed: LabelFile =
+            toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        for label in parsed.label {
+            let path = root().join("tests/corpus/issues").join(&label.file);
+            let text = std::fs::read(&path).unwrap_or_else(|e| {
+                panic!("{} (labelled in {}): {e}", path.display(), f.display())
+            });
+            let (category, causes) = explain_text(&text);
+            cases.push(Case {
+                set: "posts",
+                label,
+                category,
+                causes,
+            });
+        }
+    }
+    cases
+}
+
+fn meta_label(case: &str, meta: &serde_json::Value) -> Option<Label> {
+    let l = meta.get("label")?;
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Some(Label {
+        file: case.to_string(),
+        source: "tests/corpus/tpu/generate.py".into(),
+        category: l["category"].as_str()?.to_string(),
+        category_also: strings(&l["category_also"]),
+        causes: strings(&l["causes"]),
+        basis: l["basis"].as_str().unwrap_or("").to_string(),
+        stage: "compile".into(),
+    })
+}
+
+/// The generation a topology such as `v5e:2x2` names, as `--target` takes it.
+fn generation(topology: &str) -> &str {
+    topology.split(':').next().unwrap_or(topology)
+}
+
+fn compiler_cases() -> Vec<Case> {
+    let dir = root().join("tests/corpus/tpu");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("accuracy harness input")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("meta.json").is_file())
+        .collect();
+    dirs.sort();
+    let mut cases = Vec::new();
+    for d in dirs {
+        let name = d
+            .file_name()
+            .expect("accuracy harness input")
+            .to_string_lossy()
+            .to_string();
+        let meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(d.join("meta.json")).expect("accuracy harness input"),
+        )
+        .expect("accuracy harness input");
+        let Some(label) = meta_label(&name, &meta) else {
+            continue;
+        };
+        let log = std::fs::read(d.join("stderr.log")).unwrap_or_default();
+        let (category, causes) = explain_text(&log);
+        cases.push(Case {
+            set: "compiler_log",
+            label: label.clone(),
+            category,
+            causes,
+        });
+        if let Ok(exc) = std::fs::read(d.join("exception.txt")) {
+            let (category, causes) = explain_text(&exc);
+            cases.push(Case {
+                set: "compiler_exception",
+                label: label.clone(),
+                category,
+                causes,
+            });
+        }
+        let dump = d.join("dump");
+        if dump.is_dir() {
+            let topology = meta["topology"].as_str().unwrap_or("");
+            cases.push(analyze_case(&dump, generation(topology), label.clone()));
+            cases.push(joined_case(&log, &dump, label));
+        }
+    }
+    cases
+}
+
+fn analyze_case(dump: &Path, target: &str, label: Label) -> Case {
+    let files = discover(dump).expect("accuracy harness input");
+    let opts = budget_options(None, Some(target)).unwrap_or_default();
+    let report = analyze_files(&files, &opts).expect("accuracy harness input");
+    let d = &report.diagnosis;
+    let category = if d.fits == Some(true) {
+        "none".to_string()
+    } else {
+        d.category.as_str().to_string()
+    };
+    Case {
+        set: "compiler_dump",
+        label,
+        category,
+        causes: d
+            .causes
+            .iter()
+            .map(|c| c.cause.as_str().to_string())
+            .collect(),
+    }
+}
+
+fn joined_case(log: &[u8], dump: &Path, label: Label) -> Case {
+    let events = scan_all(log);
+    let (category, causes) = if events.iter().any(|e| e.fatal) {
+        let mut report = explain(events);
+        let files = discover(dump).expect("accuracy harness input");
+        let analysis = analyze_files(&files, &Default::default()).expect("accuracy harness input");
+        join_dump(&mut report, &analysis);
+        let d = report.diagnosis.expect("accuracy harness input");
+        (
+            d.category.as_str().to_string(),
+            d.causes
+                .iter()
+                .map(|c| c.cause.as_str().to_string())
+                .collect(),
+        )
+    } else {
+        ("none".to_string(), Vec::new())
+    };
+    Case {
+        set: "compiler_joined",
+        label,
+        category,
+        causes,
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Score {
+    n: usize,
+    category: usize,
+    with_causes: usize,
+    at1: usize,
+    at3: usize,
+}
+
+impl Score {
+    fn rate(num: usize, den: usize) -> f64 {
+        if den == 0 {
+            0.0
+        } else {
+            num as f64 / den as f64
+        }
+    }
+    fn figures(&self) -> [(&'static str, f64); 3] {
+        [
+            ("category", Self::rate(self.category, self.n)),
+            ("cause@1", Self::rate(self.at1, self.with_causes)),
+            ("cause@3", Self::rate(self.at3, self.with_causes)),
+        ]
+    }
+}
+
+fn score(cases: &[Case]) -> BTreeMap<&'static str, Score> {
+    let mut out: BTreeMap<&'static str, Score> = BTreeMap::new();
+    for c in cases {
+        let s = out.entry(c.set).or_default();
+        s.n += 1;
+        s.category += c.category_ok() as usize;
+        if !c.label.causes.is_empty() {
+            s.with_causes += 1;
+            s.at1 += c.hit(1) as usize;
+            s.at3 += c.hit(3) as usize;
+        }
+    }
+    out
+}
+
+fn report(cases: &[Case], scores: &BTreeMap<&'static str, Score>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Accuracy (labels: docs/accuracy.md)\n");
+    let _ = writeln!(
+        out,
+        "{:<20} {:>5} {:>16} {:>16} {:>16}",
+        "set", "cases", "category", "cause@1", "cause@3"
+    );
+    for set in SETS {
+        let Some(s) = scores.get(set) else {
+            let _ = writeln!(out, "{set:<20} {:>5}  (no labelled case)", 0);
+            continue;
+        };
+        let cell = |num: usize, den: usize| {
+            format!(
+                "{:5.1}% {:>3}/{:<3}",
+                Score::rate(num, den) * 100.0,
+                num,
+                den
+            )
+        };
+        let _ = writeln!(
+            out,
+            "{set:<20} {:>5} {:>16} {:>16} {:>16}",
+            s.n,
+            cell(s.category, s.n),
+            cell(s.at1, s.with_causes),
+            cell(s.at3, s.with_causes)
+        );
+    }
+    for set in SETS {
+        let in_set: Vec<&Case> = cases.iter().filter(|c| c.set == set).collect();
+        if in_set.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "\nConfusion of categories, {set} (rows: label, columns: predicted)"
+        );
+        let mut labels: Vec<&str> = in_set.iter().map(|c| c.label.category.as_str()).collect();
+        let mut preds: Vec<&str> = in_set.iter().map(|c| c.category.as_str()).collect();
+        labels.sort();
+        labels.dedup();
+        preds.sort();
+        preds.dedup();
+        let short = |s: &str| s.chars().take(9).collect::<String>();
+        let _ = write!(out, "{:<24}", "");
+        for p in &preds {
+            let _ = write!(out, " {:>9}", short(p));
+        }
+        let _ = writeln!(out);
+        for l in &labels {
+            let _ = write!(out, "{l:<24}");
+            for p in &preds {
+                let n = in_set
+                    .iter()
+                    .filter(|c| c.label.category == *l && c.category == *p)
+                    .count();
+                let _ = write!(
+                    out,
+                    " {:>9}",
+                    if n == 0 { ".".into() } else { n.to_string() }
+                );
+            }
+            let _ = writeln!(out);
+        }
+        let _ = writeln!(
+            out,
+            "\nFirst cause, {set} (label's first cause -> predicted first cause)"
+        );
+        let mut pairs: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for c in in_set.iter().filter(|c| !c.label.causes.is_empty()) {
+            let want = c.label.causes[0].clone();
+            let got = c.causes.first().cloned().unwrap_or_else(|| "(none)".into());
+            *pairs.entry((want, got)).or_default() += 1;
+        }
+        for ((want, got), n) in pairs {
+            let mark = if want == got { " " } else { "x" };
+            let _ = writeln!(out, "  {mark} {want:<26} -> {got:<26} {n}");
+        }
+    }
+    let _ = writeln!(out, "\nMisses");
+    for c in cases {
+        let cat = !c.category_ok();
+        let cause = !c.label.causes.is_empty() && !c.hit(1);
+        if !cat && !cause {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  {:<18} {:<44} {}{} want {} [{}] got {} [{}]  ({}, {}{})",
+            c.set,
+            c.label.file,
+            if cat { "C" } else { " " },
+            if cause {
+                if c.hit(3) {
+                    "3"
+                } else {
+                    "X"
+                }
+            } else {
+                " "
+            },
+            c.label.category,
+            c.label.causes.join(","),
+            c.category,
+            c.causes
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(","),
+            c.label.basis,
+            c.label.stage,
+            if c.label.source.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", c.label.source)
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  (C: category wrong; 3: right cause in the top 3 but not first; X: not in the top 3)"
+    );
+    out
+}
+
+/// `set.figure value` lines between `<!-- ratchet -->` and `<!-- /ratchet -->` in ACCURACY.md.
+fn ratchet() -> Vec<(String, f64)> {
+    let text = std::fs::read_to_string(root().join("ACCURACY.md")).unwrap_or_default();
+    let Some(start) = text.find("<!-- ratchet -->") else {
+        return Vec::new();
+    };
+    let end = text[start..]
+        .find("<!-- /ratchet -->")
+        .map_or(text.len(), |e| start + e);
+    text[start..end]
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let key = it.next()?;
+            let value: f64 = it.next()?.parse().ok()?;
+            key.contains('.').then(|| (key.to_string(), value))
+        })
+        .collect()
+}
+
+#[test]
+fn accuracy_on_every_labelled_case() {
+    let mut cases = post_cases();
+    cases.extend(compiler_cases());
+    let scores = score(&cases);
+    let text = report(&cases, &scores);
+    println!("{text}");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("accuracy.txt");
+    let _ = std::fs::write(&out, &text);
+    let mut block = String::new();
+    for set in SETS {
+        if let Some(s) = scores.get(set) {
+            for (name, value) in s.figures() {
+                let _ = writeln!(block, "{set}.{name} {value:.3}");
+            }
+        }
+    }
+    println!("ratchet block for ACCURACY.md (bash scripts/accuracy.sh):\n{block}");
+    let mut fell = Vec::new();
+    for (key, recorded) in ratchet() {
+        let (set, name) = key.split_once('.').expect("accuracy harness input");
+        let now = scores
+            .get(set)
+            .map(|s| {
+                s.figures()
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(0.0, |(_, v)| *v)
+            })
+            .unwrap_or(0.0);
+        if now + 0.0005 < recorded {
+            fell.push(format!("{key}: {now:.3} < {recorded:.3} recorded"));
+        }
+    }
+    assert!(
+        fell.is_empty(),
+        "accuracy fell below ACCURACY.md's ratchet (a figure may only rise; when the corpus grows, re-record it there and say why):\n{}",
+        fell.join("\n")
+    );
+}
