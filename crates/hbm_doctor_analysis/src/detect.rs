@@ -160,9 +160,13 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
         }
     }
     let mut causes = Vec::new();
-    for (list, kind) in [
-        (weights, CauseKind::ReplicatedTensor),
-        (opt_state, CauseKind::OptimizerStateUnsharded),
+    // Optimizer state first: Adam's two moments (and their updates) are twice the weights, and
+    // sharding them (ZeRO-1) is the first thing to do under data parallelism. Each state array
+    // takes itself and one same-shaped buffer (its update); each weight itself and the rest
+    // (gradient, updated weight). Parameters are never taken by another parameter.
+    for (list, kind, followers) in [
+        (opt_state, CauseKind::OptimizerStateUnsharded, 1),
+        (weights, CauseKind::ReplicatedTensor, usize::MAX),
     ] {
         if list.is_empty() {
             continue;
@@ -170,11 +174,17 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
         let mut savings = 0;
         let mut names = Vec::new();
         for p in &list {
-            for b in s
-                .buffers_at_peak
-                .iter()
-                .filter(|b| same_array(&b.layout_shape, &p.layout_shape))
-            {
+            let mut taken = 0;
+            for b in s.buffers_at_peak.iter().filter(|b| {
+                same_array(&b.layout_shape, &p.layout_shape)
+                    && (b.name == p.name || b.kind != "parameter")
+            }) {
+                if b.name != p.name {
+                    if taken >= followers || claimed.contains(&b.name) {
+                        continue;
+                    }
+                    taken += 1;
+                }
                 if claimed.insert(b.name.clone()) {
                     savings += b.size_bytes - b.size_bytes / n;
                     if b.name != p.name {
@@ -251,52 +261,58 @@ fn is_host_transfer(i: &Instruction<'_>) -> bool {
 
 /// Host callbacks / transfers that force tensors to materialize (and often be gathered first).
 fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>) -> Vec<Cause> {
-    let Some(entry) = m.entry() else {
-        return Vec::new();
-    };
-    let transfers: Vec<&Instruction<'_>> = entry
-        .instructions
-        .iter()
-        .filter(|i| is_host_transfer(i))
-        .collect();
-    if transfers.is_empty() {
-        return Vec::new();
-    }
-    // Only now (most programs have no transfer): an index of the entry, 40k+ names on big dumps.
-    let by_name: HashMap<&str, &Instruction<'_>> =
-        entry.instructions.iter().map(|i| (i.name, i)).collect();
+    // Every computation, not only the entry: a print inside a scan lives in the loop's body.
+    let mut transfers: Vec<&Instruction<'_>> = Vec::new();
     // Data fed to the host, and what exists only to feed it (a gather to one device, a copy).
     let mut feeding: HashSet<&str> = HashSet::default();
-    for t in &transfers {
-        for o in &t.operands {
-            let mut cur = *o;
-            for _ in 0..8 {
-                let Some(i) = by_name.get(cur) else { break };
-                if i.opcode == "after-all"
-                    || i.shape.starts_with("token")
-                    || is_host_transfer(i) && !std::ptr::eq(*i, *t)
-                {
-                    break;
-                }
-                feeding.insert(cur);
-                if !matches!(
-                    i.opcode,
-                    "all-gather"
-                        | "all-gather-done"
-                        | "copy"
-                        | "bitcast"
-                        | "get-tuple-element"
-                        | "reshape"
-                        | "transpose"
-                ) {
-                    break;
-                }
-                match i.operands.first() {
-                    Some(next) => cur = next,
-                    None => break,
+    for comp in &m.computations {
+        let here: Vec<&Instruction<'_>> = comp
+            .instructions
+            .iter()
+            .filter(|i| is_host_transfer(i))
+            .collect();
+        if here.is_empty() {
+            continue;
+        }
+        // Only now (most programs have no transfer): an index of the computation, 40k+ names on
+        // big dumps.
+        let by_name: HashMap<&str, &Instruction<'_>> =
+            comp.instructions.iter().map(|i| (i.name, i)).collect();
+        for t in &here {
+            for o in &t.operands {
+                let mut cur = *o;
+                for _ in 0..8 {
+                    let Some(i) = by_name.get(cur) else { break };
+                    if i.opcode == "after-all"
+                        || i.shape.starts_with("token")
+                        || is_host_transfer(i) && !std::ptr::eq(*i, *t)
+                    {
+                        break;
+                    }
+                    feeding.insert(cur);
+                    if !matches!(
+                        i.opcode,
+                        "all-gather"
+                            | "all-gather-done"
+                            | "copy"
+                            | "bitcast"
+                            | "get-tuple-element"
+                            | "reshape"
+                            | "transpose"
+                    ) {
+                        break;
+                    }
+                    match i.operands.first() {
+                        Some(next) => cur = next,
+                        None => break,
+                    }
                 }
             }
         }
+        transfers.extend(here);
+    }
+    if transfers.is_empty() {
+        return Vec::new();
     }
     let mut held: Vec<&BufferAtPeak> = s
         .buffers_at_peak
@@ -692,14 +708,51 @@ fn batch_too_large(
     let Some(entry) = m.entry() else {
         return Vec::new();
     };
-    // Candidate batch sizes: leading dims of non-tuple entry parameters.
-    let mut candidates: Vec<u64> = entry
+    // Candidate batch sizes: leading dims of non-tuple entry parameters that carry data, not
+    // model state. Parameters named as weights or optimizer state, and dims that lead several
+    // weight-shaped parameters (`scan` over stacked layers: [L, d, d], [L, d, f]), are the layer
+    // count, not the batch.
+    let params: Vec<(&Instruction<'_>, Shape)> = entry
         .instructions
         .iter()
         .filter(|i| i.opcode == "parameter")
-        .filter_map(|i| Shape::parse(i.shape))
-        .filter(|sh| sh.dims.len() >= 2)
-        .map(|sh| sh.dims[0])
+        .filter_map(|i| Shape::parse(i.shape).map(|sh| (i, sh)))
+        .filter(|(_, sh)| sh.dims.len() >= 2)
+        .collect();
+    let weight_like = |sh: &Shape| {
+        let n = sh.dims.len();
+        n >= 3 && sh.dims[n - 1] >= 128 && sh.dims[n - 2] >= 128
+    };
+    let stacked = |d: u64| {
+        let mut trailing: Vec<&[u64]> = params
+            .iter()
+            .filter(|(_, sh)| sh.dims[0] == d && weight_like(sh))
+            .map(|(_, sh)| &sh.dims[1..])
+            .collect();
+        trailing.sort_unstable();
+        trailing.dedup();
+        trailing.len() >= 2
+    };
+    let is_state = |i: &Instruction<'_>| {
+        let op = unescape(i.metadata.op_name).to_lowercase();
+        [
+            "param",
+            "weight",
+            "kernel",
+            "opt_state",
+            "['mu']",
+            "['nu']",
+            ".mu",
+            ".nu",
+            "embedding",
+        ]
+        .iter()
+        .any(|k| op.contains(k))
+    };
+    let mut candidates: Vec<u64> = params
+        .iter()
+        .filter(|(i, sh)| !is_state(i) && !stacked(sh.dims[0]))
+        .map(|(_, sh)| sh.dims[0])
         .filter(|&d| d >= 8)
         .collect();
     candidates.sort_unstable();
