@@ -274,6 +274,8 @@ pub struct AnalyzeDiagnosis {
     pub fits: Option<bool>,
     /// Extension: one sentence.
     pub summary: String,
+    /// Extension: what the main module's HBM holds, part by part (see `ledger`).
+    pub ledger: Vec<crate::model::LedgerEntry>,
 }
 
 /// The whole `analyze` report.
@@ -1282,7 +1284,7 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
     let fits = opts
         .budget_bytes
         .map(|b| modules.iter().filter_map(hbm).all(|s| s.total_bytes <= b));
-    let (category, causes, summary) = match main {
+    let (category, causes, summary, ledger) = match main {
         Some((m, s)) => {
             let reference = opts.budget_bytes.unwrap_or(s.peak_bytes).max(1);
             let largest = s
@@ -1324,12 +1326,18 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
                     fmt(s.peak_bytes)
                 ),
             };
-            (category, m.causes.clone(), format!("{}: {verdict}", m.name))
+            (
+                category,
+                m.causes.clone(),
+                format!("{}: {verdict}", m.name),
+                crate::ledger::of_space(s),
+            )
         }
         None => (
             Category::Unknown,
             Vec::new(),
             "no module with a buffer assignment or a scheduled HLO module was found".into(),
+            Vec::new(),
         ),
     };
     AnalyzeReport {
@@ -1341,6 +1349,7 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
             budget_bytes: opts.budget_bytes,
             fits,
             summary,
+            ledger,
         },
     }
 }

@@ -63,6 +63,8 @@ pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<Str
     if event.arguments_bytes.is_none() {
         event.arguments_bytes = Some(space.arguments_bytes);
     }
+    // The dump measures what the message could only state or list.
+    d.ledger = crate::ledger::of_space(space);
     // Merge causes: the dump's evidence is measured, so it replaces the log's guess.
     let exceeded = event.exceeded_bytes;
     for dc in &module.causes {

@@ -56,7 +56,7 @@ fn activation_part(a: &Allocation) -> Option<&'static str> {
     if n >= 3 && d[n - 1] == d[n - 2] && d[n - 1] >= 512 {
         return Some("attention_scores");
     }
-    if n >= 2 && d[n - 1] >= 30_000 {
+    if n >= 3 && d[n - 1] >= 30_000 {
         return Some("logits");
     }
     None
@@ -260,6 +260,132 @@ pub fn of_event(e: &Event) -> Vec<LedgerEntry> {
                 ),
             ));
         }
+    }
+    out
+}
+
+/// Whether a parameter's op_name (JAX writes the argument's tree path there) marks optimizer
+/// state.
+fn names_optimizer_state(op_name: &str) -> bool {
+    let op = op_name.to_ascii_lowercase();
+    [
+        "opt_state",
+        "['mu']",
+        "['nu']",
+        ".mu",
+        ".nu",
+        "/mu",
+        "/nu",
+        "adam",
+        "momentum",
+        "exp_avg",
+    ]
+    .iter()
+    .any(|k| op.contains(k))
+}
+
+/// The ledger of one memory space of a dump: measured, not estimated.
+pub fn of_space(s: &crate::analyze::SpaceReport) -> Vec<LedgerEntry> {
+    let mut out = Vec::new();
+    let params: Vec<&crate::analyze::BufferAtPeak> = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| b.kind == "parameter")
+        .collect();
+    let opt: u64 = params
+        .iter()
+        .filter(|b| b.op_name.as_deref().is_some_and(names_optimizer_state))
+        .map(|b| b.size_bytes)
+        .sum();
+    if opt > 0 && opt <= s.arguments_bytes {
+        out.push(entry(
+            "optimizer_state",
+            opt,
+            "measured",
+            "entry parameters whose argument path names optimizer state (opt_state, mu, nu)".into(),
+        ));
+        out.push(entry(
+            "parameters",
+            s.arguments_bytes - opt,
+            "measured",
+            "the other entry parameters (weights, inputs)".into(),
+        ));
+    } else if s.arguments_bytes > 0 {
+        out.push(entry(
+            "arguments",
+            s.arguments_bytes,
+            "measured",
+            "entry parameters (weights, optimizer state, inputs)".into(),
+        ));
+    }
+    if s.outputs_bytes > 0 {
+        out.push(entry(
+            "outputs",
+            s.outputs_bytes,
+            "measured",
+            "outputs that do not reuse a donated parameter".into(),
+        ));
+    }
+    let mut special = 0u64;
+    for part in ["logits", "attention_scores"] {
+        let b: u64 = s
+            .buffers_at_peak
+            .iter()
+            .filter(|b| b.kind == "temp")
+            .filter(|b| {
+                let a = Allocation {
+                    size_bytes: b.size_bytes,
+                    shape: Some(b.shape.clone()),
+                    ..Allocation::default()
+                };
+                activation_part(&a) == Some(part)
+            })
+            .map(|b| b.size_bytes)
+            .sum();
+        if b > 0 && special + b <= s.temp_bytes {
+            out.push(entry(
+                part,
+                b,
+                "measured",
+                format!(
+                    "temporaries at the peak shaped like {}",
+                    part.replace('_', " ")
+                ),
+            ));
+            special += b;
+        }
+    }
+    if s.temp_bytes > 0 {
+        out.push(entry(
+            "temporaries",
+            s.temp_bytes.saturating_sub(special),
+            "measured",
+            "the temp arena: activations kept for the backward pass and intermediates".into(),
+        ));
+    }
+    if s.padding_bytes > 0 {
+        out.push(entry(
+            "padding",
+            s.padding_bytes,
+            "measured",
+            "tiled-layout padding among the buffers live at the peak".into(),
+        ));
+    }
+    if s.fragmentation_bytes > 0 {
+        out.push(entry(
+            "fragmentation",
+            s.fragmentation_bytes,
+            "measured",
+            "total minus peak: what the temp arena's packing loses".into(),
+        ));
+    }
+    if s.constants_bytes > 0 {
+        out.push(entry(
+            "constants",
+            s.constants_bytes,
+            "measured",
+            "constants".into(),
+        ));
     }
     out
 }

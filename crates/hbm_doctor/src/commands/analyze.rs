@@ -584,6 +584,19 @@ pub fn render_human(r: &AnalyzeReport, top: usize, _markdown: bool) -> String {
     }
     let d = &r.diagnosis;
     let _ = writeln!(out, "{}", d.summary);
+    if !d.ledger.is_empty() {
+        let _ = writeln!(out, "ledger (HBM of the main module):");
+        let w = d.ledger.iter().map(|l| l.part.len()).max().unwrap_or(0);
+        for l in &d.ledger {
+            let _ = writeln!(
+                out,
+                "  {:<w$}  {:>9}  {}",
+                l.part,
+                format_size(l.bytes),
+                l.note
+            );
+        }
+    }
     if d.causes.is_empty() {
         let _ = writeln!(out, "no known waste found");
     }
@@ -740,6 +753,19 @@ pub fn render_markdown(r: &AnalyzeReport, top: usize) -> String {
             ))
             .unwrap_or_default()
     );
+    if !d.ledger.is_empty() {
+        let _ = writeln!(out, "| part | bytes | what |\n|---|---:|---|");
+        for l in &d.ledger {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                l.part,
+                format_size(l.bytes),
+                cell(&l.note)
+            );
+        }
+        out.push('\n');
+    }
     let _ = writeln!(
         out,
         "| module | space | total | peak | arguments | outputs | aliased | temporaries | padding | fragmentation | method |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
