@@ -144,6 +144,12 @@ pub struct AnalyzeArgs {
     /// Buffers to list per memory space.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Recompute the peak with one change applied, without recompiling: a detected cause
+    /// (debug_print, optimizer_state_unsharded, replicated_tensor, no_remat, no_donation,
+    /// f32_precision, batch_too_large, padding, large_activation), `bf16` or `shard-args:N`.
+    /// Repeatable.
+    #[arg(long = "what-if", value_name = "CHANGE")]
+    pub what_if: Vec<String>,
     /// Output format.
     #[arg(long, short = 'f', value_enum, default_value_t = OutputFormat::Human)]
     pub format: OutputFormat,

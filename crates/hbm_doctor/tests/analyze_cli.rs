@@ -159,3 +159,41 @@ fn markdown_is_tables() {
     // No human-format leftovers.
     assert!(!md.contains('┤') && !md.contains("note:"), "{md}");
 }
+
+#[test]
+fn what_if_names_a_change_and_says_whether_it_fits() {
+    let out = bin()
+        .args(["analyze", "--target", "v5e", "--what-if", "debug_print"])
+        .arg(dump("debug_print_v5e"))
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the program as it is does not fit"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("what if debug_print: peak 24.00G -> 4.00G")
+            && text.contains("fits the budget"),
+        "{text}"
+    );
+    let out = bin()
+        .args(["analyze", "--format", "json", "--what-if", "bf16"])
+        .arg(dump("debug_print_v5e"))
+        .output()
+        .expect("run");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["diagnosis"]["what_if"][0]["change"], "bf16");
+    assert!(v["diagnosis"]["what_if"][0]["peak_bytes"].is_u64());
+    assert!(v["diagnosis"]["ledger"].is_array());
+    let out = bin()
+        .args(["analyze", "--what-if", "nonsense"])
+        .arg(dump("debug_print_v5e"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("use one of"), "{err}");
+}

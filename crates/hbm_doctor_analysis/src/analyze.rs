@@ -276,6 +276,9 @@ pub struct AnalyzeDiagnosis {
     pub summary: String,
     /// Extension: what the main module's HBM holds, part by part (see `ledger`).
     pub ledger: Vec<crate::model::LedgerEntry>,
+    /// Extension: the changes asked for with `--what-if`, applied to the main module.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub what_if: Vec<crate::model::WhatIf>,
 }
 
 /// The whole `analyze` report.
@@ -1350,6 +1353,7 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
             fits,
             summary,
             ledger,
+            what_if: Vec::new(),
         },
     }
 }

@@ -25,6 +25,8 @@ fn cause(kind: CauseKind, savings: Option<u64>, evidence: String, actions: Vec<S
         actions,
         snippets: Vec::new(),
         sufficient: None,
+        what_if: None,
+        changes: Vec::new(),
     }
 }
 
@@ -97,6 +99,15 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
         out.extend(batch_too_large(hlo, s, opts));
     }
     out.extend(arguments_exceed(s, opts));
+    // Savings by what-if: the peak recomputed over the live ranges with the change applied.
+    for c in &mut out {
+        if c.changes.is_empty() {
+            continue;
+        }
+        let w = crate::whatif::apply(s, c.cause.as_str(), &c.changes, opts.budget_bytes);
+        c.savings_bytes = Some(w.peak_before_bytes.saturating_sub(w.peak_bytes));
+        c.what_if = Some(w);
+    }
     out.retain(|c| {
         c.savings_bytes
             .is_none_or(|b| b as f64 >= MATERIAL_SHARE * s.peak_bytes as f64)
@@ -173,6 +184,7 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
         }
         let mut savings = 0;
         let mut names = Vec::new();
+        let mut changes: Vec<(String, u32)> = Vec::new();
         for p in &list {
             let mut taken = 0;
             for b in s.buffers_at_peak.iter().filter(|b| {
@@ -187,6 +199,7 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
                 }
                 if claimed.insert(b.name.clone()) {
                     savings += b.size_bytes - b.size_bytes / n;
+                    changes.push((b.name.clone(), (1000 / n) as u32));
                     if b.name != p.name {
                         names.push(format!(
                             "{} ({}, {})",
@@ -229,6 +242,7 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
                 if kind == CauseKind::OptimizerStateUnsharded { "shard the optimizer state like the parameters (ZeRO / FSDP style): give opt_state the same out_shardings as params".into() } else { "check in_shardings/out_shardings of the jit: an empty PartitionSpec P() means replicated".into() },
             ],
         );
+        c.changes = changes;
         c.snippets.push(snippet("jax", "from jax.sharding import NamedSharding, PartitionSpec as P\nw = jax.device_put(w, NamedSharding(mesh, P('d', None)))"));
         c.snippets.push(snippet(
             "pytorch_xla",
@@ -385,6 +399,7 @@ fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>
             "a printed sharded array is gathered to one device first: print per shard (jax.debug.print under shard_map) or outside jit".into(),
         ],
     );
+    c.changes = held.iter().map(|b| (b.name.clone(), 0)).collect();
     c.snippets.push(snippet(
         "jax",
         "jax.debug.print(\"x sum {}\", x.sum())  # not the whole x",
@@ -483,6 +498,22 @@ fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
             "PyTorch/XLA: update the tensors in place (optimizer.step() on XLA tensors) so the compiler aliases them".into(),
         ],
     );
+    // The output copies go: one same-shaped output buffer per donated parameter, but for the
+    // largest, whose in-place update still needs one temporary of its size.
+    let mut taken: Vec<&str> = Vec::new();
+    let mut by_size: Vec<&(&Instruction<'_>, u64)> = found.iter().collect();
+    by_size.sort_by_key(|(_, z)| std::cmp::Reverse(*z));
+    let skip = usize::from(found.len() > 1);
+    for (p, _) in by_size.into_iter().skip(skip) {
+        if let Some(o) = s.buffers_at_peak.iter().find(|b| {
+            b.kind == "output"
+                && !taken.contains(&b.name.as_str())
+                && same_array(&b.layout_shape, p.shape)
+        }) {
+            taken.push(&o.name);
+            c.changes.push((o.name.clone(), 0));
+        }
+    }
     c.snippets.push(snippet(
         "jax",
         &format!(
@@ -566,6 +597,7 @@ fn no_remat(input: &ModuleInput<'_>, s: &SpaceReport, claimed: &mut HashSet<Stri
             "PyTorch/XLA: torch_xla.utils.checkpoint.checkpoint around each block".into(),
         ],
     );
+    c.changes = held.iter().skip(1).map(|b| (b.name.clone(), 0)).collect();
     c.snippets.push(snippet(
         "jax",
         "block = jax.checkpoint(block)  # or nn.remat(Block) in Flax",
@@ -596,7 +628,7 @@ fn large_activation(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
         actions.push("this looks like attention scores [.., S, S]: use a fused attention kernel (jax.nn.dot_product_attention(implementation='cudnn'), Pallas flash attention / splash attention on TPU) so the S x S matrix is never materialized".into());
     }
     actions.push(format!("compute {} in chunks (jax.lax.map / lax.scan over the batch or sequence) so only one chunk is live", b.op_name.as_deref().unwrap_or(&b.name)));
-    vec![cause(
+    let mut c = cause(
         CauseKind::LargeActivation,
         Some(b.size_bytes / 2),
         format!(
@@ -615,7 +647,9 @@ fn large_activation(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
                 .unwrap_or_default()
         ),
         actions,
-    )]
+    );
+    c.changes = vec![(b.name.clone(), 500)];
+    vec![c]
 }
 
 /// Tiled-layout padding among the buffers at the peak.
@@ -653,7 +687,7 @@ fn padding(s: &SpaceReport) -> Vec<Cause> {
         actions.insert(0, h);
     }
     actions.push("check a shape with `hbm-doctor pad SHAPE`".into());
-    vec![cause(
+    let mut c = cause(
         CauseKind::Padding,
         Some(s.padding_bytes),
         format!(
@@ -663,7 +697,15 @@ fn padding(s: &SpaceReport) -> Vec<Cause> {
             pct(s.padding_bytes, s.peak_bytes)
         ),
         actions,
-    )]
+    );
+    c.changes = worst
+        .iter()
+        .map(|b| {
+            let keep = u128::from(b.unpadded_bytes) * 1000 / u128::from(b.size_bytes.max(1));
+            (b.name.clone(), keep as u32)
+        })
+        .collect();
+    vec![c]
 }
 
 /// Large f32 activations and outputs where bf16 would serve: temporaries, and outputs that are
@@ -690,12 +732,14 @@ fn f32_precision(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
     if bytes < 256 * MIB || bytes * 2 < s.peak_bytes {
         return Vec::new();
     }
-    vec![cause(
+    let mut c = cause(
         CauseKind::F32Precision,
         Some(bytes / 2),
         format!("{} f32 intermediates and outputs are live at the peak ({}, {} of it); in bf16 they would take half", f32s.len(), format_size(bytes), pct(bytes, s.peak_bytes)),
         vec!["compute in bfloat16 (params/activations as jnp.bfloat16, keep f32 master weights in the optimizer only), or jax.default_matmul_precision with bf16 inputs".into(), "PyTorch/XLA: torch.autocast('xla', dtype=torch.bfloat16)".into()],
-    )]
+    );
+    c.changes = f32s.iter().map(|b| (b.name.clone(), 500)).collect();
+    vec![c]
 }
 
 /// Temporaries scaling with a leading batch dimension.
@@ -784,24 +828,35 @@ fn batch_too_large(
     if bytes * 10 < s.peak_bytes * 3 || over == Some(0) {
         return Vec::new();
     }
-    let (savings, action) = match over {
+    let (savings, action, new_batch) = match over {
         Some(need) if need < bytes => {
             let keep = 1.0 - need as f64 / bytes as f64;
             let mut nb = ((bsz as f64 * keep).floor() as u64).max(1);
             if nb >= 8 {
                 nb -= nb % 8;
             }
-            (Some(bytes - bytes * nb / bsz), format!("reduce the batch from {bsz} to at most {nb} (or split it into {} micro-batches with gradient accumulation)", bsz.div_ceil(nb.max(1))))
+            (Some(bytes - bytes * nb / bsz), format!("reduce the batch from {bsz} to at most {nb} (or split it into {} micro-batches with gradient accumulation)", bsz.div_ceil(nb.max(1))), nb)
         }
-        Some(_) => (Some(bytes / 2), format!("the batch-sized temporaries ({}) are smaller than the overflow: shrinking the batch alone will not fit; halve it ({bsz} -> {}) and combine with the other causes", format_size(bytes), bsz / 2)),
-        None => (Some(bytes / 2), format!("halve the batch ({bsz} -> {}) or use 2 micro-batches with gradient accumulation", bsz / 2)),
+        Some(_) => (Some(bytes / 2), format!("the batch-sized temporaries ({}) are smaller than the overflow: shrinking the batch alone will not fit; halve it ({bsz} -> {}) and combine with the other causes", format_size(bytes), bsz / 2), bsz / 2),
+        None => (Some(bytes / 2), format!("halve the batch ({bsz} -> {}) or use 2 micro-batches with gradient accumulation", bsz / 2), bsz / 2),
     };
-    vec![cause(
+    let mut c = cause(
         CauseKind::BatchTooLarge,
         savings,
         format!("temporaries with leading dimension {bsz} (the batch of the inputs) take {} at the peak ({} of it)", format_size(bytes), pct(bytes, s.peak_bytes)),
         vec![action, "use gradient accumulation (optax.MultiSteps) to keep the effective batch".into()],
-    )]
+    );
+    let keep = (new_batch.min(bsz) * 1000 / bsz.max(1)) as u32;
+    c.changes = s
+        .largest_buffers
+        .iter()
+        .chain(&s.buffers_at_peak)
+        .filter(|b| {
+            b.kind == "temp" && dims_of(b).is_some_and(|sh| sh.dims.len() >= 2 && sh.dims[0] == bsz)
+        })
+        .map(|b| (b.name.clone(), keep))
+        .collect();
+    vec![c]
 }
 
 /// Inputs alone do not fit the budget.

@@ -155,6 +155,8 @@ impl Ctx<'_> {
             actions,
             snippets,
             sufficient,
+            what_if: None,
+            changes: Vec::new(),
         }
     }
 

@@ -16,8 +16,10 @@ pub mod explain;
 pub mod join;
 pub mod ledger;
 pub mod model;
+pub mod whatif;
 
 pub use explain::explain;
 pub use model::{
-    Category, Cause, CauseKind, Diagnosis, ExplainReport, LedgerEntry, Snippet, SCHEMA_VERSION,
+    Category, Cause, CauseKind, Diagnosis, ExplainReport, LedgerEntry, Snippet, WhatIf,
+    SCHEMA_VERSION,
 };

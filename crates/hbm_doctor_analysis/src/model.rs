@@ -132,6 +132,31 @@ pub struct Cause {
     /// Extension: whether the savings alone would make the program fit.
     #[serde(default)]
     pub sufficient: Option<bool>,
+    /// Extension: the peak recomputed over the dump's live ranges with this cause's change
+    /// applied (absent without a dump).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
+    /// The buffers the change touches and the share of each that remains, in thousandths
+    /// (0: removed, 500: halved); not serialized.
+    #[serde(skip)]
+    pub changes: Vec<(String, u32)>,
+}
+
+/// A change applied to a dump's buffers without recompiling (extension field `what_if`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhatIf {
+    /// What was changed.
+    pub change: String,
+    /// Buffers changed.
+    pub buffers: usize,
+    /// The peak before.
+    pub peak_before_bytes: u64,
+    /// The most live at one point once changed.
+    pub peak_bytes: u64,
+    /// What the compiler would reserve once changed (the peak plus today's packing loss).
+    pub total_bytes: u64,
+    /// Whether that fits the budget (null without one).
+    pub fits: Option<bool>,
 }
 
 /// The diagnosis of the main event.

@@ -190,6 +190,8 @@ fn cause(kind: CauseKind, evidence: String, actions: Vec<String>) -> Cause {
         actions,
         snippets: Vec::new(),
         sufficient: None,
+        what_if: None,
+        changes: Vec::new(),
     }
 }
 

@@ -297,7 +297,12 @@ pub fn run(args: &AnalyzeArgs, global: &GlobalArgs) -> Result<u8> {
     if files.is_empty() {
         bail!("no XLA dump files in `{}`: run the program with XLA_FLAGS=\"--xla_dump_to={} --xla_dump_hlo_as_text\" and pass that directory", args.path.display(), args.path.display());
     }
-    let report = analyze_files(&files, &opts)?;
+    let mut report = analyze_files(&files, &opts)?;
+    for name in &args.what_if {
+        let w = hbm_doctor_analysis::whatif::named(&report, name)
+            .map_err(|e| anyhow::anyhow!("--what-if: {e}"))?;
+        report.diagnosis.what_if.push(w);
+    }
     let text = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
         OutputFormat::Markdown => render_markdown(&report, args.top),
@@ -596,6 +601,22 @@ pub fn render_human(r: &AnalyzeReport, top: usize, _markdown: bool) -> String {
                 l.note
             );
         }
+    }
+    for w in &d.what_if {
+        let _ = writeln!(
+            out,
+            "what if {}: peak {} -> {} ({} buffers changed); total {}{}",
+            w.change,
+            format_size(w.peak_before_bytes),
+            format_size(w.peak_bytes),
+            w.buffers,
+            format_size(w.total_bytes),
+            match w.fits {
+                Some(true) => " - fits the budget",
+                Some(false) => " - still does not fit the budget",
+                None => "",
+            }
+        );
     }
     if d.causes.is_empty() {
         let _ = writeln!(out, "no known waste found");

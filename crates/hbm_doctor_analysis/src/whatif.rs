@@ -1,0 +1,158 @@
+//! What-if: a dump's peak recomputed with a change applied to some of its buffers (shard these
+//! parameters over N devices, drop the debug-print copies, halve these f32 buffers), without
+//! recompiling.
+//!
+//! The space's `timeline` (bytes live at each schedule position) is lowered by the bytes each
+//! changed buffer gives back over its live range (parameters, outputs and constants: the whole
+//! program); the new peak is the highest point left. Slots shared by several values are counted
+//! by the changed value's size, and buffers outside `largest_buffers` and `buffers_at_peak` are
+//! not seen: an estimate that is exact when the large buffers have slots of their own, which is
+//! where a change matters.
+
+use crate::analyze::{BufferAtPeak, SpaceReport};
+use crate::model::WhatIf;
+
+/// Applies `changes` (buffer name, thousandths of it that remain) to `s`.
+pub fn apply(
+    s: &SpaceReport,
+    change: &str,
+    changes: &[(String, u32)],
+    budget: Option<u64>,
+) -> WhatIf {
+    let find = |name: &str| -> Option<&BufferAtPeak> {
+        s.largest_buffers
+            .iter()
+            .chain(&s.buffers_at_peak)
+            .find(|b| b.name == name)
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    let mut cuts: Vec<(&BufferAtPeak, u64)> = Vec::new();
+    for (name, keep) in changes {
+        if seen.contains(&name.as_str()) {
+            continue;
+        }
+        seen.push(name);
+        if let Some(b) = find(name) {
+            let kept = (u128::from(b.size_bytes) * u128::from((*keep).min(1000)) / 1000) as u64;
+            let cut = b.size_bytes - kept;
+            if cut > 0 {
+                cuts.push((b, cut));
+            }
+        }
+    }
+    let peak = if s.timeline.is_empty() {
+        // No live ranges: every buffer at the peak stays there.
+        let at_peak: u64 = cuts
+            .iter()
+            .filter(|(b, _)| s.buffers_at_peak.iter().any(|p| p.name == b.name))
+            .map(|(_, c)| c)
+            .sum();
+        s.peak_bytes.saturating_sub(at_peak)
+    } else {
+        let len = s.timeline.len();
+        let mut tl: Vec<i128> = s.timeline.iter().map(|&b| i128::from(b)).collect();
+        for (b, cut) in &cuts {
+            let (start, end) = match (b.kind.as_str(), b.live) {
+                ("temp", Some(live)) => slot_span(s, b, live),
+                _ => (0, len - 1),
+            };
+            for v in tl.iter_mut().take(end.min(len - 1) + 1).skip(start) {
+                *v -= i128::from(*cut);
+            }
+        }
+        tl.into_iter().max().unwrap_or(0).max(0) as u64
+    };
+    let total = peak + s.fragmentation_bytes;
+    WhatIf {
+        change: change.to_string(),
+        buffers: cuts.len(),
+        peak_before_bytes: s.peak_bytes,
+        peak_bytes: peak,
+        total_bytes: total,
+        fits: budget.map(|b| total <= b),
+    }
+}
+
+/// `analyze --what-if NAME` on the main module (the largest HBM total): a detected cause's own
+/// change when NAME is one (`debug_print`, `optimizer_state_unsharded`, `no_remat`...), else a
+/// [`generic`] one. `Err` says which names exist.
+pub fn named(report: &crate::analyze::AnalyzeReport, name: &str) -> Result<WhatIf, String> {
+    let main = report
+        .modules
+        .iter()
+        .filter_map(|m| {
+            m.memory_spaces
+                .iter()
+                .find(|s| s.color == 0)
+                .map(|s| (m, s))
+        })
+        .max_by_key(|(_, s)| s.total_bytes);
+    let Some((m, s)) = main else {
+        return Err("no module with HBM figures to change".into());
+    };
+    if let Some(w) = m
+        .causes
+        .iter()
+        .find(|c| c.cause.as_str() == name)
+        .and_then(|c| c.what_if.clone())
+    {
+        return Ok(w);
+    }
+    if let Some(changes) = generic(s, name) {
+        return Ok(apply(s, name, &changes, report.diagnosis.budget_bytes));
+    }
+    let mut known: Vec<&str> = m
+        .causes
+        .iter()
+        .filter(|c| c.what_if.is_some())
+        .map(|c| c.cause.as_str())
+        .collect();
+    known.extend(["bf16", "shard-args:N"]);
+    Err(format!(
+        "no change `{name}` for module {}: use one of {}",
+        m.name,
+        known.join(", ")
+    ))
+}
+
+/// The changes a user can name with `analyze --what-if` besides a detected cause's own:
+/// `bf16` (every f32 buffer halved), `shard-args:N` (entry parameters over N devices).
+pub fn generic(s: &SpaceReport, name: &str) -> Option<Vec<(String, u32)>> {
+    let all = || s.largest_buffers.iter().chain(&s.buffers_at_peak);
+    if name == "bf16" {
+        return Some(
+            all()
+                .filter(|b| b.shape.starts_with("f32["))
+                .map(|b| (b.name.clone(), 500))
+                .collect(),
+        );
+    }
+    if let Some(n) = name.strip_prefix("shard-args:") {
+        let n: u32 = n.parse().ok().filter(|&n| n >= 1)?;
+        return Some(
+            all()
+                .filter(|b| b.kind == "parameter")
+                .map(|b| (b.name.clone(), 1000 / n))
+                .collect(),
+        );
+    }
+    None
+}
+
+/// The span of the slot a temp value occupies: the value's own live range, widened by the other
+/// values of the same allocation and size (a loop's carried buffer is one slot for the values
+/// before, inside and after the loop: removing the value removes the slot).
+fn slot_span(s: &SpaceReport, b: &BufferAtPeak, live: (u64, u64)) -> (usize, usize) {
+    let (mut start, mut end) = live;
+    if let Some(a) = b.allocation {
+        for o in s.largest_buffers.iter().chain(&s.buffers_at_peak) {
+            if o.kind == "temp" && o.allocation == Some(a) && o.size_bytes == b.size_bytes {
+                if let Some((st, en)) = o.live {
+                    start = start.min(st);
+                    end = end.max(en);
+                }
+            }
+        }
+    }
+    (start as usize, end as usize)
+}
