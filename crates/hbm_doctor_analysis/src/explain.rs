@@ -115,7 +115,9 @@ pub fn categorize(e: &Event) -> Category {
     if e.allocations.iter().any(over_half) {
         return Category::SingleLargeAllocation;
     }
-    if e.used_bytes.is_some() && limit.is_some() {
+    // Many allocations adding up is what a listing shows; a headline alone (or a Total block
+    // without its list) does not say what makes up the requirement.
+    if e.used_bytes.is_some() && limit.is_some() && !e.allocations.is_empty() {
         return Category::Aggregate;
     }
     if e.family == Family::RematWarning {
@@ -184,7 +186,12 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         e,
         category,
         limit: e.limit_bytes,
-        used: e.used_bytes,
+        // A report pasted without its headline still states the program's requirement, or at
+        // least lists its buffers.
+        used: e.used_bytes.or(e.program_bytes).or_else(|| {
+            let listed: u64 = e.allocations.iter().map(|a| a.size_bytes).sum();
+            (e.partial && listed > 0).then_some(listed)
+        }),
         exceeded: e.exceeded_bytes.or_else(|| {
             e.used_bytes
                 .zip(e.limit_bytes)
@@ -261,7 +268,16 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(1.1, no_donation(&ctx));
         rank!(1.2, undonated_arguments(&ctx));
         rank!(0.5, f32_precision(&ctx));
-        rank!(0.6, no_remat(&ctx));
+        // Forward activations that make up most of the listing are the story.
+        let listed: u64 = e.allocations.iter().map(|a| a.size_bytes).sum();
+        let forward: u64 = e
+            .allocations
+            .iter()
+            .filter(|a| is_forward_activation(a))
+            .map(|a| a.size_bytes)
+            .sum();
+        let mostly_forward = listed > 0 && forward.saturating_mul(2) >= listed;
+        rank!(if mostly_forward { 1.7 } else { 0.6 }, no_remat(&ctx));
         rank!(
             if category == Category::SingleLargeAllocation {
                 1.5
@@ -281,10 +297,24 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(3.0, model_state_at_load(&ctx));
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
+        for c in full_device(&ctx) {
+            let prior = if c.cause == CauseKind::BatchTooLarge {
+                0.9
+            } else {
+                0.35
+            };
+            add(prior, Some(c));
+        }
+        rank!(1.2, state_heavy_program(&ctx));
         if category != Category::Arguments {
             rank!(if args_heavy { 2.0 } else { 0.2 }, arguments_exceed(&ctx));
         }
-        rank!(0.05, device_too_small(&ctx));
+        // Twice the device or more: no batch tweak closes that; the program needs more memory.
+        let far_over = ctx
+            .used
+            .zip(ctx.limit)
+            .is_some_and(|(u, l)| u >= l.saturating_mul(2));
+        rank!(if far_over { 1.9 } else { 0.05 }, device_too_small(&ctx));
     }
     causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cause.cmp(&b.1.cause)));
     let mut seen = Vec::new();
@@ -1045,7 +1075,10 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     if !matches!(
         ctx.category,
-        Category::Aggregate | Category::SingleLargeAllocation
+        Category::Aggregate
+            | Category::SingleLargeAllocation
+            | Category::RuntimeAllocation
+            | Category::Unknown
     ) {
         return None;
     }
@@ -1061,7 +1094,12 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
                 .as_deref()
                 .is_some_and(|o| o.contains("transpose(") || o.contains("backward"))
         });
+    // Evidence: forward values in the listing, or (without a listing) the compiler's own
+    // rematerialization falling short of the limit.
     if !training && !e.allocations.is_empty() {
+        return None;
+    }
+    if e.allocations.is_empty() && e.remat.is_none() {
         return None;
     }
     let evidence = if saved > 0 {
@@ -1184,15 +1222,18 @@ fn other_process(ctx: &Ctx<'_>) -> Option<Cause> {
     if e.phase != Phase::Runtime {
         return None;
     }
-    let (req, free) = (e.requested_bytes?, e.free_bytes?);
-    if free >= req {
+    // Evidence that memory is held outside this program: the allocator's own in-use figure
+    // plus what is free falls well short of its limit, or the text says another process holds
+    // the device. Little free memory alone is just a full device.
+    let (l, used, free) = (e.limit_bytes?, e.used_bytes?, e.free_bytes?);
+    let held = l.saturating_sub(used).saturating_sub(free);
+    if (held as f64) < l as f64 * 0.1 {
         return None;
     }
-    let held = e.limit_bytes.map(|l| l.saturating_sub(free));
     Some(ctx.cause(
         CauseKind::OtherProcess,
-        Some(req - free),
-        format!("only {} was free when {} was needed{}", fmt(free), fmt(req), held.map(|h| format!("; {} was held", fmt(h))).unwrap_or_default()),
+        Some(held),
+        format!("the limit is {} but this allocator holds {} and {} is free: {} is held outside it (another process, arrays of an earlier run, a second allocator)", fmt(l), fmt(used), fmt(free), fmt(held)),
         vec![
             if ctx.ptxla {
                 "Find what holds the memory: device tensors from earlier steps still referenced (loss history, metrics; move them to the CPU with .item()/.cpu() and del them), a second process on the same chips (tpu-info, lsof /dev/accel* or /dev/vfio), or another compiled graph (an eval step) loaded beside the training step.".into()
@@ -1203,6 +1244,57 @@ fn other_process(ctx: &Ctx<'_>) -> Option<Cause> {
         ],
         Vec::new(),
     ))
+}
+
+/// A runtime failure on a device that is simply full (little free, not split into pieces, no
+/// sign of growth or of another holder): the per-step working set or the model state does not
+/// fit. The figures cannot tell which; the stage or a dump can.
+fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime
+        || !matches!(
+            ctx.category,
+            Category::RuntimeAllocation | Category::Unknown | Category::SingleLargeAllocation
+        )
+        || matches!(
+            e.stage,
+            Some(Stage::Init | Stage::Restore | Stage::Generation)
+        )
+        || e.memory_space == Some(MemorySpace::Host)
+    {
+        return Vec::new();
+    }
+    let request = e
+        .requested_bytes
+        .map(|r| format!(" for {}", fmt(r)))
+        .unwrap_or_default();
+    let free = e
+        .free_bytes
+        .map(|f| format!(" with {} free", fmt(f)))
+        .unwrap_or_default();
+    let mut out = vec![ctx.cause(
+        CauseKind::BatchTooLarge,
+        None,
+        format!("the device ran out at run time{request}{free}: what a step holds (activations of the batch, gradients, temporaries) on top of the model state filled it; the batch is the knob that scales it"),
+        vec![
+            "Halve the per-device batch (or the sequence length); keep the global batch with gradient accumulation over micro-batches.".into(),
+            "Then rematerialize activations (jax.checkpoint / torch_xla checkpoint) and compute in bf16 if the batch must stay.".into(),
+        ],
+        ctx.snippets(
+            "optimizer = optax.MultiSteps(optax.adamw(lr), every_k_schedule=2)  # 2 micro-batches per update",
+            "for i, (x, y) in enumerate(loader):  # loader yields half batches\n    (loss_fn(model(x), y) / 2).backward()\n    if (i + 1) % 2 == 0:\n        optimizer.step(); optimizer.zero_grad()\n    xm.mark_step()",
+        ),
+    )];
+    out.push(ctx.cause(
+        CauseKind::DeviceTooSmall,
+        None,
+        "if a batch of 1 still fails, the model's parameters and optimizer state alone do not fit this device".into(),
+        vec![
+            "Shard parameters and optimizer state over the devices (FSDP / ZeRO), keep them in bf16, or use a device with more memory.".into(),
+        ],
+        Vec::new(),
+    ));
+    out
 }
 
 fn preallocation(ctx: &Ctx<'_>) -> Option<Cause> {
@@ -1393,6 +1485,35 @@ fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
         None,
         evidence,
         actions,
+        Vec::new(),
+    ))
+}
+
+/// A program whose stated parameters and outputs are most of its total allocation (XLA:GPU's
+/// BufferAssignment stats): its state, not its temporaries, is what does not fit.
+fn state_heavy_program(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let total = ctx.used?;
+    let state = e.arguments_bytes?.saturating_add(
+        e.output_bytes
+            .unwrap_or(0)
+            .saturating_sub(e.output_aliased_bytes.unwrap_or(0)),
+    );
+    if (state as f64) < total as f64 * 0.5 || ctx.category == Category::Arguments {
+        return None;
+    }
+    let fits = chips::tpus_that_fit(total);
+    Some(ctx.cause(
+        CauseKind::DeviceTooSmall,
+        None,
+        format!("parameters and outputs take {} of the program's {} ({}): what it must hold, not what it computes, fills the device", fmt(state), fmt(total), pct(state, total)),
+        vec![
+            "Run on a device with more memory, or shard the inputs/outputs over several devices.".into(),
+            "If the outputs are large results (predictions, structures), produce them in chunks and move each to the host.".into(),
+        ]
+        .into_iter()
+        .chain(fits.first().map(|f| format!("On TPU, one device of {f} holds it.")))
+        .collect(),
         Vec::new(),
     ))
 }
