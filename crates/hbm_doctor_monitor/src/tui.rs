@@ -369,6 +369,8 @@ pub fn run(mut monitor: Monitor, interval: Duration) -> anyhow::Result<()> {
         }
     });
     let mut terminal = ratatui::try_init()?;
+    let done = Arc::new(AtomicBool::new(false));
+    let watchdog = spawn_watchdog(Arc::clone(&stop), Arc::clone(&done));
     let result = (|| -> anyhow::Result<()> {
         loop {
             while let Ok((s, notes)) = rx.try_recv() {
@@ -403,11 +405,48 @@ pub fn run(mut monitor: Monitor, interval: Duration) -> anyhow::Result<()> {
             }
         }
     })();
-    ratatui::restore();
+    if !terminal_gone() {
+        ratatui::restore();
+    }
     stop.store(true, Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
     drop(rx);
     let _ = sampler.join();
+    let _ = watchdog.join();
     result
+}
+
+/// Whether the terminal has hung up (the SSH session dropped, the tmux pane was killed): the
+/// kernel then fails every terminal ioctl on it, so it no longer reads as a terminal.
+fn terminal_gone() -> bool {
+    use std::io::IsTerminal;
+    !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal()
+}
+
+/// Watches for a hung-up terminal and for a stop request the UI thread does not honour in time
+/// (a terminal library spinning on a dead tty): it then restores what it can and exits, so `top`
+/// never outlives its terminal or ignores SIGTERM.
+fn spawn_watchdog(stop: Arc<AtomicBool>, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut since: Option<std::time::Instant> = None;
+        while !done.load(Ordering::Relaxed) {
+            if terminal_gone() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            if stop.load(Ordering::Relaxed) {
+                let t = *since.get_or_insert_with(std::time::Instant::now);
+                let grace = if terminal_gone() { 300 } else { 1500 };
+                if t.elapsed() > Duration::from_millis(grace) {
+                    // A dead terminal has nothing to restore (and writing to it fails).
+                    if !terminal_gone() {
+                        ratatui::restore();
+                    }
+                    std::process::exit(0);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
 }
 
 #[cfg(test)]

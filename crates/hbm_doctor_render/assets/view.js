@@ -186,6 +186,11 @@
         var s = el('span', 'save', 'saves ~' + fmt(c.savings_bytes)); s.dataset.bytes = c.savings_bytes; li.appendChild(s);
       }
       li.appendChild(document.createTextNode(': ' + (c.evidence || '')));
+      if (c.what_if) {
+        var w = c.what_if;
+        li.appendChild(el('div', 'hint', 'what if: peak ' + fmt(w.peak_before_bytes) + ' → ' + fmt(w.peak_bytes) +
+          ' (' + w.buffers + ' buffers changed)' + (w.fits === true ? ', fits' : w.fits === false ? ', still does not fit' : '')));
+      }
       if (c.actions && c.actions.length) {
         var ul = el('ul');
         c.actions.forEach(function (a) { ul.appendChild(el('li', null, a)); });
@@ -212,6 +217,21 @@
     var v = el('p', 'verdict' + (d.fits === false ? ' bad' : d.fits === true ? ' ok' : ''), d.summary || '');
     v.id = 'verdict';
     box.appendChild(v);
+    var ledger = d.ledger || [];
+    if (ledger.length && !DIFF) {
+      var lt = el('table', 'ledger'); lt.id = 'ledger';
+      lt.innerHTML = '<thead><tr><th>ledger</th><th class="num">bytes</th><th>what</th></tr></thead>';
+      var lb = el('tbody');
+      ledger.forEach(function (l) {
+        var tr = el('tr');
+        tr.appendChild(el('td', null, l.part));
+        var td = el('td', 'num', fmt(l.bytes)); td.dataset.bytes = l.bytes; tr.appendChild(td);
+        tr.appendChild(el('td', 'hint', l.note));
+        lb.appendChild(tr);
+      });
+      lt.appendChild(lb);
+      box.appendChild(lt);
+    }
     var causes = d.causes || [];
     if (!causes.length) box.appendChild(el('p', 'hint', 'No known waste found: the detectors (replication, debug prints, donation, padding, precision, remat, batch size) did not fire.'));
     else box.appendChild(causeList(causes));
