@@ -828,10 +828,44 @@ fn batch_too_large(
     if bytes * 10 < s.peak_bytes * 3 || over == Some(0) {
         return Vec::new();
     }
+    let batch_buffers: Vec<&BufferAtPeak> = s
+        .largest_buffers
+        .iter()
+        .chain(&s.buffers_at_peak)
+        .filter(|b| {
+            b.kind == "temp" && dims_of(b).is_some_and(|sh| sh.dims.len() >= 2 && sh.dims[0] == bsz)
+        })
+        .collect();
+    let scaled = |nb: u64| -> Vec<(String, u32)> {
+        let keep = (nb.min(bsz) * 1000 / bsz.max(1)) as u32;
+        batch_buffers
+            .iter()
+            .map(|b| (b.name.clone(), keep))
+            .collect()
+    };
+    // The largest batch whose recomputed peak fits, by bisection over the what-if.
+    let fitting = opts.budget_bytes.and_then(|budget| {
+        let fits = |nb: u64| {
+            crate::whatif::apply(s, "batch", &scaled(nb), Some(budget)).total_bytes <= budget
+        };
+        if !fits(1) {
+            return None;
+        }
+        let (mut lo, mut hi) = (1, bsz);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Some(lo)
+    });
     let (savings, action, new_batch) = match over {
         Some(need) if need < bytes => {
             let keep = 1.0 - need as f64 / bytes as f64;
-            let mut nb = ((bsz as f64 * keep).floor() as u64).max(1);
+            let mut nb = fitting.unwrap_or_else(|| ((bsz as f64 * keep).floor() as u64).max(1));
             if nb >= 8 {
                 nb -= nb % 8;
             }
@@ -846,16 +880,7 @@ fn batch_too_large(
         format!("temporaries with leading dimension {bsz} (the batch of the inputs) take {} at the peak ({} of it)", format_size(bytes), pct(bytes, s.peak_bytes)),
         vec![action, "use gradient accumulation (optax.MultiSteps) to keep the effective batch".into()],
     );
-    let keep = (new_batch.min(bsz) * 1000 / bsz.max(1)) as u32;
-    c.changes = s
-        .largest_buffers
-        .iter()
-        .chain(&s.buffers_at_peak)
-        .filter(|b| {
-            b.kind == "temp" && dims_of(b).is_some_and(|sh| sh.dims.len() >= 2 && sh.dims[0] == bsz)
-        })
-        .map(|b| (b.name.clone(), keep))
-        .collect();
+    c.changes = scaled(new_batch);
     vec![c]
 }
 

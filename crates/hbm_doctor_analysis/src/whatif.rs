@@ -51,13 +51,52 @@ pub fn apply(
     } else {
         let len = s.timeline.len();
         let mut tl: Vec<i128> = s.timeline.iter().map(|&b| i128::from(b)).collect();
-        for (b, cut) in &cuts {
-            let (start, end) = match (b.kind.as_str(), b.live) {
-                ("temp", Some(live)) => slot_span(s, b, live),
-                _ => (0, len - 1),
-            };
+        let mut lower = |start: usize, end: usize, by: i128| {
             for v in tl.iter_mut().take(end.min(len - 1) + 1).skip(start) {
-                *v -= i128::from(*cut);
+                *v -= by;
+            }
+        };
+        // Temps are cut by slot: the values of one allocation and size (the slots a loop
+        // carries, or one slot reused) give back, at each time, the changed bytes of as many
+        // values as are live then, up to the number changed.
+        let mut groups: Vec<((u64, u64), u64, usize)> = Vec::new(); // (key, cut, changed)
+        for (b, cut) in &cuts {
+            match (b.kind.as_str(), b.live, b.allocation) {
+                ("temp", Some(_), Some(a)) => {
+                    let key = (a, b.size_bytes);
+                    match groups.iter_mut().find(|g| g.0 == key) {
+                        Some(g) => {
+                            g.1 = g.1.max(*cut);
+                            g.2 += 1;
+                        }
+                        None => groups.push((key, *cut, 1)),
+                    }
+                }
+                ("temp", Some((st, en)), None) => lower(st as usize, en as usize, i128::from(*cut)),
+                _ => lower(0, len - 1, i128::from(*cut)),
+            }
+        }
+        for ((alloc, size), cut, changed) in groups {
+            let mut names: Vec<&str> = Vec::new();
+            let mut count = vec![0i64; len + 1];
+            for o in s.largest_buffers.iter().chain(&s.buffers_at_peak) {
+                if o.kind != "temp" || o.allocation != Some(alloc) || o.size_bytes != size {
+                    continue;
+                }
+                if names.contains(&o.name.as_str()) {
+                    continue;
+                }
+                names.push(&o.name);
+                if let Some((st, en)) = o.live {
+                    count[(st as usize).min(len)] += 1;
+                    count[(en as usize + 1).min(len)] -= 1;
+                }
+            }
+            let mut live = 0i64;
+            for (t, v) in tl.iter_mut().enumerate() {
+                live += count[t];
+                let n = (live.max(0) as usize).min(changed);
+                *v -= i128::from(cut) * n as i128;
             }
         }
         tl.into_iter().max().unwrap_or(0).max(0) as u64
@@ -137,22 +176,4 @@ pub fn generic(s: &SpaceReport, name: &str) -> Option<Vec<(String, u32)>> {
         );
     }
     None
-}
-
-/// The span of the slot a temp value occupies: the value's own live range, widened by the other
-/// values of the same allocation and size (a loop's carried buffer is one slot for the values
-/// before, inside and after the loop: removing the value removes the slot).
-fn slot_span(s: &SpaceReport, b: &BufferAtPeak, live: (u64, u64)) -> (usize, usize) {
-    let (mut start, mut end) = live;
-    if let Some(a) = b.allocation {
-        for o in s.largest_buffers.iter().chain(&s.buffers_at_peak) {
-            if o.kind == "temp" && o.allocation == Some(a) && o.size_bytes == b.size_bytes {
-                if let Some((st, en)) = o.live {
-                    start = start.min(st);
-                    end = end.max(en);
-                }
-            }
-        }
-    }
-    (start as usize, end as usize)
 }
