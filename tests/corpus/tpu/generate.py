@@ -60,6 +60,7 @@ ACCELERATOR_TYPE = {
     "v6e:2x2": "v6e-4",
     "v4:2x2x1": "v4-8",
     "v5p:2x2x1": "v5p-8",
+    "v5e:4x4": "v5litepod-16",
 }
 
 GiB = 1 << 30
@@ -72,9 +73,13 @@ MiB = 1 << 20
 CASES = {}
 
 
-def case(name, topology, purpose, expect, dump=False, compiler_options=None, env=None):
+def case(name, topology, purpose, expect, dump=False, compiler_options=None, env=None, label=None):
     """Register a case. expect: 'fit', 'oom', or 'oom_suppressed' (compiles only because
     --xla_tpu_no_crash_on_oom suppressed the OOM) -- what the case is meant to show.
+
+    label: the expected diagnosis (written into meta.json "label", see label_for()):
+    dict(category=..., causes=[first, alternatives...], category_also=[...], fixed=<twin case>,
+    basis=<text, when there is no fixed twin>). Cases that fit get category "none" by default.
 
     The decorated builder runs in the worker: builder(mesh) -> (fn, args, jit_kwargs).
     """
@@ -88,6 +93,7 @@ def case(name, topology, purpose, expect, dump=False, compiler_options=None, env
             dump=dump,
             compiler_options=compiler_options or {},
             env=env or {},
+            label=label,
             builder=builder,
         )
         return builder
@@ -644,6 +650,265 @@ def _terabyte_no_crash_v5e(mesh):
     return _terabyte_builder(mesh)
 
 
+# ---- 13. broken/fixed pairs for "diagnosis that is right" -------------------------------------
+#
+# Each pair is one program as an ML engineer writes it, compiled twice: the broken version fails
+# to compile (RESOURCE_EXHAUSTED), the fixed twin changes exactly the first cause of the label and
+# compiles. Both are dumped. Registered by pair(): <base>_<gen> and <base>_fixed_<gen>.
+
+
+def pair(base, gen, topology, purpose, fixed_purpose, label, build, broken_kw, fixed_kw,
+         env=None, fixed_env=None, fixed_topology=None, fixed_gen=None):
+    broken = f"{base}_{gen}"
+    fixed = f"{base}_fixed_{fixed_gen or gen}"
+    lab = dict(label)
+    lab["fixed"] = fixed
+    case(broken, topology, purpose, expect="oom", dump=True, env=env, label=lab)(
+        lambda mesh: build(mesh, **broken_kw))
+    case(fixed, fixed_topology or topology, fixed_purpose, expect="fit", dump=True, env=fixed_env,
+         label={"twin_of": broken})(lambda mesh: build(mesh, **fixed_kw))
+
+
+def _tm(f, *trees):
+    import jax
+
+    return jax.tree_util.tree_map(f, *trees)
+
+
+def adam_update(params, grads, opt_state, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+    """optax.adam written out: opt_state = {"count", "mu", "nu"} with mu/nu shaped like params."""
+    jax, jnp, NamedSharding, P = _jax()
+    count = opt_state["count"] + 1
+    mu = _tm(lambda m, g: b1 * m + (1 - b1) * g, opt_state["mu"], grads)
+    nu = _tm(lambda v, g: b2 * v + (1 - b2) * g * g, opt_state["nu"], grads)
+    c = count.astype(jnp.float32)
+    new = _tm(lambda p, m, v: p - lr * (m / (1 - b1 ** c)) / (jnp.sqrt(v / (1 - b2 ** c)) + eps),
+              params, mu, nu)
+    return new, {"count": count, "mu": mu, "nu": nu}
+
+
+def _shardings(tree):
+    return _tm(lambda a: a.sharding, tree)
+
+
+def _adam_mlp_builder(mesh, layers, width, batch, param_spec, state_spec, donate=True):
+    """Data-parallel MLP regression trained with Adam. params/opt_state are optax-style pytrees;
+    in_shardings = out_shardings (what the user asked for), params and state donated."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def train_step(params, opt_state, batch):
+        def loss_fn(params):
+            h = batch["x"]
+            for i in range(layers):
+                h = jnp.tanh(h @ params[f"layer_{i}"]["w"])
+            return jnp.mean((h - batch["y"]) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    params = {f"layer_{i}": {"w": sds((width, width), jnp.float32, mesh, param_spec)} for i in range(layers)}
+    opt_state = {
+        "count": sds((), jnp.int32, mesh, P()),
+        "mu": {k: {"w": sds((width, width), jnp.float32, mesh, state_spec)} for k in params},
+        "nu": {k: {"w": sds((width, width), jnp.float32, mesh, state_spec)} for k in params},
+    }
+    batch_ = {"x": sds((batch, width), jnp.float32, mesh, P("d")),
+              "y": sds((batch, width), jnp.float32, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P()))}
+    if donate:
+        kw["donate_argnums"] = (0, 1)
+    return train_step, (params, opt_state, batch_), kw
+
+
+def _P(*a):
+    from jax.sharding import PartitionSpec
+
+    return PartitionSpec(*a)
+
+
+# 13.1 optimizer state replicated under data parallelism -> ZeRO-1 / FSDP
+
+
+def _adam(mesh, layers, width, batch, params, state):
+    return _adam_mlp_builder(mesh, layers, width, batch, _P(*params), _P(*state))
+
+
+pair(
+    "adam_replicated", "v5e", "v5e:2x2",
+    "Data-parallel MLP (5 x f32[16384,16384] = 5 GiB of params) trained with optax-style Adam, params "
+    "and opt_state (mu, nu) replicated P() and donated: 15 GiB of arguments per device plus the "
+    "gradients exceed HBM.",
+    "Fixed variant of adam_replicated_v5e: ZeRO-1, opt_state mu/nu sharded P('d', None) (1 GiB each "
+    "per device), params still replicated; fits.",
+    dict(category="arguments", category_also=["aggregate"],
+         causes=["optimizer_state_unsharded", "replicated_tensor", "arguments_exceed"]),
+    _adam, dict(layers=5, width=16384, batch=4 * 1024, params=(), state=()),
+    dict(layers=5, width=16384, batch=4 * 1024, params=(), state=("d", None)),
+)
+
+
+
+pair(
+    "adam_replicated", "v6e", "v6e:2x2",
+    "Data-parallel MLP (4 x f32[24576,24576] = 9 GiB of params) trained with optax-style Adam on v6e, "
+    "params and opt_state replicated P() and donated: 27 GiB of arguments per device plus gradients "
+    "exceed 31.25G.",
+    "Fixed variant of adam_replicated_v6e: FSDP, params and opt_state all sharded P('d', None); fits.",
+    dict(category="arguments", category_also=["aggregate"],
+         causes=["optimizer_state_unsharded", "replicated_tensor", "arguments_exceed"]),
+    _adam, dict(layers=4, width=24576, batch=4 * 1024, params=(), state=()),
+    dict(layers=4, width=24576, batch=4 * 1024, params=("d", None), state=("d", None)),
+)
+
+pair(
+    "adam_replicated", "v4", "v4:2x2x1",
+    "Data-parallel MLP (6 x f32[16384,16384] = 6 GiB of params) with optax-style Adam on v4 (8 devices, "
+    "15.25G each), params + mu + nu replicated: the arguments alone (18 GiB) exceed HBM.",
+    "Fixed variant of adam_replicated_v4: ZeRO-1, mu/nu sharded P('d', None) over the 8 devices "
+    "(0.75 GiB each per device); fits.",
+    dict(category="arguments", causes=["optimizer_state_unsharded", "arguments_exceed", "replicated_tensor"]),
+    _adam, dict(layers=6, width=16384, batch=8 * 512, params=(), state=()),
+    dict(layers=6, width=16384, batch=8 * 512, params=(), state=("d", None)),
+)
+
+
+# 13.2 the batch is not sharded: the data input replicated P() instead of P('d')
+
+
+def _dp_mlp_builder(mesh, layers, width, batch, batch_spec, dtype="float32", per_device_batch=None,
+                    micro=1):
+    """Data-parallel MLP classifier-ish training step: params (dict) replicated, batch sharded or not.
+    micro > 1: gradient accumulation over `micro` micro-batches with lax.scan (same global batch)."""
+    jax, jnp, NamedSharding, P = _jax()
+    dt = jnp.dtype(dtype)
+
+    def loss_fn(params, x):
+        h = x
+        for i in range(layers):
+            h = jnp.tanh(h @ params[f"dense_{i}"]["kernel"])
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    def train_step(params, batch):
+        x = batch["inputs"]
+        if micro == 1:
+            loss, grads = jax.value_and_grad(loss_fn)(params, x)
+        else:
+            xs = x.reshape(micro, x.shape[0] // micro, *x.shape[1:])
+            xs = jax.lax.with_sharding_constraint(xs, NamedSharding(mesh, P(None, "d")))
+
+            def acc(carry, xm):
+                l, g = jax.value_and_grad(loss_fn)(params, xm)
+                return _tm(jnp.add, carry, (l, g)), None
+
+            zero = (jnp.zeros((), jnp.float32), _tm(jnp.zeros_like, params))
+            (loss, grads), _ = jax.lax.scan(acc, zero, xs)
+            loss, grads = loss / micro, _tm(lambda g: g / micro, grads)
+        new = _tm(lambda p, g: p - 0.01 * g, params, grads)
+        return new, loss
+
+    params = {f"dense_{i}": {"kernel": sds((width, width), dt, mesh, P())} for i in range(layers)}
+    batch_ = {"inputs": sds((batch, width), dt, mesh, _P(*batch_spec))}
+    return train_step, (params, batch_), {"donate_argnums": (0,)}
+
+
+pair(
+    "batch_replicated", "v5e", "v5e:2x2",
+    "Data-parallel MLP training step (8 x f32[4096,4096] replicated, global batch 196608) where the "
+    "batch is passed replicated P() instead of P('d'): every device computes the whole global batch, "
+    "and its activations exceed HBM.",
+    "Fixed variant of batch_replicated_v5e: the batch sharded P('d') (49152 rows per device); fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=4096, batch=196608, batch_spec=()),
+    dict(layers=8, width=4096, batch=196608, batch_spec=("d",)),
+)
+
+pair(
+    "batch_replicated", "v4", "v4:2x2x1",
+    "The same unsharded-batch mistake on v4 (8 devices): bf16 MLP (8 x bf16[8192,8192]), global batch "
+    "196608 passed replicated P(): all 196608 rows on every device.",
+    "Fixed variant of batch_replicated_v4: the batch sharded P('d') (24576 rows per device); fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=8192, batch=196608, batch_spec=(), dtype="bfloat16"),
+    dict(layers=8, width=8192, batch=196608, batch_spec=("d",), dtype="bfloat16"),
+)
+
+
+# 13.3 lax.scan over stacked layer params without remat -> jax.checkpoint in the scan body
+
+
+def _scan_layers_builder(mesh, n_layers, width, ffn, batch, dtype, remat):
+    jax, jnp, NamedSharding, P = _jax()
+    dt = jnp.dtype(dtype)
+
+    def block(h, layer):
+        u = jax.nn.gelu(h @ layer["w_in"])
+        return h + u @ layer["w_out"], None
+
+    if remat:
+        block = jax.checkpoint(block)
+
+    def loss_fn(params, x):
+        h, _ = jax.lax.scan(block, x, params["layers"])
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    def train_step(params, x):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x)
+        return _tm(lambda p, g: p - 0.01 * g, params, grads), loss
+
+    params = {"layers": {"w_in": sds((n_layers, width, ffn), dt, mesh, P()),
+                         "w_out": sds((n_layers, ffn, width), dt, mesh, P())}}
+    x = sds((batch, width), dt, mesh, P("d"))
+    return train_step, (params, x), {"donate_argnums": (0,)}
+
+
+pair(
+    "scan_no_remat", "v5e", "v5e:2x2",
+    "48 residual MLP blocks scanned with lax.scan over stacked params (f32[48,1024,4096] x 2, the "
+    "leading dim is the layer count), batch 4096 rows per device, no jax.checkpoint: every layer's "
+    "activations are stacked for the backward pass ([48,4096,4096] f32) and exceed HBM.",
+    "Fixed variant of scan_no_remat_v5e: the scanned block wrapped in jax.checkpoint; fits.",
+    dict(category="aggregate", category_also=["single_large_allocation"],
+         causes=["no_remat", "batch_too_large", "f32_precision"]),
+    _scan_layers_builder, dict(n_layers=48, width=1024, ffn=4096, batch=4 * 4096, dtype="float32", remat=False),
+    dict(n_layers=48, width=1024, ffn=4096, batch=4 * 4096, dtype="float32", remat=True),
+)
+
+pair(
+    "scan_no_remat", "v5p", "v5p:2x2x1",
+    "64 residual MLP blocks (bf16[64,4096,16384] x 2 = 16 GiB of stacked params) under lax.scan "
+    "without jax.checkpoint on v5p, 8192 rows per device: the saved activations exceed 95.74G.",
+    "Fixed variant of scan_no_remat_v5p: jax.checkpoint on the scanned block; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _scan_layers_builder, dict(n_layers=64, width=4096, ffn=16384, batch=4 * 8192, dtype="bfloat16", remat=False),
+    dict(n_layers=64, width=4096, ffn=16384, batch=4 * 8192, dtype="bfloat16", remat=True),
+)
+
+
+# 13.4 f32 where bf16 fits
+
+
+pair(
+    "f32_params", "v6e", "v6e:2x2",
+    "Data-parallel MLP training step entirely in f32 (8 x f32[16384,16384] replicated, 65536 rows per "
+    "device) on v6e: f32 params, gradients and activations exceed 31.25G.",
+    "Fixed variant of f32_params_v6e: the same model, params and inputs in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=16384, batch=4 * 65536, batch_spec=("d",), dtype="float32"),
+    dict(layers=8, width=16384, batch=4 * 65536, batch_spec=("d",), dtype="bfloat16"),
+)
+
+pair(
+    "f32_params", "v4", "v4:2x2x1",
+    "Scanned residual MLP (24 blocks, f32[24,2048,8192] x 2, 65536 rows per device) with jax.checkpoint, all in f32 on v4: "
+    "params, gradients and the checkpointed carries in f32 exceed 15.25G.",
+    "Fixed variant of f32_params_v4: params and inputs in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "batch_too_large"]),
+    _scan_layers_builder, dict(n_layers=24, width=2048, ffn=8192, batch=8 * 65536, dtype="float32", remat=True),
+    dict(n_layers=24, width=2048, ffn=8192, batch=8 * 65536, dtype="bfloat16", remat=True),
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
@@ -920,6 +1185,7 @@ def run_case(name, python):
         "case": name,
         "purpose": spec["purpose"],
         "expect": spec["expect"],
+        "label": None,
         "shows_expected": shows,
         "topology": spec["topology"],
         "tpu_accelerator_type": ACCELERATOR_TYPE[spec["topology"]],
@@ -944,7 +1210,98 @@ def run_case(name, python):
     with open(os.path.join(out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")
+    # the label's basis is measured from meta.json files: this case's and its twin's
+    twins = [n for n, c in CASES.items() if n == name or (c.get("label") or {}).get("fixed") == name
+             or (CASES[name].get("label") or {}).get("fixed") == n or (c.get("label") or {}).get("twin_of") == name]
+    relabel(twins)
+    with open(os.path.join(out, "meta.json")) as f:
+        meta = json.load(f)
     return meta
+
+
+def _gib(b):
+    return "%.2f GiB" % (b / GiB)
+
+
+def label_for(name):
+    """The expected diagnosis for meta.json "label": from the case's label (or, for a case that
+    fits, category "none"); the basis is measured from the fixed twin's meta.json when there is one."""
+    spec = CASES[name]
+    lab = dict(spec.get("label") or {})
+    if spec["expect"] == "fit":
+        lab.setdefault("category", "none")
+        lab.setdefault("causes", [])
+    if not lab:
+        return None
+    out = {"category": lab["category"], "category_also": list(lab.get("category_also", [])),
+           "causes": list(lab.get("causes", []))}
+    fixed = lab.get("fixed")
+    if fixed:
+        out["fixed"] = fixed
+    basis = lab.get("basis")
+
+    def load(n):
+        mp = os.path.join(HERE, n, "meta.json")
+        if os.path.exists(mp):
+            with open(mp) as fh:
+                return json.load(fh)
+        return None
+
+    me = load(name)
+    if fixed:
+        fm = load(fixed)
+        if fm and fm.get("compiled") and fm.get("memory_analysis") and me:
+            f = me.get("figures", {})
+            if "used" in f:
+                broken = f"used {f['used']} of {f['limit']} (figures)"
+            elif "scoped_size" in f:
+                broken = f"scoped {f['scoped_size']} of {f['scoped_limit']} (figures)"
+            elif "allocation_size_bytes" in f:
+                broken = f"allocation {f['allocation_size_bytes']} B of {f['allocation_memory_bytes']} B (figures)"
+            else:
+                broken = "no compile"
+            ma = fm["memory_analysis"]
+            measured = (f"measured: {fixed} compiles ({fm['topology']}), peak {_gib(ma['peak_memory_in_bytes'])} "
+                        f"(args {_gib(ma['argument_size_in_bytes'])}) vs {broken} for {name} "
+                        f"(from meta.json memory_analysis)")
+            basis = measured + ("; " + basis if basis else "")
+        elif not basis:
+            basis = f"measured: {fixed} (not generated yet)"
+    elif spec["expect"] == "fit" and me and me.get("memory_analysis"):
+        ma = me["memory_analysis"]
+        twin = lab.get("twin_of")
+        basis = (f"measured: compiles, peak {_gib(ma['peak_memory_in_bytes'])} (from meta.json memory_analysis)"
+                 + (f"; fixed twin of {twin}" if twin else ""))
+    out["basis"] = basis or ""
+    return out
+
+
+def relabel(names):
+    """Rewrite only the "label" field of existing meta.json files (placed after "expect")."""
+    changed = 0
+    for n in names:
+        mp = os.path.join(HERE, n, "meta.json")
+        if not os.path.exists(mp):
+            continue
+        with open(mp) as fh:
+            meta = json.load(fh)
+        lab = label_for(n)
+        if meta.get("label") == lab:
+            continue
+        new = {}
+        for k, v in meta.items():
+            if k == "label":
+                continue
+            new[k] = v
+            if k == "expect":
+                new["label"] = lab
+        if "label" not in new:
+            new["label"] = lab
+        with open(mp, "w") as fh:
+            json.dump(new, fh, indent=2)
+            fh.write("\n")
+        changed += 1
+    return changed
 
 
 def headline(meta):
@@ -1014,6 +1371,8 @@ def main():
     ap.add_argument("cases", nargs="*", help="case names (default: all)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--table", action="store_true", help="only rebuild the README table")
+    ap.add_argument("--relabel", action="store_true",
+                    help="only rewrite the \"label\" field of existing meta.json files (all cases, or those named)")
     ap.add_argument("--worker", nargs=2, metavar=("CASE", "OUTDIR"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -1021,6 +1380,9 @@ def main():
         return
     if a.table:
         update_readme_table()
+        return
+    if a.relabel:
+        print(f"relabelled {relabel(a.cases or list(CASES))} meta.json file(s)")
         return
     if a.list:
         for n, s in CASES.items():
