@@ -909,6 +909,175 @@ pair(
 )
 
 
+
+# 13.5 logits [B,S,V] of a large vocabulary in f32 -> chunked loss
+
+
+def _lm_head_builder(mesh, batch, seq, d_model, vocab, chunk=None):
+    """Language-model head + softmax cross-entropy in f32, training step (grads for the final
+    hidden states and the unembedding). chunk: the loss computed over sequence chunks with
+    lax.scan + jax.checkpoint, so only one [B, chunk, V] block of logits is live."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def xent(h, w, labels):
+        logits = (h @ w).astype(jnp.float32)  # [B, S, V]
+        logz = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+        return jnp.sum(logz - picked)
+
+    def loss_fn(hidden, w_unembed, labels):
+        if chunk is None:
+            return xent(hidden, w_unembed, labels) / labels.size
+        n = hidden.shape[1] // chunk
+        hs = hidden.reshape(hidden.shape[0], n, chunk, -1).swapaxes(0, 1)
+        ls = labels.reshape(labels.shape[0], n, chunk).swapaxes(0, 1)
+
+        @jax.checkpoint
+        def body(acc, xs):
+            h, l = xs
+            return acc + xent(h, w_unembed, l), None
+
+        total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), (hs, ls))
+        return total / labels.size
+
+    def lm_loss_step(hidden, w_unembed, labels):
+        return jax.value_and_grad(loss_fn, argnums=(0, 1))(hidden, w_unembed, labels)
+
+    hidden = sds((batch, seq, d_model), jnp.bfloat16, mesh, P("d"))
+    w = sds((d_model, vocab), jnp.bfloat16, mesh, P())
+    labels = sds((batch, seq), jnp.int32, mesh, P("d"))
+    return lm_loss_step, (hidden, w, labels), {}
+
+
+pair(
+    "logits_f32", "v5e", "v5e:2x2",
+    "LM head + cross-entropy in f32 with a 151936-token vocabulary, 12 x 2048 tokens per device: the "
+    "logits f32[12,2048,151936] (13.9 GiB per device) and their gradient exceed HBM.",
+    "Fixed variant of logits_f32_v5e: the loss computed over 256-token chunks of the sequence "
+    "(lax.scan + jax.checkpoint), one f32[12,256,151936] block of logits at a time; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large", "f32_precision"]),
+    _lm_head_builder, dict(batch=4 * 12, seq=2048, d_model=2048, vocab=151936),
+    dict(batch=4 * 12, seq=2048, d_model=2048, vocab=151936, chunk=256),
+)
+
+pair(
+    "logits_f32", "v6e", "v6e:2x2",
+    "LM head + cross-entropy in f32 with a 256000-token vocabulary on v6e, 12 x 2048 tokens per device: "
+    "the logits f32[12,2048,256000] (23.4 GiB per device) and their gradient exceed 31.25G.",
+    "Fixed variant of logits_f32_v6e: the loss over 512-token chunks (lax.scan + jax.checkpoint); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large", "f32_precision"]),
+    _lm_head_builder, dict(batch=4 * 12, seq=2048, d_model=2048, vocab=256000),
+    dict(batch=4 * 12, seq=2048, d_model=2048, vocab=256000, chunk=512),
+)
+
+
+# 13.6 attention scores [B,H,S,S] of long sequences -> blocked (flash-style) attention
+
+
+def _attention_builder(mesh, batch, seq, heads, head_dim, block=None, train=False):
+    """Multi-head self-attention on bf16 q/k/v [B,S,H,D] with f32 softmax. block: queries processed in
+    blocks of `block` rows with lax.map (each block sees all keys; scores [B,H,block,S]),
+    under jax.checkpoint when training."""
+    jax, jnp, NamedSharding, P = _jax()
+    scale = head_dim ** -0.5
+
+    def attend(q, k, v):
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * scale
+        p = jax.nn.softmax(s, axis=-1)
+        return jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v)
+
+    def attention(q, k, v):
+        if block is None:
+            return attend(q, k, v)
+        n = q.shape[1] // block
+        qs = q.reshape(q.shape[0], n, block, *q.shape[2:]).swapaxes(0, 1)
+        f = jax.checkpoint(attend) if train else attend
+        out = jax.lax.map(lambda qb: f(qb, k, v), qs)
+        return out.swapaxes(0, 1).reshape(q.shape)
+
+    if train:
+        def attention_step(q, k, v):
+            return jax.grad(lambda q, k, v: jnp.mean(attention(q, k, v).astype(jnp.float32) ** 2),
+                            argnums=(0, 1, 2))(q, k, v)
+    else:
+        def attention_step(q, k, v):
+            return attention(q, k, v)
+
+    spec = P("d")
+    q, k, v = (sds((batch, seq, heads, head_dim), jnp.bfloat16, mesh, spec) for _ in range(3))
+    return attention_step, (q, k, v), {}
+
+
+pair(
+    "attention_scores", "v5e", "v5e:2x2",
+    "Self-attention prefill on a 32768-token sequence (1 sequence per device, 8 heads): the attention "
+    "probabilities bf16[1,8,32768,32768] (16 GiB per device; the f32 scores are fused into the softmax) exceed HBM.",
+    "Fixed variant of attention_scores_v5e: queries in blocks of 1024 (lax.map, flash-style "
+    "blocking; scores [1,8,1024,32768] per block); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _attention_builder, dict(batch=4, seq=32768, heads=8, head_dim=128),
+    dict(batch=4, seq=32768, heads=8, head_dim=128, block=1024),
+)
+
+pair(
+    "attention_scores", "v5p", "v5p:2x2x1",
+    "Self-attention forward+backward on 8192-token sequences on v5p (8 sequences per device, 32 heads): "
+    "the [8,32,8192,8192] attention probabilities and their gradients (32 GiB each in bf16) exceed 95.74G.",
+    "Fixed variant of attention_scores_v5p: queries in blocks of 1024 under jax.checkpoint (lax.map); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large", "no_remat"]),
+    _attention_builder, dict(batch=32, seq=8192, heads=32, head_dim=128, train=True),
+    dict(batch=32, seq=8192, heads=32, head_dim=128, block=1024, train=True),
+)
+
+
+# 13.7 jax.debug.print / jax.debug.callback of a large array inside a scan
+
+
+def _debug_scan_builder(mesh, rows, cols, steps, mode):
+    """A few steps of an iterative update under lax.scan with a debug print of the whole state in
+    the body (mode 'print' or 'callback'); 'norm' prints only a scalar (the fix)."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def body(x, _):
+        x = x - 0.1 * jnp.tanh(x)
+        if mode == "print":
+            jax.debug.print("x = {x}", x=x)
+        elif mode == "callback":
+            jax.debug.callback(lambda a: None, x)
+        else:
+            jax.debug.print("|x| = {n}", n=jnp.linalg.norm(x))
+        return x, None
+
+    def relax(x):
+        x, _ = jax.lax.scan(body, x, None, length=steps)
+        return x
+
+    x = sds((rows, cols), jnp.float32, mesh, P("d"))
+    return relax, (x,), {"donate_argnums": (0,)}
+
+
+pair(
+    "debug_print_scan", "v5e", "v5e:2x2",
+    "jax.debug.print of the whole state inside a lax.scan body (state f32[131072,32768], 4 GiB per "
+    "device, 16 GiB global): each step gathers the global array onto the device.",
+    "Fixed variant of debug_print_scan_v5e: the body prints only the norm of the state; fits.",
+    dict(category="single_large_allocation", causes=["debug_print"]),
+    _debug_scan_builder, dict(rows=131072, cols=32768, steps=4, mode="print"),
+    dict(rows=131072, cols=32768, steps=4, mode="norm"),
+)
+
+pair(
+    "debug_callback_scan", "v6e", "v6e:2x2",
+    "jax.debug.callback on the whole state inside a lax.scan body on v6e (state f32[262144,32768], "
+    "8 GiB per device, 32 GiB global): the callback operand is gathered whole onto the device.",
+    "Fixed variant of debug_callback_scan_v6e: the body prints only the norm of the state; fits.",
+    dict(category="single_large_allocation", causes=["debug_print"]),
+    _debug_scan_builder, dict(rows=262144, cols=32768, steps=4, mode="callback"),
+    dict(rows=262144, cols=32768, steps=4, mode="norm"),
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
