@@ -1078,6 +1078,187 @@ pair(
 )
 
 
+
+# 13.8 padding: small unaligned minor dims -> coordinates-first (permuted) layout
+# (Tried first: per-point 3x3 rotations applied with einsum('nij,nj->ni') to f32[N,3] points; the
+# compiler turned the batched matvec into elementwise code with {0,1:T(4,128)} layouts, no padding,
+# 1.75 GiB peak. Batched matrix-matrix products keep the small dims minor and padded.)
+
+
+def _compose_transforms_builder(mesh, n, coords_first):
+    """Composes homogeneous 4x4 transforms along a kinematic chain of 3 links for N poses."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    if coords_first:
+        def compose(t):  # t: [links, 4, 4, N]
+            def mm(a, b):
+                return (a[:, :, None, :] * b[None, :, :, :]).sum(axis=1)
+
+            out = mm(mm(t[0], t[1]), t[2])
+            return out * 0.5
+
+        t = sds((3, 4, 4, n), jnp.float32, mesh, P(None, None, None, "d"))
+    else:
+        def compose(t):  # t: [N, links, 4, 4]
+            out = jnp.einsum("nij,njk->nik", t[:, 0], t[:, 1])
+            out = jnp.einsum("nij,njk->nik", out, t[:, 2])
+            return out * 0.5
+
+        t = sds((n, 3, 4, 4), jnp.float32, mesh, P("d"))
+    return compose, (t,), {}
+
+
+pair(
+    "padding_transforms", "v5e", "v5e:2x2",
+    "Composing homogeneous 4x4 transforms (f32[N,3,4,4], 4M poses per device, 768 MiB logical) with "
+    "batched einsum('nij,njk->nik'): the [N,4,4] dot outputs are tiled with the 4 padded to 128 "
+    "lanes (32x) and exceed HBM.",
+    "Fixed variant of padding_transforms_v5e: poses-last layout f32[3,4,4,N] and the products written "
+    "elementwise over N; nothing is padded; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["padding"]),
+    _compose_transforms_builder, dict(n=4 * (1 << 22), coords_first=False),
+    dict(n=4 * (1 << 22), coords_first=True),
+)
+
+pair(
+    "padding_transforms", "v6e", "v6e:2x2",
+    "Composing homogeneous 4x4 transforms (f32[N,3,4,4], 8M poses per device, 1.5 GiB logical) with "
+    "batched einsum('nij,njk->nik') on v6e: the [N,4,4] dot outputs are tiled with the 4 padded to "
+    "128 lanes (32x) and exceed 31.25G.",
+    "Fixed variant of padding_transforms_v6e: poses-last layout f32[3,4,4,N] and the products written "
+    "elementwise over N; nothing is padded; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["padding"]),
+    _compose_transforms_builder, dict(n=4 * (1 << 23), coords_first=False),
+    dict(n=4 * (1 << 23), coords_first=True),
+)
+
+
+
+# 13.9 HBM capped by a flag -> no cap
+
+
+pair(
+    "hbm_cap", "v6e", "v6e:2x2",
+    "A bf16 data-parallel MLP training step that needs a few GiB, compiled on v6e with "
+    "LIBTPU_INIT_ARGS=--xla_tpu_max_hbm_size_mib=2048 left over from a debugging session: the cap "
+    "is the limit ('Used ... of 2.00G').",
+    "Fixed variant of hbm_cap_v6e: the same program without the flag; fits.",
+    dict(category="aggregate", causes=["preallocation", "batch_too_large"]),
+    _dp_mlp_builder, dict(layers=8, width=8192, batch=4 * 16384, batch_spec=("d",), dtype="bfloat16"),
+    dict(layers=8, width=8192, batch=4 * 16384, batch_spec=("d",), dtype="bfloat16"),
+    env={"LIBTPU_INIT_ARGS": "--xla_tpu_max_hbm_size_mib=2048"},
+)
+
+
+# 13.10 weights that do not fit this slice -> more chips / a bigger generation
+
+
+def _fsdp_decoder_builder(mesh, n_layers, d_model, ffn, batch, mats=2):
+    """Inference forward of a stack of (Swi)GLU MLP blocks, bf16 weights FSDP-sharded over 'd' on
+    d_model, tokens sharded over 'd'; lax.scan over the stacked layers (leading dim = layer count)."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def block(h, layer):
+        if mats == 3:
+            u = jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])
+        else:
+            u = jax.nn.gelu(h @ layer["w_up"])
+        return h + u @ layer["w_down"], None
+
+    def forward(params, x):
+        h, _ = jax.lax.scan(block, x, params["layers"])
+        return h
+
+    wspec = P(None, "d", None)
+    layers = {"w_up": sds((n_layers, d_model, ffn), jnp.bfloat16, mesh, wspec),
+              "w_down": sds((n_layers, ffn, d_model), jnp.bfloat16, mesh, P(None, None, "d"))}
+    if mats == 3:
+        layers["w_gate"] = sds((n_layers, d_model, ffn), jnp.bfloat16, mesh, wspec)
+    x = sds((batch, d_model), jnp.bfloat16, mesh, P("d"))
+    return forward, ({"layers": layers}, x), {}
+
+
+pair(
+    "weights_too_big", "v5e", "v5e:2x2",
+    "Inference forward of 80 MLP blocks (bf16[80,8192,32768] x 2 = 80 GiB of weights), FSDP-sharded "
+    "over the 4 chips of a v5e 2x2: 20 GiB of weights per device, the arguments alone exceed HBM.",
+    "Fixed variant of weights_too_big_v5e: the same program on a v5e 4x4 slice (16 chips, 5 GiB of "
+    "weights per device); fits.",
+    dict(category="arguments", causes=["arguments_exceed", "device_too_small"]),
+    _fsdp_decoder_builder, dict(n_layers=80, d_model=8192, ffn=32768, batch=64),
+    dict(n_layers=80, d_model=8192, ffn=32768, batch=64),
+    fixed_topology="v5e:4x4",
+)
+
+pair(
+    "weights_too_big", "v6e", "v6e:2x2",
+    "Inference forward of 96 SwiGLU blocks (3 x bf16[96,8192,32768] = 144 GiB of weights, a 77B-"
+    "parameter MLP stack) FSDP-sharded over a v6e 2x2 (4 chips): 36 GiB per device > 31.25G.",
+    "Fixed variant of weights_too_big_v6e: the same program on a bigger generation, v5p 2x2x1 "
+    "(4 chips, 95.74G each); fits.",
+    dict(category="arguments", causes=["arguments_exceed", "device_too_small"]),
+    _fsdp_decoder_builder, dict(n_layers=96, d_model=8192, ffn=32768, batch=64, mats=3),
+    dict(n_layers=96, d_model=8192, ffn=32768, batch=64, mats=3),
+    fixed_topology="v5p:2x2x1", fixed_gen="v5p",
+)
+
+
+# 13.11 no donation of large state -> donate_argnums
+
+
+pair(
+    "no_donation_adam", "v6e", "v6e:2x2",
+    "FSDP Adam step (5 x f32[32768,32768] params, mu, nu, all sharded P('d', None): 15 GiB of state "
+    "per device) on v6e without donate_argnums: the new params/mu/nu (15 GiB) cannot reuse the old "
+    "buffers, old and new state together exceed 31.25G.",
+    "Fixed variant of no_donation_adam_v6e: donate_argnums=(0, 1); the outputs alias the inputs; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
+    _adam_mlp_builder, dict(layers=5, width=32768, batch=4 * 512, param_spec=("d", None),
+                            state_spec=("d", None), donate=False),
+    dict(layers=5, width=32768, batch=4 * 512, param_spec=("d", None), state_spec=("d", None), donate=True),
+)
+
+
+def _kv_cache_builder(mesh, n_layers, batch, max_len, kv_heads, head_dim, donate):
+    """One decode step: writes the new token's keys/values into a preallocated KV cache
+    (bf16[layers, batch, max_len, kv_heads, head_dim], batch sharded over 'd') and attends over it."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def decode_step(cache, q, k_new, v_new, pos):
+        def layer(carry, xs):
+            ck, cv, kn, vn = xs
+            ck = jax.lax.dynamic_update_slice_in_dim(ck, kn[:, None], pos, axis=1)
+            cv = jax.lax.dynamic_update_slice_in_dim(cv, vn[:, None], pos, axis=1)
+            s = jnp.einsum("bhd,bshd->bhs", q, ck).astype(jnp.float32)
+            p = jax.nn.softmax(s, axis=-1).astype(cv.dtype)
+            return carry + jnp.einsum("bhs,bshd->bhd", p, cv), (ck, cv)
+
+        out, (k, v) = jax.lax.scan(layer, jnp.zeros_like(q), (cache["k"], cache["v"], k_new, v_new))
+        return out, {"k": k, "v": v}
+
+    spec = P(None, "d")
+    shape = (n_layers, batch, max_len, kv_heads, head_dim)
+    cache = {"k": sds(shape, jnp.bfloat16, mesh, spec), "v": sds(shape, jnp.bfloat16, mesh, spec)}
+    q = sds((batch, kv_heads, head_dim), jnp.bfloat16, mesh, P("d"))
+    k_new = sds((n_layers, batch, kv_heads, head_dim), jnp.bfloat16, mesh, spec)
+    v_new = sds((n_layers, batch, kv_heads, head_dim), jnp.bfloat16, mesh, spec)
+    pos = sds((), jnp.int32, mesh, P())
+    kw = {"donate_argnums": (0,)} if donate else {}
+    return decode_step, (cache, q, k_new, v_new, pos), kw
+
+
+pair(
+    "no_donation_kv_cache", "v4", "v4:2x2x1",
+    "LLM decode step on v4 (8 devices) that writes into a KV cache (k, v: bf16[32,64,8192,8,128], "
+    "8 GiB per device together) without donating it: the updated cache is a second copy and "
+    "exceeds 15.25G.",
+    "Fixed variant of no_donation_kv_cache_v4: donate_argnums=(0,), the cache is updated in place; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
+    _kv_cache_builder, dict(n_layers=32, batch=64, max_len=8192, kv_heads=8, head_dim=128, donate=False),
+    dict(n_layers=32, batch=64, max_len=8192, kv_heads=8, head_dim=128, donate=True),
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
