@@ -695,6 +695,8 @@ def _adam_mlp_builder(mesh, layers, width, batch, param_spec, state_spec, donate
     """Data-parallel MLP regression trained with Adam. params/opt_state are optax-style pytrees;
     in_shardings = out_shardings (what the user asked for), params and state donated."""
     jax, jnp, NamedSharding, P = _jax()
+    if isinstance(param_spec, tuple):
+        param_spec, state_spec = _P(*param_spec), _P(*state_spec)
 
     def train_step(params, opt_state, batch):
         def loss_fn(params):
@@ -1225,15 +1227,16 @@ def _kv_cache_builder(mesh, n_layers, batch, max_len, kv_heads, head_dim, donate
     jax, jnp, NamedSharding, P = _jax()
 
     def decode_step(cache, q, k_new, v_new, pos):
+        k = jax.lax.dynamic_update_slice_in_dim(cache["k"], k_new[:, :, None], pos, axis=2)
+        v = jax.lax.dynamic_update_slice_in_dim(cache["v"], v_new[:, :, None], pos, axis=2)
+
         def layer(carry, xs):
-            ck, cv, kn, vn = xs
-            ck = jax.lax.dynamic_update_slice_in_dim(ck, kn[:, None], pos, axis=1)
-            cv = jax.lax.dynamic_update_slice_in_dim(cv, vn[:, None], pos, axis=1)
+            ck, cv = xs
             s = jnp.einsum("bhd,bshd->bhs", q, ck).astype(jnp.float32)
             p = jax.nn.softmax(s, axis=-1).astype(cv.dtype)
-            return carry + jnp.einsum("bhs,bshd->bhd", p, cv), (ck, cv)
+            return carry + jnp.einsum("bhs,bshd->bhd", p, cv), None
 
-        out, (k, v) = jax.lax.scan(layer, jnp.zeros_like(q), (cache["k"], cache["v"], k_new, v_new))
+        out, _ = jax.lax.scan(layer, jnp.zeros_like(q), (k, v))
         return out, {"k": k, "v": v}
 
     spec = P(None, "d")
@@ -1256,6 +1259,109 @@ pair(
     dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
     _kv_cache_builder, dict(n_layers=32, batch=64, max_len=8192, kv_heads=8, head_dim=128, donate=False),
     dict(n_layers=32, batch=64, max_len=8192, kv_heads=8, head_dim=128, donate=True),
+)
+
+
+
+# 13.12 shape bugs: a size typo, a broadcast that squares the batch
+
+
+def _tiny_lm_builder(mesh, vocab, d_model, batch, seq):
+    """Tiny LM training step (embedding, one MLP layer, tied unembedding, cross-entropy). The broken
+    twin has vocab_size typed as 3_200_000 instead of 32_000."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def loss_fn(params, tokens, targets):
+        h = params["embed"][tokens]  # [B, S, D]
+        h = jnp.tanh(h @ params["mlp"])
+        logits = h @ params["embed"].T  # [B, S, V]
+        logz = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+        return jnp.mean(logz - picked)
+
+    def train_step(params, tokens, targets):
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {"embed": sds((vocab, d_model), jnp.float32, mesh, P()),
+              "mlp": sds((d_model, d_model), jnp.float32, mesh, P())}
+    tokens = sds((batch, seq), jnp.int32, mesh, P("d"))
+    targets = sds((batch, seq), jnp.int32, mesh, P("d"))
+    return train_step, (params, tokens, targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "shape_bug_vocab", "v5e", "v5e:2x2",
+    "Tiny LM training step whose config says vocab_size=3_200_000 (a typo for 32_000): the embedding "
+    "f32[3200000,1024] (12 GiB) and the logits f32[4,2048,3200000] per device (98 GiB) are 100x "
+    "what was meant.",
+    "Fixed variant of shape_bug_vocab_v5e: vocab_size=32_000; fits.",
+    dict(category="single_large_allocation", category_also=["arguments"],
+         causes=["shape_bug", "large_activation", "arguments_exceed"]),
+    _tiny_lm_builder, dict(vocab=3_200_000, d_model=1024, batch=16, seq=2048),
+    dict(vocab=32_000, d_model=1024, batch=16, seq=2048),
+)
+
+
+def _regression_builder(mesh, batch, width, squeeze):
+    """MLP regression with a scalar output; the step returns the residuals for the metrics. The
+    broken twin subtracts targets f32[B] from predictions f32[B,1]: numpy broadcasting makes the
+    residual f32[B,B]."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def loss_fn(params, x, y):
+        h = jnp.tanh(x @ params["w1"])
+        pred = h @ params["w2"]  # [B, 1]
+        if squeeze:
+            pred = pred[:, 0]
+        r = pred - y  # broken: [B, 1] - [B] -> [B, B]
+        return jnp.mean(jnp.where(jnp.abs(r) < 1.0, 0.5 * r * r, jnp.abs(r) - 0.5)), r  # Huber
+
+    def train_step(params, x, y):
+        (loss, residuals), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x, y)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss, residuals
+
+    params = {"w1": sds((width, width), jnp.float32, mesh, P()),
+              "w2": sds((width, 1), jnp.float32, mesh, P())}
+    x = sds((batch, width), jnp.float32, mesh, P("d"))
+    y = sds((batch,), jnp.float32, mesh, P("d"))
+    return train_step, (params, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "shape_bug_broadcast", "v6e", "v6e:2x2",
+    "Regression training step (returning its residuals for the metrics) where predictions f32[B,1] "
+    "minus targets f32[B] broadcast to a f32[B,B] residual (B = 1048576 global): 1 TiB per device "
+    "instead of 1 MiB.",
+    "Fixed variant of shape_bug_broadcast_v6e: pred[:, 0] - y, residual f32[B]; fits.",
+    dict(category="single_large_allocation", causes=["shape_bug", "large_activation", "batch_too_large"]),
+    _regression_builder, dict(batch=1048576, width=1024, squeeze=False),
+    dict(batch=1048576, width=1024, squeeze=True),
+)
+
+
+# 13.13 batch too large in a plain data-parallel model -> smaller per-device batch / micro-batches
+
+
+pair(
+    "batch_too_large", "v5p", "v5p:2x2x1",
+    "bf16 data-parallel MLP training step (8 x bf16[16384,16384]) on v5p with 524288 rows per "
+    "device: the activations exceed 95.74G.",
+    "Fixed variant of batch_too_large_v5p: 131072 rows per device; fits.",
+    dict(category="aggregate", causes=["batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=16384, batch=4 * 524288, batch_spec=("d",), dtype="bfloat16"),
+    dict(layers=8, width=16384, batch=4 * 131072, batch_spec=("d",), dtype="bfloat16"),
+)
+
+pair(
+    "batch_too_large", "v6e", "v6e:2x2",
+    "f32 data-parallel MLP training step (8 x f32[4096,4096]) on v6e, 327680 rows per device in one "
+    "step: the activations exceed 31.25G.",
+    "Fixed variant of batch_too_large_v6e: the same global batch as 4 micro-batches of 81920 rows per "
+    "device with gradient accumulation (lax.scan); fits.",
+    dict(category="aggregate", causes=["batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=4096, batch=4 * 327680, batch_spec=("d",)),
+    dict(layers=8, width=4096, batch=4 * 327680, batch_spec=("d",), micro=4),
 )
 
 
