@@ -60,6 +60,7 @@ ACCELERATOR_TYPE = {
     "v6e:2x2": "v6e-4",
     "v4:2x2x1": "v4-8",
     "v5p:2x2x1": "v5p-8",
+    "v5e:4x4": "v5litepod-16",
 }
 
 GiB = 1 << 30
@@ -72,9 +73,13 @@ MiB = 1 << 20
 CASES = {}
 
 
-def case(name, topology, purpose, expect, dump=False, compiler_options=None, env=None):
+def case(name, topology, purpose, expect, dump=False, compiler_options=None, env=None, label=None):
     """Register a case. expect: 'fit', 'oom', or 'oom_suppressed' (compiles only because
     --xla_tpu_no_crash_on_oom suppressed the OOM) -- what the case is meant to show.
+
+    label: the expected diagnosis (written into meta.json "label", see label_for()):
+    dict(category=..., causes=[first, alternatives...], category_also=[...], fixed=<twin case>,
+    basis=<text, when there is no fixed twin>). Cases that fit get category "none" by default.
 
     The decorated builder runs in the worker: builder(mesh) -> (fn, args, jit_kwargs).
     """
@@ -88,6 +93,7 @@ def case(name, topology, purpose, expect, dump=False, compiler_options=None, env
             dump=dump,
             compiler_options=compiler_options or {},
             env=env or {},
+            label=label,
             builder=builder,
         )
         return builder
@@ -644,6 +650,721 @@ def _terabyte_no_crash_v5e(mesh):
     return _terabyte_builder(mesh)
 
 
+# ---- 13. broken/fixed pairs for "diagnosis that is right" -------------------------------------
+#
+# Each pair is one program as an ML engineer writes it, compiled twice: the broken version fails
+# to compile (RESOURCE_EXHAUSTED), the fixed twin changes exactly the first cause of the label and
+# compiles. Both are dumped. Registered by pair(): <base>_<gen> and <base>_fixed_<gen>.
+
+
+def pair(base, gen, topology, purpose, fixed_purpose, label, build, broken_kw, fixed_kw,
+         env=None, fixed_env=None, fixed_topology=None, fixed_gen=None):
+    broken = f"{base}_{gen}"
+    fixed = f"{base}_fixed_{fixed_gen or gen}"
+    lab = dict(label)
+    lab["fixed"] = fixed
+    case(broken, topology, purpose, expect="oom", dump=True, env=env, label=lab)(
+        lambda mesh: build(mesh, **broken_kw))
+    case(fixed, fixed_topology or topology, fixed_purpose, expect="fit", dump=True, env=fixed_env,
+         label={"twin_of": broken})(lambda mesh: build(mesh, **fixed_kw))
+
+
+def _tm(f, *trees):
+    import jax
+
+    return jax.tree_util.tree_map(f, *trees)
+
+
+def adam_update(params, grads, opt_state, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+    """optax.adam written out: opt_state = {"count", "mu", "nu"} with mu/nu shaped like params."""
+    jax, jnp, NamedSharding, P = _jax()
+    count = opt_state["count"] + 1
+    mu = _tm(lambda m, g: b1 * m + (1 - b1) * g, opt_state["mu"], grads)
+    nu = _tm(lambda v, g: b2 * v + (1 - b2) * g * g, opt_state["nu"], grads)
+    c = count.astype(jnp.float32)
+    new = _tm(lambda p, m, v: p - lr * (m / (1 - b1 ** c)) / (jnp.sqrt(v / (1 - b2 ** c)) + eps),
+              params, mu, nu)
+    return new, {"count": count, "mu": mu, "nu": nu}
+
+
+def _shardings(tree):
+    return _tm(lambda a: a.sharding, tree)
+
+
+def _adam_mlp_builder(mesh, layers, width, batch, param_spec, state_spec, donate=True):
+    """Data-parallel MLP regression trained with Adam. params/opt_state are optax-style pytrees;
+    in_shardings = out_shardings (what the user asked for), params and state donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    if isinstance(param_spec, tuple):
+        param_spec, state_spec = _P(*param_spec), _P(*state_spec)
+
+    def train_step(params, opt_state, batch):
+        def loss_fn(params):
+            h = batch["x"]
+            for i in range(layers):
+                h = jnp.tanh(h @ params[f"layer_{i}"]["w"])
+            return jnp.mean((h - batch["y"]) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    params = {f"layer_{i}": {"w": sds((width, width), jnp.float32, mesh, param_spec)} for i in range(layers)}
+    opt_state = {
+        "count": sds((), jnp.int32, mesh, P()),
+        "mu": {k: {"w": sds((width, width), jnp.float32, mesh, state_spec)} for k in params},
+        "nu": {k: {"w": sds((width, width), jnp.float32, mesh, state_spec)} for k in params},
+    }
+    batch_ = {"x": sds((batch, width), jnp.float32, mesh, P("d")),
+              "y": sds((batch, width), jnp.float32, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P()))}
+    if donate:
+        kw["donate_argnums"] = (0, 1)
+    return train_step, (params, opt_state, batch_), kw
+
+
+def _P(*a):
+    from jax.sharding import PartitionSpec
+
+    return PartitionSpec(*a)
+
+
+# 13.1 optimizer state replicated under data parallelism -> ZeRO-1 / FSDP
+
+
+def _adam(mesh, layers, width, batch, params, state):
+    return _adam_mlp_builder(mesh, layers, width, batch, _P(*params), _P(*state))
+
+
+pair(
+    "adam_replicated", "v5e", "v5e:2x2",
+    "Data-parallel MLP (5 x f32[16384,16384] = 5 GiB of params) trained with optax-style Adam, params "
+    "and opt_state (mu, nu) replicated P() and donated: 15 GiB of arguments per device plus the "
+    "gradients exceed HBM.",
+    "Fixed variant of adam_replicated_v5e: ZeRO-1, opt_state mu/nu sharded P('d', None) (1 GiB each "
+    "per device), params still replicated; fits.",
+    dict(category="arguments", category_also=["aggregate"],
+         causes=["optimizer_state_unsharded", "replicated_tensor", "arguments_exceed"]),
+    _adam, dict(layers=5, width=16384, batch=4 * 1024, params=(), state=()),
+    dict(layers=5, width=16384, batch=4 * 1024, params=(), state=("d", None)),
+)
+
+
+
+pair(
+    "adam_replicated", "v6e", "v6e:2x2",
+    "Data-parallel MLP (4 x f32[24576,24576] = 9 GiB of params) trained with optax-style Adam on v6e, "
+    "params and opt_state replicated P() and donated: 27 GiB of arguments per device plus gradients "
+    "exceed 31.25G.",
+    "Fixed variant of adam_replicated_v6e: FSDP, params and opt_state all sharded P('d', None); fits.",
+    dict(category="arguments", category_also=["aggregate"],
+         causes=["optimizer_state_unsharded", "replicated_tensor", "arguments_exceed"]),
+    _adam, dict(layers=4, width=24576, batch=4 * 1024, params=(), state=()),
+    dict(layers=4, width=24576, batch=4 * 1024, params=("d", None), state=("d", None)),
+)
+
+pair(
+    "adam_replicated", "v4", "v4:2x2x1",
+    "Data-parallel MLP (6 x f32[16384,16384] = 6 GiB of params) with optax-style Adam on v4 (8 devices, "
+    "15.25G each), params + mu + nu replicated: the arguments alone (18 GiB) exceed HBM.",
+    "Fixed variant of adam_replicated_v4: ZeRO-1, mu/nu sharded P('d', None) over the 8 devices "
+    "(0.75 GiB each per device); fits.",
+    dict(category="arguments", causes=["optimizer_state_unsharded", "arguments_exceed", "replicated_tensor"]),
+    _adam, dict(layers=6, width=16384, batch=8 * 512, params=(), state=()),
+    dict(layers=6, width=16384, batch=8 * 512, params=(), state=("d", None)),
+)
+
+
+# 13.2 the batch is not sharded: the data input replicated P() instead of P('d')
+
+
+def _dp_mlp_builder(mesh, layers, width, batch, batch_spec, dtype="float32", per_device_batch=None,
+                    micro=1):
+    """Data-parallel MLP classifier-ish training step: params (dict) replicated, batch sharded or not.
+    micro > 1: gradient accumulation over `micro` micro-batches with lax.scan (same global batch)."""
+    jax, jnp, NamedSharding, P = _jax()
+    dt = jnp.dtype(dtype)
+
+    def loss_fn(params, x):
+        h = x
+        for i in range(layers):
+            h = jnp.tanh(h @ params[f"dense_{i}"]["kernel"])
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    def train_step(params, batch):
+        x = batch["inputs"]
+        if micro == 1:
+            loss, grads = jax.value_and_grad(loss_fn)(params, x)
+        else:
+            xs = x.reshape(micro, x.shape[0] // micro, *x.shape[1:])
+            xs = jax.lax.with_sharding_constraint(xs, NamedSharding(mesh, P(None, "d")))
+
+            def acc(carry, xm):
+                l, g = jax.value_and_grad(loss_fn)(params, xm)
+                return _tm(jnp.add, carry, (l, g)), None
+
+            zero = (jnp.zeros((), jnp.float32), _tm(jnp.zeros_like, params))
+            (loss, grads), _ = jax.lax.scan(acc, zero, xs)
+            loss, grads = loss / micro, _tm(lambda g: g / micro, grads)
+        new = _tm(lambda p, g: p - 0.01 * g, params, grads)
+        return new, loss
+
+    params = {f"dense_{i}": {"kernel": sds((width, width), dt, mesh, P())} for i in range(layers)}
+    batch_ = {"inputs": sds((batch, width), dt, mesh, _P(*batch_spec))}
+    return train_step, (params, batch_), {"donate_argnums": (0,)}
+
+
+pair(
+    "batch_replicated", "v5e", "v5e:2x2",
+    "Data-parallel MLP training step (8 x f32[4096,4096] replicated, global batch 196608) where the "
+    "batch is passed replicated P() instead of P('d'): every device computes the whole global batch, "
+    "and its activations exceed HBM.",
+    "Fixed variant of batch_replicated_v5e: the batch sharded P('d') (49152 rows per device); fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=4096, batch=196608, batch_spec=()),
+    dict(layers=8, width=4096, batch=196608, batch_spec=("d",)),
+)
+
+pair(
+    "batch_replicated", "v4", "v4:2x2x1",
+    "The same unsharded-batch mistake on v4 (8 devices): bf16 MLP (8 x bf16[8192,8192]), global batch "
+    "196608 passed replicated P(): all 196608 rows on every device.",
+    "Fixed variant of batch_replicated_v4: the batch sharded P('d') (24576 rows per device); fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=8192, batch=196608, batch_spec=(), dtype="bfloat16"),
+    dict(layers=8, width=8192, batch=196608, batch_spec=("d",), dtype="bfloat16"),
+)
+
+
+# 13.3 lax.scan over stacked layer params without remat -> jax.checkpoint in the scan body
+
+
+def _scan_layers_builder(mesh, n_layers, width, ffn, batch, dtype, remat):
+    jax, jnp, NamedSharding, P = _jax()
+    dt = jnp.dtype(dtype)
+
+    def block(h, layer):
+        u = jax.nn.gelu(h @ layer["w_in"])
+        return h + u @ layer["w_out"], None
+
+    if remat:
+        block = jax.checkpoint(block)
+
+    def loss_fn(params, x):
+        h, _ = jax.lax.scan(block, x, params["layers"])
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    def train_step(params, x):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x)
+        return _tm(lambda p, g: p - 0.01 * g, params, grads), loss
+
+    params = {"layers": {"w_in": sds((n_layers, width, ffn), dt, mesh, P()),
+                         "w_out": sds((n_layers, ffn, width), dt, mesh, P())}}
+    x = sds((batch, width), dt, mesh, P("d"))
+    return train_step, (params, x), {"donate_argnums": (0,)}
+
+
+pair(
+    "scan_no_remat", "v5e", "v5e:2x2",
+    "48 residual MLP blocks scanned with lax.scan over stacked params (f32[48,1024,4096] x 2, the "
+    "leading dim is the layer count), batch 4096 rows per device, no jax.checkpoint: every layer's "
+    "activations are stacked for the backward pass ([48,4096,4096] f32) and exceed HBM.",
+    "Fixed variant of scan_no_remat_v5e: the scanned block wrapped in jax.checkpoint; fits.",
+    dict(category="aggregate", category_also=["single_large_allocation"],
+         causes=["no_remat", "batch_too_large", "f32_precision"]),
+    _scan_layers_builder, dict(n_layers=48, width=1024, ffn=4096, batch=4 * 4096, dtype="float32", remat=False),
+    dict(n_layers=48, width=1024, ffn=4096, batch=4 * 4096, dtype="float32", remat=True),
+)
+
+pair(
+    "scan_no_remat", "v5p", "v5p:2x2x1",
+    "64 residual MLP blocks (bf16[64,4096,16384] x 2 = 16 GiB of stacked params) under lax.scan "
+    "without jax.checkpoint on v5p, 8192 rows per device: the saved activations exceed 95.74G.",
+    "Fixed variant of scan_no_remat_v5p: jax.checkpoint on the scanned block; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _scan_layers_builder, dict(n_layers=64, width=4096, ffn=16384, batch=4 * 8192, dtype="bfloat16", remat=False),
+    dict(n_layers=64, width=4096, ffn=16384, batch=4 * 8192, dtype="bfloat16", remat=True),
+)
+
+
+# 13.4 f32 where bf16 fits
+
+
+pair(
+    "f32_params", "v6e", "v6e:2x2",
+    "Data-parallel MLP training step entirely in f32 (8 x f32[16384,16384] replicated, 65536 rows per "
+    "device) on v6e: f32 params, gradients and activations exceed 31.25G.",
+    "Fixed variant of f32_params_v6e: the same model, params and inputs in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=16384, batch=4 * 65536, batch_spec=("d",), dtype="float32"),
+    dict(layers=8, width=16384, batch=4 * 65536, batch_spec=("d",), dtype="bfloat16"),
+)
+
+pair(
+    "f32_params", "v4", "v4:2x2x1",
+    "Scanned residual MLP (24 blocks, f32[24,2048,8192] x 2, 65536 rows per device) with jax.checkpoint, all in f32 on v4: "
+    "params, gradients and the checkpointed carries in f32 exceed 15.25G.",
+    "Fixed variant of f32_params_v4: params and inputs in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "batch_too_large"]),
+    _scan_layers_builder, dict(n_layers=24, width=2048, ffn=8192, batch=8 * 65536, dtype="float32", remat=True),
+    dict(n_layers=24, width=2048, ffn=8192, batch=8 * 65536, dtype="bfloat16", remat=True),
+)
+
+
+
+# 13.5 logits [B,S,V] of a large vocabulary in f32 -> chunked loss
+
+
+def _lm_head_builder(mesh, batch, seq, d_model, vocab, chunk=None):
+    """Language-model head + softmax cross-entropy in f32, training step (grads for the final
+    hidden states and the unembedding). chunk: the loss computed over sequence chunks with
+    lax.scan + jax.checkpoint, so only one [B, chunk, V] block of logits is live."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def xent(h, w, labels):
+        logits = (h @ w).astype(jnp.float32)  # [B, S, V]
+        logz = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+        return jnp.sum(logz - picked)
+
+    def loss_fn(hidden, w_unembed, labels):
+        if chunk is None:
+            return xent(hidden, w_unembed, labels) / labels.size
+        n = hidden.shape[1] // chunk
+        hs = hidden.reshape(hidden.shape[0], n, chunk, -1).swapaxes(0, 1)
+        ls = labels.reshape(labels.shape[0], n, chunk).swapaxes(0, 1)
+
+        @jax.checkpoint
+        def body(acc, xs):
+            h, l = xs
+            return acc + xent(h, w_unembed, l), None
+
+        total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), (hs, ls))
+        return total / labels.size
+
+    def lm_loss_step(hidden, w_unembed, labels):
+        return jax.value_and_grad(loss_fn, argnums=(0, 1))(hidden, w_unembed, labels)
+
+    hidden = sds((batch, seq, d_model), jnp.bfloat16, mesh, P("d"))
+    w = sds((d_model, vocab), jnp.bfloat16, mesh, P())
+    labels = sds((batch, seq), jnp.int32, mesh, P("d"))
+    return lm_loss_step, (hidden, w, labels), {}
+
+
+pair(
+    "logits_f32", "v5e", "v5e:2x2",
+    "LM head + cross-entropy in f32 with a 151936-token vocabulary, 12 x 2048 tokens per device: the "
+    "logits f32[12,2048,151936] (13.9 GiB per device) and their gradient exceed HBM.",
+    "Fixed variant of logits_f32_v5e: the loss computed over 256-token chunks of the sequence "
+    "(lax.scan + jax.checkpoint), one f32[12,256,151936] block of logits at a time; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large", "f32_precision"]),
+    _lm_head_builder, dict(batch=4 * 12, seq=2048, d_model=2048, vocab=151936),
+    dict(batch=4 * 12, seq=2048, d_model=2048, vocab=151936, chunk=256),
+)
+
+pair(
+    "logits_f32", "v6e", "v6e:2x2",
+    "LM head + cross-entropy in f32 with a 256000-token vocabulary on v6e, 12 x 2048 tokens per device: "
+    "the logits f32[12,2048,256000] (23.4 GiB per device) and their gradient exceed 31.25G.",
+    "Fixed variant of logits_f32_v6e: the loss over 512-token chunks (lax.scan + jax.checkpoint); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large", "f32_precision"]),
+    _lm_head_builder, dict(batch=4 * 12, seq=2048, d_model=2048, vocab=256000),
+    dict(batch=4 * 12, seq=2048, d_model=2048, vocab=256000, chunk=512),
+)
+
+
+# 13.6 attention scores [B,H,S,S] of long sequences -> blocked (flash-style) attention
+
+
+def _attention_builder(mesh, batch, seq, heads, head_dim, block=None, train=False):
+    """Multi-head self-attention on bf16 q/k/v [B,S,H,D] with f32 softmax. block: queries processed in
+    blocks of `block` rows with lax.map (each block sees all keys; scores [B,H,block,S]),
+    under jax.checkpoint when training."""
+    jax, jnp, NamedSharding, P = _jax()
+    scale = head_dim ** -0.5
+
+    def attend(q, k, v):
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * scale
+        p = jax.nn.softmax(s, axis=-1)
+        return jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v)
+
+    def attention(q, k, v):
+        if block is None:
+            return attend(q, k, v)
+        n = q.shape[1] // block
+        qs = q.reshape(q.shape[0], n, block, *q.shape[2:]).swapaxes(0, 1)
+        f = jax.checkpoint(attend) if train else attend
+        out = jax.lax.map(lambda qb: f(qb, k, v), qs)
+        return out.swapaxes(0, 1).reshape(q.shape)
+
+    if train:
+        def attention_step(q, k, v):
+            return jax.grad(lambda q, k, v: jnp.mean(attention(q, k, v).astype(jnp.float32) ** 2),
+                            argnums=(0, 1, 2))(q, k, v)
+    else:
+        def attention_step(q, k, v):
+            return attention(q, k, v)
+
+    spec = P("d")
+    q, k, v = (sds((batch, seq, heads, head_dim), jnp.bfloat16, mesh, spec) for _ in range(3))
+    return attention_step, (q, k, v), {}
+
+
+pair(
+    "attention_scores", "v5e", "v5e:2x2",
+    "Self-attention prefill on a 32768-token sequence (1 sequence per device, 8 heads): the attention "
+    "probabilities bf16[1,8,32768,32768] (16 GiB per device; the f32 scores are fused into the softmax) exceed HBM.",
+    "Fixed variant of attention_scores_v5e: queries in blocks of 1024 (lax.map, flash-style "
+    "blocking; scores [1,8,1024,32768] per block); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _attention_builder, dict(batch=4, seq=32768, heads=8, head_dim=128),
+    dict(batch=4, seq=32768, heads=8, head_dim=128, block=1024),
+)
+
+pair(
+    "attention_scores", "v5p", "v5p:2x2x1",
+    "Self-attention forward+backward on 8192-token sequences on v5p (8 sequences per device, 32 heads): "
+    "the [8,32,8192,8192] attention probabilities and their gradients (32 GiB each in bf16) exceed 95.74G.",
+    "Fixed variant of attention_scores_v5p: queries in blocks of 1024 under jax.checkpoint (lax.map); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large", "no_remat"]),
+    _attention_builder, dict(batch=32, seq=8192, heads=32, head_dim=128, train=True),
+    dict(batch=32, seq=8192, heads=32, head_dim=128, block=1024, train=True),
+)
+
+
+# 13.7 jax.debug.print / jax.debug.callback of a large array inside a scan
+
+
+def _debug_scan_builder(mesh, rows, cols, steps, mode):
+    """A few steps of an iterative update under lax.scan with a debug print of the whole state in
+    the body (mode 'print' or 'callback'); 'norm' prints only a scalar (the fix)."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def body(x, _):
+        x = x - 0.1 * jnp.tanh(x)
+        if mode == "print":
+            jax.debug.print("x = {x}", x=x)
+        elif mode == "callback":
+            jax.debug.callback(lambda a: None, x)
+        else:
+            jax.debug.print("|x| = {n}", n=jnp.linalg.norm(x))
+        return x, None
+
+    def relax(x):
+        x, _ = jax.lax.scan(body, x, None, length=steps)
+        return x
+
+    x = sds((rows, cols), jnp.float32, mesh, P("d"))
+    return relax, (x,), {"donate_argnums": (0,)}
+
+
+pair(
+    "debug_print_scan", "v5e", "v5e:2x2",
+    "jax.debug.print of the whole state inside a lax.scan body (state f32[131072,32768], 4 GiB per "
+    "device, 16 GiB global): each step gathers the global array onto the device.",
+    "Fixed variant of debug_print_scan_v5e: the body prints only the norm of the state; fits.",
+    dict(category="single_large_allocation", causes=["debug_print"]),
+    _debug_scan_builder, dict(rows=131072, cols=32768, steps=4, mode="print"),
+    dict(rows=131072, cols=32768, steps=4, mode="norm"),
+)
+
+pair(
+    "debug_callback_scan", "v6e", "v6e:2x2",
+    "jax.debug.callback on the whole state inside a lax.scan body on v6e (state f32[262144,32768], "
+    "8 GiB per device, 32 GiB global): the callback operand is gathered whole onto the device.",
+    "Fixed variant of debug_callback_scan_v6e: the body prints only the norm of the state; fits.",
+    dict(category="single_large_allocation", causes=["debug_print"]),
+    _debug_scan_builder, dict(rows=262144, cols=32768, steps=4, mode="callback"),
+    dict(rows=262144, cols=32768, steps=4, mode="norm"),
+)
+
+
+
+# 13.8 padding: small unaligned minor dims -> coordinates-first (permuted) layout
+# (Tried first: per-point 3x3 rotations applied with einsum('nij,nj->ni') to f32[N,3] points; the
+# compiler turned the batched matvec into elementwise code with {0,1:T(4,128)} layouts, no padding,
+# 1.75 GiB peak. Batched matrix-matrix products keep the small dims minor and padded.)
+
+
+def _compose_transforms_builder(mesh, n, coords_first):
+    """Composes homogeneous 4x4 transforms along a kinematic chain of 3 links for N poses."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    if coords_first:
+        def compose(t):  # t: [links, 4, 4, N]
+            def mm(a, b):
+                return (a[:, :, None, :] * b[None, :, :, :]).sum(axis=1)
+
+            out = mm(mm(t[0], t[1]), t[2])
+            return out * 0.5
+
+        t = sds((3, 4, 4, n), jnp.float32, mesh, P(None, None, None, "d"))
+    else:
+        def compose(t):  # t: [N, links, 4, 4]
+            out = jnp.einsum("nij,njk->nik", t[:, 0], t[:, 1])
+            out = jnp.einsum("nij,njk->nik", out, t[:, 2])
+            return out * 0.5
+
+        t = sds((n, 3, 4, 4), jnp.float32, mesh, P("d"))
+    return compose, (t,), {}
+
+
+pair(
+    "padding_transforms", "v5e", "v5e:2x2",
+    "Composing homogeneous 4x4 transforms (f32[N,3,4,4], 4M poses per device, 768 MiB logical) with "
+    "batched einsum('nij,njk->nik'): the [N,4,4] dot outputs are tiled with the 4 padded to 128 "
+    "lanes (32x) and exceed HBM.",
+    "Fixed variant of padding_transforms_v5e: poses-last layout f32[3,4,4,N] and the products written "
+    "elementwise over N; nothing is padded; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["padding"]),
+    _compose_transforms_builder, dict(n=4 * (1 << 22), coords_first=False),
+    dict(n=4 * (1 << 22), coords_first=True),
+)
+
+pair(
+    "padding_transforms", "v6e", "v6e:2x2",
+    "Composing homogeneous 4x4 transforms (f32[N,3,4,4], 8M poses per device, 1.5 GiB logical) with "
+    "batched einsum('nij,njk->nik') on v6e: the [N,4,4] dot outputs are tiled with the 4 padded to "
+    "128 lanes (32x) and exceed 31.25G.",
+    "Fixed variant of padding_transforms_v6e: poses-last layout f32[3,4,4,N] and the products written "
+    "elementwise over N; nothing is padded; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["padding"]),
+    _compose_transforms_builder, dict(n=4 * (1 << 23), coords_first=False),
+    dict(n=4 * (1 << 23), coords_first=True),
+)
+
+
+
+# 13.9 HBM capped by a flag -> no cap
+
+
+pair(
+    "hbm_cap", "v6e", "v6e:2x2",
+    "A bf16 data-parallel MLP training step that needs a few GiB, compiled on v6e with "
+    "LIBTPU_INIT_ARGS=--xla_tpu_max_hbm_size_mib=2048 left over from a debugging session: the cap "
+    "is the limit ('Used ... of 2.00G').",
+    "Fixed variant of hbm_cap_v6e: the same program without the flag; fits.",
+    dict(category="aggregate", causes=["preallocation", "batch_too_large"]),
+    _dp_mlp_builder, dict(layers=8, width=8192, batch=4 * 16384, batch_spec=("d",), dtype="bfloat16"),
+    dict(layers=8, width=8192, batch=4 * 16384, batch_spec=("d",), dtype="bfloat16"),
+    env={"LIBTPU_INIT_ARGS": "--xla_tpu_max_hbm_size_mib=2048"},
+)
+
+
+# 13.10 weights that do not fit this slice -> more chips / a bigger generation
+
+
+def _fsdp_decoder_builder(mesh, n_layers, d_model, ffn, batch, mats=2):
+    """Inference forward of a stack of (Swi)GLU MLP blocks, bf16 weights FSDP-sharded over 'd' on
+    d_model, tokens sharded over 'd'; lax.scan over the stacked layers (leading dim = layer count)."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def block(h, layer):
+        if mats == 3:
+            u = jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])
+        else:
+            u = jax.nn.gelu(h @ layer["w_up"])
+        return h + u @ layer["w_down"], None
+
+    def forward(params, x):
+        h, _ = jax.lax.scan(block, x, params["layers"])
+        return h
+
+    wspec = P(None, "d", None)
+    layers = {"w_up": sds((n_layers, d_model, ffn), jnp.bfloat16, mesh, wspec),
+              "w_down": sds((n_layers, ffn, d_model), jnp.bfloat16, mesh, P(None, None, "d"))}
+    if mats == 3:
+        layers["w_gate"] = sds((n_layers, d_model, ffn), jnp.bfloat16, mesh, wspec)
+    x = sds((batch, d_model), jnp.bfloat16, mesh, P("d"))
+    return forward, ({"layers": layers}, x), {}
+
+
+pair(
+    "weights_too_big", "v5e", "v5e:2x2",
+    "Inference forward of 80 MLP blocks (bf16[80,8192,32768] x 2 = 80 GiB of weights), FSDP-sharded "
+    "over the 4 chips of a v5e 2x2: 20 GiB of weights per device, the arguments alone exceed HBM.",
+    "Fixed variant of weights_too_big_v5e: the same program on a v5e 4x4 slice (16 chips, 5 GiB of "
+    "weights per device); fits.",
+    dict(category="arguments", causes=["arguments_exceed", "device_too_small"]),
+    _fsdp_decoder_builder, dict(n_layers=80, d_model=8192, ffn=32768, batch=64),
+    dict(n_layers=80, d_model=8192, ffn=32768, batch=64),
+    fixed_topology="v5e:4x4",
+)
+
+pair(
+    "weights_too_big", "v6e", "v6e:2x2",
+    "Inference forward of 96 SwiGLU blocks (3 x bf16[96,8192,32768] = 144 GiB of weights, a 77B-"
+    "parameter MLP stack) FSDP-sharded over a v6e 2x2 (4 chips): 36 GiB per device > 31.25G.",
+    "Fixed variant of weights_too_big_v6e: the same program on a bigger generation, v5p 2x2x1 "
+    "(4 chips, 95.74G each); fits.",
+    dict(category="arguments", causes=["arguments_exceed", "device_too_small"]),
+    _fsdp_decoder_builder, dict(n_layers=96, d_model=8192, ffn=32768, batch=64, mats=3),
+    dict(n_layers=96, d_model=8192, ffn=32768, batch=64, mats=3),
+    fixed_topology="v5p:2x2x1", fixed_gen="v5p",
+)
+
+
+# 13.11 no donation of large state -> donate_argnums
+
+
+pair(
+    "no_donation_adam", "v6e", "v6e:2x2",
+    "FSDP Adam step (5 x f32[32768,32768] params, mu, nu, all sharded P('d', None): 15 GiB of state "
+    "per device) on v6e without donate_argnums: the new params/mu/nu (15 GiB) cannot reuse the old "
+    "buffers, old and new state together exceed 31.25G.",
+    "Fixed variant of no_donation_adam_v6e: donate_argnums=(0, 1); the outputs alias the inputs; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
+    _adam_mlp_builder, dict(layers=5, width=32768, batch=4 * 512, param_spec=("d", None),
+                            state_spec=("d", None), donate=False),
+    dict(layers=5, width=32768, batch=4 * 512, param_spec=("d", None), state_spec=("d", None), donate=True),
+)
+
+
+def _kv_cache_builder(mesh, n_layers, batch, max_len, kv_heads, head_dim, donate):
+    """One decode step: writes the new token's keys/values into a preallocated KV cache
+    (bf16[layers, batch, max_len, kv_heads, head_dim], batch sharded over 'd') and attends over it."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def decode_step(cache, q, k_new, v_new, pos):
+        k = jax.lax.dynamic_update_slice_in_dim(cache["k"], k_new[:, :, None], pos, axis=2)
+        v = jax.lax.dynamic_update_slice_in_dim(cache["v"], v_new[:, :, None], pos, axis=2)
+
+        def layer(carry, xs):
+            ck, cv = xs
+            s = jnp.einsum("bhd,bshd->bhs", q, ck).astype(jnp.float32)
+            p = jax.nn.softmax(s, axis=-1).astype(cv.dtype)
+            return carry + jnp.einsum("bhs,bshd->bhd", p, cv), None
+
+        out, _ = jax.lax.scan(layer, jnp.zeros_like(q), (k, v))
+        return out, {"k": k, "v": v}
+
+    spec = P(None, "d")
+    shape = (n_layers, batch, max_len, kv_heads, head_dim)
+    cache = {"k": sds(shape, jnp.bfloat16, mesh, spec), "v": sds(shape, jnp.bfloat16, mesh, spec)}
+    q = sds((batch, kv_heads, head_dim), jnp.bfloat16, mesh, P("d"))
+    k_new = sds((n_layers, batch, kv_heads, head_dim), jnp.bfloat16, mesh, spec)
+    v_new = sds((n_layers, batch, kv_heads, head_dim), jnp.bfloat16, mesh, spec)
+    pos = sds((), jnp.int32, mesh, P())
+    kw = {"donate_argnums": (0,)} if donate else {}
+    return decode_step, (cache, q, k_new, v_new, pos), kw
+
+
+pair(
+    "no_donation_kv_cache", "v4", "v4:2x2x1",
+    "LLM decode step on v4 (8 devices) that writes into a KV cache (k, v: bf16[32,64,8192,8,128], "
+    "8 GiB per device together) without donating it: the updated cache is a second copy and "
+    "exceeds 15.25G.",
+    "Fixed variant of no_donation_kv_cache_v4: donate_argnums=(0,), the cache is updated in place; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
+    _kv_cache_builder, dict(n_layers=32, batch=64, max_len=8192, kv_heads=8, head_dim=128, donate=False),
+    dict(n_layers=32, batch=64, max_len=8192, kv_heads=8, head_dim=128, donate=True),
+)
+
+
+
+# 13.12 shape bugs: a size typo, a broadcast that squares the batch
+
+
+def _tiny_lm_builder(mesh, vocab, d_model, batch, seq):
+    """Tiny LM training step (embedding, one MLP layer, tied unembedding, cross-entropy). The broken
+    twin has vocab_size typed as 3_200_000 instead of 32_000."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def loss_fn(params, tokens, targets):
+        h = params["embed"][tokens]  # [B, S, D]
+        h = jnp.tanh(h @ params["mlp"])
+        logits = h @ params["embed"].T  # [B, S, V]
+        logz = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+        return jnp.mean(logz - picked)
+
+    def train_step(params, tokens, targets):
+        loss, grads = jax.value_and_grad(loss_fn)(params, tokens, targets)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {"embed": sds((vocab, d_model), jnp.float32, mesh, P()),
+              "mlp": sds((d_model, d_model), jnp.float32, mesh, P())}
+    tokens = sds((batch, seq), jnp.int32, mesh, P("d"))
+    targets = sds((batch, seq), jnp.int32, mesh, P("d"))
+    return train_step, (params, tokens, targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "shape_bug_vocab", "v5e", "v5e:2x2",
+    "Tiny LM training step whose config says vocab_size=3_200_000 (a typo for 32_000): the embedding "
+    "f32[3200000,1024] (12 GiB) and the logits f32[4,2048,3200000] per device (98 GiB) are 100x "
+    "what was meant.",
+    "Fixed variant of shape_bug_vocab_v5e: vocab_size=32_000; fits.",
+    dict(category="single_large_allocation", category_also=["arguments"],
+         causes=["shape_bug", "large_activation", "arguments_exceed"]),
+    _tiny_lm_builder, dict(vocab=3_200_000, d_model=1024, batch=16, seq=2048),
+    dict(vocab=32_000, d_model=1024, batch=16, seq=2048),
+)
+
+
+def _regression_builder(mesh, batch, width, squeeze):
+    """MLP regression with a scalar output; the step returns the residuals for the metrics. The
+    broken twin subtracts targets f32[B] from predictions f32[B,1]: numpy broadcasting makes the
+    residual f32[B,B]."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def loss_fn(params, x, y):
+        h = jnp.tanh(x @ params["w1"])
+        pred = h @ params["w2"]  # [B, 1]
+        if squeeze:
+            pred = pred[:, 0]
+        r = pred - y  # broken: [B, 1] - [B] -> [B, B]
+        return jnp.mean(jnp.where(jnp.abs(r) < 1.0, 0.5 * r * r, jnp.abs(r) - 0.5)), r  # Huber
+
+    def train_step(params, x, y):
+        (loss, residuals), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x, y)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss, residuals
+
+    params = {"w1": sds((width, width), jnp.float32, mesh, P()),
+              "w2": sds((width, 1), jnp.float32, mesh, P())}
+    x = sds((batch, width), jnp.float32, mesh, P("d"))
+    y = sds((batch,), jnp.float32, mesh, P("d"))
+    return train_step, (params, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "shape_bug_broadcast", "v6e", "v6e:2x2",
+    "Regression training step (returning its residuals for the metrics) where predictions f32[B,1] "
+    "minus targets f32[B] broadcast to a f32[B,B] residual (B = 1048576 global): 1 TiB per device "
+    "instead of 1 MiB.",
+    "Fixed variant of shape_bug_broadcast_v6e: pred[:, 0] - y, residual f32[B]; fits.",
+    dict(category="single_large_allocation", causes=["shape_bug", "large_activation", "batch_too_large"]),
+    _regression_builder, dict(batch=1048576, width=1024, squeeze=False),
+    dict(batch=1048576, width=1024, squeeze=True),
+)
+
+
+# 13.13 batch too large in a plain data-parallel model -> smaller per-device batch / micro-batches
+
+
+pair(
+    "batch_too_large", "v5p", "v5p:2x2x1",
+    "bf16 data-parallel MLP training step (8 x bf16[16384,16384]) on v5p with 524288 rows per "
+    "device: the activations exceed 95.74G.",
+    "Fixed variant of batch_too_large_v5p: 131072 rows per device; fits.",
+    dict(category="aggregate", causes=["batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=16384, batch=4 * 524288, batch_spec=("d",), dtype="bfloat16"),
+    dict(layers=8, width=16384, batch=4 * 131072, batch_spec=("d",), dtype="bfloat16"),
+)
+
+pair(
+    "batch_too_large", "v6e", "v6e:2x2",
+    "f32 data-parallel MLP training step (8 x f32[4096,4096]) on v6e, 327680 rows per device in one "
+    "step: the activations exceed 31.25G.",
+    "Fixed variant of batch_too_large_v6e: the same global batch as 4 micro-batches of 81920 rows per "
+    "device with gradient accumulation (lax.scan); fits.",
+    dict(category="aggregate", causes=["batch_too_large", "no_remat"]),
+    _dp_mlp_builder, dict(layers=8, width=4096, batch=4 * 327680, batch_spec=("d",)),
+    dict(layers=8, width=4096, batch=4 * 327680, batch_spec=("d",), micro=4),
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
@@ -920,6 +1641,7 @@ def run_case(name, python):
         "case": name,
         "purpose": spec["purpose"],
         "expect": spec["expect"],
+        "label": None,
         "shows_expected": shows,
         "topology": spec["topology"],
         "tpu_accelerator_type": ACCELERATOR_TYPE[spec["topology"]],
@@ -944,7 +1666,98 @@ def run_case(name, python):
     with open(os.path.join(out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")
+    # the label's basis is measured from meta.json files: this case's and its twin's
+    twins = [n for n, c in CASES.items() if n == name or (c.get("label") or {}).get("fixed") == name
+             or (CASES[name].get("label") or {}).get("fixed") == n or (c.get("label") or {}).get("twin_of") == name]
+    relabel(twins)
+    with open(os.path.join(out, "meta.json")) as f:
+        meta = json.load(f)
     return meta
+
+
+def _gib(b):
+    return "%.2f GiB" % (b / GiB)
+
+
+def label_for(name):
+    """The expected diagnosis for meta.json "label": from the case's label (or, for a case that
+    fits, category "none"); the basis is measured from the fixed twin's meta.json when there is one."""
+    spec = CASES[name]
+    lab = dict(spec.get("label") or {})
+    if spec["expect"] == "fit":
+        lab.setdefault("category", "none")
+        lab.setdefault("causes", [])
+    if not lab:
+        return None
+    out = {"category": lab["category"], "category_also": list(lab.get("category_also", [])),
+           "causes": list(lab.get("causes", []))}
+    fixed = lab.get("fixed")
+    if fixed:
+        out["fixed"] = fixed
+    basis = lab.get("basis")
+
+    def load(n):
+        mp = os.path.join(HERE, n, "meta.json")
+        if os.path.exists(mp):
+            with open(mp) as fh:
+                return json.load(fh)
+        return None
+
+    me = load(name)
+    if fixed:
+        fm = load(fixed)
+        if fm and fm.get("compiled") and fm.get("memory_analysis") and me:
+            f = me.get("figures", {})
+            if "used" in f:
+                broken = f"used {f['used']} of {f['limit']} (figures)"
+            elif "scoped_size" in f:
+                broken = f"scoped {f['scoped_size']} of {f['scoped_limit']} (figures)"
+            elif "allocation_size_bytes" in f:
+                broken = f"allocation {f['allocation_size_bytes']} B of {f['allocation_memory_bytes']} B (figures)"
+            else:
+                broken = "no compile"
+            ma = fm["memory_analysis"]
+            measured = (f"measured: {fixed} compiles ({fm['topology']}), peak {_gib(ma['peak_memory_in_bytes'])} "
+                        f"(args {_gib(ma['argument_size_in_bytes'])}) vs {broken} for {name} "
+                        f"(from meta.json memory_analysis)")
+            basis = measured + ("; " + basis if basis else "")
+        elif not basis:
+            basis = f"measured: {fixed} (not generated yet)"
+    elif spec["expect"] == "fit" and me and me.get("memory_analysis"):
+        ma = me["memory_analysis"]
+        twin = lab.get("twin_of")
+        basis = (f"measured: compiles, peak {_gib(ma['peak_memory_in_bytes'])} (from meta.json memory_analysis)"
+                 + (f"; fixed twin of {twin}" if twin else ""))
+    out["basis"] = basis or ""
+    return out
+
+
+def relabel(names):
+    """Rewrite only the "label" field of existing meta.json files (placed after "expect")."""
+    changed = 0
+    for n in names:
+        mp = os.path.join(HERE, n, "meta.json")
+        if not os.path.exists(mp):
+            continue
+        with open(mp) as fh:
+            meta = json.load(fh)
+        lab = label_for(n)
+        if meta.get("label") == lab:
+            continue
+        new = {}
+        for k, v in meta.items():
+            if k == "label":
+                continue
+            new[k] = v
+            if k == "expect":
+                new["label"] = lab
+        if "label" not in new:
+            new["label"] = lab
+        with open(mp, "w") as fh:
+            json.dump(new, fh, indent=2)
+            fh.write("\n")
+        changed += 1
+    return changed
 
 
 def headline(meta):
@@ -1014,6 +1827,8 @@ def main():
     ap.add_argument("cases", nargs="*", help="case names (default: all)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--table", action="store_true", help="only rebuild the README table")
+    ap.add_argument("--relabel", action="store_true",
+                    help="only rewrite the \"label\" field of existing meta.json files (all cases, or those named)")
     ap.add_argument("--worker", nargs=2, metavar=("CASE", "OUTDIR"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -1021,6 +1836,9 @@ def main():
         return
     if a.table:
         update_readme_table()
+        return
+    if a.relabel:
+        print(f"relabelled {relabel(a.cases or list(CASES))} meta.json file(s)")
         return
     if a.list:
         for n, s in CASES.items():
