@@ -182,26 +182,41 @@ fn compiler_cases() -> Vec<Case> {
         });
         if let Ok(exc) = std::fs::read(d.join("exception.txt")) {
             let (category, causes) = explain_text(&exc);
+            // The exception alone is a headline: labelling.md's category for a headline without
+            // its listing is `unknown`.
+            let mut label = label.clone();
+            if !String::from_utf8_lossy(&exc).contains("Largest program allocations")
+                && label.category != "none"
+            {
+                label.category_also.push("unknown".into());
+            }
             cases.push(Case {
                 set: "compiler_exception",
-                label: label.clone(),
+                label,
                 category,
                 causes,
             });
         }
         let dump = d.join("dump");
         if dump.is_dir() {
+            // The limit the compile ran against (a deviceless v4 compile sees one TensorCore),
+            // else the generation's usable HBM.
             let topology = meta["topology"].as_str().unwrap_or("");
-            cases.push(analyze_case(&dump, generation(topology), label.clone()));
+            let limit = meta["figures"]["limit"].as_str();
+            cases.push(analyze_case(&dump, generation(topology), limit, label.clone()));
             cases.push(joined_case(&log, &dump, label));
         }
     }
     cases
 }
 
-fn analyze_case(dump: &Path, target: &str, label: Label) -> Case {
+fn analyze_case(dump: &Path, target: &str, limit: Option<&str>, label: Label) -> Case {
     let files = discover(dump).expect("accuracy harness input");
-    let opts = budget_options(None, Some(target)).unwrap_or_default();
+    let opts = match limit {
+        Some(l) => budget_options(Some(l), None),
+        None => budget_options(None, Some(target)),
+    }
+    .unwrap_or_default();
     let report = analyze_files(&files, &opts).expect("accuracy harness input");
     let d = &report.diagnosis;
     let category = if d.fits == Some(true) {

@@ -634,7 +634,13 @@ fn from_buffer_assignment(
             }
         }
         let (timeline, peak_t) = if lr.is_some() {
-            sweep(&slots, max_t)
+            let mut caps: Vec<(u64, u64)> = allocs
+                .iter()
+                .filter(|a| a.kind() == "temp")
+                .map(|a| (a.index, a.size))
+                .collect();
+            caps.sort_unstable();
+            sweep(&slots, max_t, &caps)
         } else {
             (Vec::new(), None)
         };
@@ -886,7 +892,10 @@ impl LiveSizes {
 
 /// Occupancy of the temp arena at every time `0..=max`: a slot (allocation, offset) counts once,
 /// at the largest size live in it. Returns the timeline and the first time of its maximum.
-fn sweep(slots: &[Slot<'_>], max_t: u64) -> (Vec<u64>, Option<u64>) {
+///
+/// `caps` (allocation index, size), sorted, bound what one allocation can hold at a time: values
+/// at overlapping offsets of one allocation (scoped vmem packs them so) never count past its size.
+fn sweep(slots: &[Slot<'_>], max_t: u64, caps: &[(u64, u64)]) -> (Vec<u64>, Option<u64>) {
     let len = slots
         .iter()
         .map(|s| s.end + 1)
@@ -907,6 +916,19 @@ fn sweep(slots: &[Slot<'_>], max_t: u64) -> (Vec<u64>, Option<u64>) {
         .map(|s| keys.binary_search(&(s.alloc, s.offset)).unwrap_or(0) as u32)
         .collect();
     let n_keys = keys.len();
+    // Per slot key, its allocation's dense id; per allocation, its cap and what it holds now.
+    let mut alloc_of: Vec<u32> = Vec::with_capacity(n_keys);
+    let mut caps_dense: Vec<u64> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        if i == 0 || keys[i - 1].0 != k.0 {
+            let cap = caps
+                .binary_search_by_key(&k.0, |c| c.0)
+                .map_or(u64::MAX, |j| caps[j].1);
+            caps_dense.push(cap);
+        }
+        alloc_of.push((caps_dense.len() - 1) as u32);
+    }
+    let mut held: Vec<u64> = vec![0; caps_dense.len()];
     drop(keys);
     let mut by_start: Vec<u32> = (0..slots.len() as u32).collect();
     by_start.sort_by_key(|&k| slots[k as usize].start);
@@ -922,20 +944,30 @@ fn sweep(slots: &[Slot<'_>], max_t: u64) -> (Vec<u64>, Option<u64>) {
         while next_end < by_end.len() && (slots[by_end[next_end] as usize].end + 1) as usize <= t {
             let k = by_end[next_end] as usize;
             next_end += 1;
-            let v = &mut live[slot_id[k] as usize];
+            let id = slot_id[k] as usize;
+            let v = &mut live[id];
             let before = v.max();
             v.remove(slots[k].size);
-            usage = usage + v.max() - before;
+            let after = v.max();
+            let a = alloc_of[id] as usize;
+            let old = held[a].min(caps_dense[a]);
+            held[a] = held[a] + after - before;
+            usage = usage + held[a].min(caps_dense[a]) - old;
         }
         while next_start < by_start.len()
             && slots[by_start[next_start] as usize].start as usize <= t
         {
             let k = by_start[next_start] as usize;
             next_start += 1;
-            let v = &mut live[slot_id[k] as usize];
+            let id = slot_id[k] as usize;
+            let v = &mut live[id];
             let before = v.max();
             v.push(slots[k].size);
-            usage = usage + v.max() - before;
+            let after = v.max();
+            let a = alloc_of[id] as usize;
+            let old = held[a].min(caps_dense[a]);
+            held[a] = held[a] + after - before;
+            usage = usage + held[a].min(caps_dense[a]) - old;
         }
         timeline.push(usage);
         if best_t.is_none() || usage > best {
@@ -1204,7 +1236,7 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
                 shape: s.shape,
             })
             .collect();
-        let (timeline, peak_t) = sweep(&mine, n as u64);
+        let (timeline, peak_t) = sweep(&mine, n as u64, &[]);
         let (args, outs, alias, consts) = indefinite.get(&color).copied().unwrap_or_default();
         let fixed = args + outs + consts;
         let temp_peak = peak_t

@@ -99,6 +99,7 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
         out.extend(batch_too_large(hlo, s, opts));
     }
     out.extend(arguments_exceed(s, opts));
+    out.extend(shape_bug(s, opts));
     // Savings by what-if: the peak recomputed over the live ranges with the change applied.
     for c in &mut out {
         if c.changes.is_empty() {
@@ -120,9 +121,13 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
         }
     }
     out.sort_by(|a, b| {
-        b.savings_bytes
-            .unwrap_or(0)
-            .cmp(&a.savings_bytes.unwrap_or(0))
+        (b.cause == CauseKind::ShapeBug)
+            .cmp(&(a.cause == CauseKind::ShapeBug))
+            .then(
+                b.savings_bytes
+                    .unwrap_or(0)
+                    .cmp(&a.savings_bytes.unwrap_or(0)),
+            )
             .then(a.cause.cmp(&b.cause))
     });
     out
@@ -138,7 +143,9 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
     let Some(entry) = m.entry() else {
         return Vec::new();
     };
-    let threshold = (s.peak_bytes / 10).max(16 * MIB);
+    // Each array from 1% of the peak; the arrays of one kind together from 10%: a model is
+    // many medium arrays (layers), not one big one.
+    let threshold = (s.peak_bytes / 100).max(16 * MIB);
     let mut weights = Vec::new();
     let mut opt_state = Vec::new();
     for i in entry
@@ -179,7 +186,8 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
         (opt_state, CauseKind::OptimizerStateUnsharded, 1),
         (weights, CauseKind::ReplicatedTensor, usize::MAX),
     ] {
-        if list.is_empty() {
+        let together: u64 = list.iter().map(|b| b.size_bytes).sum();
+        if list.is_empty() || together * 10 < s.peak_bytes {
             continue;
         }
         let mut savings = 0;
@@ -882,6 +890,45 @@ fn batch_too_large(
     );
     c.changes = scaled(new_batch);
     vec![c]
+}
+
+/// A total ten times the budget or more: no batch or precision change closes that; a shape or a
+/// configuration is wrong.
+fn shape_bug(s: &SpaceReport, opts: &AnalyzeOptions) -> Vec<Cause> {
+    let Some(b) = opts.budget_bytes else {
+        return Vec::new();
+    };
+    if s.total_bytes < b.saturating_mul(10) {
+        return Vec::new();
+    }
+    let biggest = s
+        .buffers_at_peak
+        .iter()
+        .max_by_key(|b| b.size_bytes)
+        .map(|x| {
+            format!(
+                "; largest: {} {} ({}{})",
+                x.name,
+                x.shape,
+                format_size(x.size_bytes),
+                x.source
+                    .as_deref()
+                    .map(|src| format!(", {src}"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    vec![cause(
+        CauseKind::ShapeBug,
+        Some(s.total_bytes.saturating_sub(b)),
+        format!(
+            "the program needs {}, {:.0}x the {} budget{biggest}: a swapped axis, a broadcast outer product or a size typo, not a tuning problem",
+            format_size(s.total_bytes),
+            s.total_bytes as f64 / b.max(1) as f64,
+            format_size(b)
+        ),
+        vec!["print the shapes of the largest arrays (jax.eval_shape) and compare them with what you meant; check the config that sizes the model".into()],
+    )]
 }
 
 /// Inputs alone do not fit the budget.

@@ -250,7 +250,13 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         _ => {}
     }
     if !matches!(category, Category::Vmem | Category::HostMemory) {
-        rank!(1.2, large_activation(&ctx));
+        // Attention scores or logits recognised by their shape are the story.
+        let shaped = e
+            .allocations
+            .iter()
+            .take(3)
+            .any(|a| shape_of(a).and_then(|s| activation_kind(&s)).is_some());
+        rank!(if shaped { 1.8 } else { 1.2 }, large_activation(&ctx));
         let pad = padding(&ctx);
         let extreme = pad
             .as_ref()
@@ -290,7 +296,8 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(if args_heavy { 2.4 } else { 1.0 }, optimizer_state(&ctx));
         rank!(1.4, other_process(&ctx));
         rank!(1.3, preallocation(&ctx));
-        rank!(1.9, hbm_cap(&ctx));
+        // A limit no device has is decisive: nothing else is worth doing before lifting it.
+        rank!(2.6, hbm_cap(&ctx));
         // Growth needs evidence: a failure after many good steps.
         rank!(2.5, runtime_growth(&ctx));
         rank!(2.6, runtime_spike(&ctx));

@@ -98,11 +98,25 @@ pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<Str
             std::cmp::Reverse(c.savings_bytes.unwrap_or(0)),
         )
     };
-    let first_is_shape_bug = d
-        .causes
-        .first()
-        .is_some_and(|c| c.cause == crate::model::CauseKind::ShapeBug);
-    let start = usize::from(first_is_shape_bug);
+    // Causes about the situation rather than the program's buffers (a shape bug, a capped
+    // limit, growth over steps, another holder) stay first when the log put them first: the
+    // dump cannot refute them.
+    use crate::model::CauseKind as K;
+    let situational = d.causes.first().is_some_and(|c| {
+        matches!(
+            c.cause,
+            K::ShapeBug
+                | K::Preallocation
+                | K::MemoryLeak
+                | K::MemorySpike
+                | K::Recompilation
+                | K::OtherProcess
+                | K::Fragmentation
+                | K::KernelTiling
+                | K::HostOom
+        )
+    });
+    let start = usize::from(situational);
     d.causes[start..].sort_by_key(key);
     d.dump_module = Some(module.name.clone());
     Some(module.name.clone())
