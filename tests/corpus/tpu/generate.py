@@ -13,6 +13,8 @@ libtpu's own stderr can be captured, and writes into tests/corpus/tpu/<case>/:
   meta.json       case name, purpose, topology, versions, whether it compiled, memory_analysis()
                   figures when it compiled, and the headline figures parsed from stderr /
                   the exception (as the strings printed) for failing cases
+  meta.json "label" the expected diagnosis (category, causes best first, the fixed twin that proves
+                  the first cause, and the measured basis), see label_for(); --relabel rewrites only it
   dump/           (some cases only) the XLA dump files of the main jit module:
                   *before_optimizations.txt, *after_optimizations.txt, *-buffer-assignment.txt,
                   *-live-range.txt, *-memory-usage-report.txt (those that exist)
@@ -32,6 +34,7 @@ How to run (from the repository root)
     .venv-tpu/bin/python tests/corpus/tpu/generate.py            # all cases, sequentially
     .venv-tpu/bin/python tests/corpus/tpu/generate.py fits_v5e padding_v5e   # selected cases
     .venv-tpu/bin/python tests/corpus/tpu/generate.py --list     # list case names
+    .venv-tpu/bin/python tests/corpus/tpu/generate.py --relabel  # only rewrite meta.json "label" fields
 
 Each case runs `python generate.py --worker <case> <tmpdir>` in a child process with
 TPU_STDERR_LOG_LEVEL=0 TPU_MIN_LOG_LEVEL=0 TPU_WORKER_HOSTNAMES=localhost
@@ -666,7 +669,8 @@ def _twin(name, topology, purpose, broken, builder, dump=True):
     case(name, topology, purpose, expect="fit", dump=dump, label={"twin_of": broken})(builder)
 
 
-for _gen, _topo, _scale in (("v5e", "v5e:2x2", 1), ("v4", "v4:2x2x1", 1), ("v6e", "v6e:2x2", 2), ("v5p", "v5p:2x2x1", 7)):
+for _gen, _topo, _scale in (("v5e", "v5e:2x2", 1), ("v4", "v4:2x2x1", 1), ("v6e", "v6e:2x2", 2),
+                            ("v5p", "v5p:2x2x1", 7)):
     _twin(f"aggregate_fixed_{_gen}", _topo,
           f"Fixed variant of aggregate_{_gen}: the same MLP training step with half the per-device batch; fits.",
           f"aggregate_{_gen}",
@@ -1042,7 +1046,8 @@ pair(
 
 pair(
     "f32_params", "v4", "v4:2x2x1",
-    "Scanned residual MLP (24 blocks, f32[24,2048,8192] x 2, 65536 rows per device) with jax.checkpoint, all in f32 on v4: "
+    "Scanned residual MLP (24 blocks, f32[24,2048,8192] x 2, 65536 rows per device) with jax.checkpoint, "
+    "all in f32 on v4: "
     "params, gradients and the checkpointed carries in f32 exceed 15.25G.",
     "Fixed variant of f32_params_v4: params and inputs in bf16; fits.",
     dict(category="aggregate", causes=["f32_precision", "batch_too_large"]),
