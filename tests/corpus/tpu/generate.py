@@ -13,6 +13,8 @@ libtpu's own stderr can be captured, and writes into tests/corpus/tpu/<case>/:
   meta.json       case name, purpose, topology, versions, whether it compiled, memory_analysis()
                   figures when it compiled, and the headline figures parsed from stderr /
                   the exception (as the strings printed) for failing cases
+  meta.json "label" the expected diagnosis (category, causes best first, the fixed twin that proves
+                  the first cause, and the measured basis), see label_for(); --relabel rewrites only it
   dump/           (some cases only) the XLA dump files of the main jit module:
                   *before_optimizations.txt, *after_optimizations.txt, *-buffer-assignment.txt,
                   *-live-range.txt, *-memory-usage-report.txt (those that exist)
@@ -32,6 +34,7 @@ How to run (from the repository root)
     .venv-tpu/bin/python tests/corpus/tpu/generate.py            # all cases, sequentially
     .venv-tpu/bin/python tests/corpus/tpu/generate.py fits_v5e padding_v5e   # selected cases
     .venv-tpu/bin/python tests/corpus/tpu/generate.py --list     # list case names
+    .venv-tpu/bin/python tests/corpus/tpu/generate.py --relabel  # only rewrite meta.json "label" fields
 
 Each case runs `python generate.py --worker <case> <tmpdir>` in a child process with
 TPU_STDERR_LOG_LEVEL=0 TPU_MIN_LOG_LEVEL=0 TPU_WORKER_HOSTNAMES=localhost
@@ -492,11 +495,16 @@ def _pallas_builder(mesh, kind):
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
-    if kind in ("vmem", "scoped"):
+    if kind in ("vmem", "scoped", "vmem_fixed", "scoped_fixed"):
         # vmem: block f32[4096, 8192] = 128 MiB (x2 buffers x in/out) > 128 MiB physical VMEM
         # scoped: block f32[256, 8192] = 8 MiB; 2 buffers x in/out = 32 MiB > 16 MiB default scoped limit
+        # vmem_fixed: block f32[64, 8192] = 2 MiB (8 MiB double-buffered in and out)
+        # scoped_fixed: the scoped block, with the kernel's vmem_limit_bytes raised to 64 MiB
         rows, cols = 4 * 8192, 8192
-        bm = 4096 if kind == "vmem" else 256
+        bm = {"vmem": 4096, "scoped": 256, "vmem_fixed": 64, "scoped_fixed": 256}[kind]
+        params = dict(dimension_semantics=("parallel",))
+        if kind == "scoped_fixed":
+            params["vmem_limit_bytes"] = 64 * MiB
 
         def kernel(x_ref, o_ref):
             o_ref[...] = x_ref[...] * 2.0
@@ -508,7 +516,7 @@ def _pallas_builder(mesh, kind):
                 grid=(x.shape[0] // bm,),
                 in_specs=[pl.BlockSpec((bm, cols), lambda i: (i, 0))],
                 out_specs=pl.BlockSpec((bm, cols), lambda i: (i, 0)),
-                compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+                compiler_params=pltpu.CompilerParams(**params),
             )(x)
 
         x = sds((4 * rows, cols), jnp.float32, mesh, P("d"))
@@ -516,10 +524,14 @@ def _pallas_builder(mesh, kind):
         rows, cols = 1024, 1024
         n_scalars = 1 << 22  # int32[4M] = 16 MiB in SMEM
 
+        last = 1 if kind == "smem_fixed" else n_scalars - 1
+
         def kernel(s_ref, x_ref, o_ref):
-            o_ref[...] = x_ref[...] + s_ref[0].astype(jnp.float32) + s_ref[n_scalars - 1].astype(jnp.float32)
+            o_ref[...] = x_ref[...] + s_ref[0].astype(jnp.float32) + s_ref[last].astype(jnp.float32)
 
         def per_shard(s, x):
+            if kind == "smem_fixed":  # smem_fixed: only the two scalars the kernel reads go to SMEM
+                s = jnp.stack([s[0], s[-1]])
             return pl.pallas_call(
                 kernel,
                 out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -533,7 +545,7 @@ def _pallas_builder(mesh, kind):
         s = sds((4 * n_scalars,), jnp.int32, mesh, P("d"))
         x = sds((4 * rows, cols), jnp.float32, mesh, P("d"))
 
-    if kind in ("vmem", "scoped"):
+    if kind in ("vmem", "scoped", "vmem_fixed", "scoped_fixed"):
         fn = jax.shard_map(per_shard, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False)
 
         def pallas_double(x):
@@ -648,6 +660,138 @@ def _terabyte_v5e(mesh):
 )
 def _terabyte_no_crash_v5e(mesh):
     return _terabyte_builder(mesh)
+
+
+# ---- 12b. fixed twins of the cases above ---------------------------------------------------------
+
+
+def _twin(name, topology, purpose, broken, builder, dump=True):
+    case(name, topology, purpose, expect="fit", dump=dump, label={"twin_of": broken})(builder)
+
+
+for _gen, _topo, _scale in (("v5e", "v5e:2x2", 1), ("v4", "v4:2x2x1", 1), ("v6e", "v6e:2x2", 2),
+                            ("v5p", "v5p:2x2x1", 7)):
+    _twin(f"aggregate_fixed_{_gen}", _topo,
+          f"Fixed variant of aggregate_{_gen}: the same MLP training step with half the per-device batch; fits.",
+          f"aggregate_{_gen}",
+          (lambda s: lambda mesh: mlp_train_step_builder(
+              mesh, batch=mesh.devices.size * s * 98304 // 2, width=4096, layers=16))(_scale))
+
+
+def _huge_alloc_fixed_builder(mesh):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def outer_stats(a, b):
+        # the same statistics, computed over blocks of 4096 rows: one f32[4096,49152] block at a time
+        def rows(ab):
+            y = jnp.sort(ab[:, None] * b[None, :], axis=1)
+            return y[:, :8], y[:, -8:]
+
+        lo, hi = jax.lax.map(rows, a.reshape(-1, 4096))
+        return lo.reshape(-1, 8), hi.reshape(-1, 8)
+
+    a = sds((65536,), jnp.float32, mesh, P())
+    b = sds((49152,), jnp.float32, mesh, P())
+    return outer_stats, (a, b), {}
+
+
+_twin("huge_alloc_fixed_v5e", "v5e:2x2",
+      "Fixed variant of huge_alloc_v5e: the outer product sorted in blocks of 4096 rows (lax.map), "
+      "f32[4096,49152] (768 MiB) at a time; fits.", "huge_alloc_v5e", _huge_alloc_fixed_builder)
+_twin("arguments_fixed_v5p", "v5p:2x2x1",
+      "Fixed variant of arguments_v5e: the same program (20 GiB of replicated params per device) on a "
+      "bigger generation, v5p (95.74G per device); fits.", "arguments_v5e", _arguments_v5e)
+
+
+def _padding_fixed_builder(mesh):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def compose_rotations(rot, pts):
+        # items-last layout [3,3,N]: the 3x3 products written elementwise over N (the minor dim)
+        def mm(a, b):
+            return (a[:, :, None, :] * b[None, :, :, :]).sum(axis=1)
+
+        return mm(mm(rot, rot), pts)
+
+    n = 4 * (1 << 22)
+    rot = sds((3, 3, n), jnp.float32, mesh, P(None, None, "d"))
+    pts = sds((3, 3, n), jnp.float32, mesh, P(None, None, "d"))
+    return compose_rotations, (rot, pts), {}
+
+
+_twin("padding_fixed_v5e", "v5e:2x2",
+      "Fixed variant of padding_v5e: items-last layout f32[3,3,N] and the 3x3 products written "
+      "elementwise over N; nothing is padded; fits.", "padding_v5e", _padding_fixed_builder)
+_twin("hbm_cap_fixed_v5e", "v5e:2x2",
+      "Fixed variant of hbm_cap_v5e: the same program (fits_v5e) without "
+      "--xla_tpu_max_hbm_size_mib; fits.", "hbm_cap_v5e", lambda mesh: _fits_v5e(mesh))
+
+
+def _terabyte_fixed_builder(mesh):
+    jax, jnp, NamedSharding, P = _jax()
+
+    def outer_sort(a, b):
+        y = jnp.sort(a * b)  # what was meant: the elementwise product, f32[1048576]
+        return y[:4]
+
+    a = sds((1 << 20,), jnp.float32, mesh, P())
+    b = sds((1 << 20,), jnp.float32, mesh, P())
+    return outer_sort, (a, b), {}
+
+
+_twin("terabyte_fixed_v5e", "v5e:2x2",
+      "Fixed variant of terabyte_v5e: the elementwise product a * b that was meant instead of the "
+      "outer product a[:, None] * b[None, :]; fits.", "terabyte_v5e", _terabyte_fixed_builder)
+for _kind, _broken, _what in (
+        ("vmem_fixed", "vmem_pallas", "blocks of f32[64,8192] (2 MiB, 8 MiB double-buffered in and out)"),
+        ("scoped_fixed", "scoped_vmem_pallas", "the same f32[256,8192] blocks with "
+                                               "CompilerParams(vmem_limit_bytes=64 MiB)"),
+        ("smem_fixed", "smem_pallas", "only the two scalars the kernel reads (int32[2]) passed in SMEM")):
+    _twin(_broken.replace("_pallas", "_fixed_pallas"), "v5e:2x2",
+          f"Fixed variant of {_broken}: {_what}; fits.", _broken,
+          (lambda k: lambda mesh: _pallas_builder(mesh, k))(_kind), dump=False)
+
+
+# Labels of the cases above (expected diagnosis; fixed twins get category "none" by themselves).
+_EXISTING_LABELS = {
+    "aggregate_v5e": dict(category="aggregate", causes=["batch_too_large", "no_remat", "f32_precision"],
+                          fixed="aggregate_fixed_v5e"),
+    "aggregate_v4": dict(category="aggregate", causes=["batch_too_large", "no_remat", "f32_precision"],
+                         fixed="aggregate_fixed_v4"),
+    "aggregate_v6e": dict(category="aggregate", causes=["batch_too_large", "no_remat", "f32_precision"],
+                          fixed="aggregate_fixed_v6e"),
+    "aggregate_v5p": dict(category="aggregate", causes=["batch_too_large", "no_remat", "f32_precision"],
+                          fixed="aggregate_fixed_v5p"),
+    "aggregate_no_crash_v5e": dict(category="aggregate", causes=["batch_too_large", "no_remat", "f32_precision"],
+                                   fixed="aggregate_fixed_v5e"),
+    "huge_alloc_v5e": dict(category="single_large_allocation", causes=["large_activation"],
+                           fixed="huge_alloc_fixed_v5e"),
+    "replicated_v5e": dict(category="single_large_allocation", category_also=["arguments"],
+                           causes=["replicated_tensor", "no_donation"], fixed="replicated_fixed_v5e"),
+    "padding_v5e": dict(category="single_large_allocation", causes=["padding"], fixed="padding_fixed_v5e"),
+    "padding_no_crash_v5e": dict(category="single_large_allocation", causes=["padding"],
+                                 fixed="padding_fixed_v5e"),
+    "debug_print_v5e": dict(category="single_large_allocation", causes=["debug_print"],
+                            fixed="debug_print_fixed_v5e"),
+    "arguments_v5e": dict(category="arguments", causes=["arguments_exceed", "replicated_tensor"],
+                          fixed="arguments_fixed_v5p"),
+    "no_donation_v5e": dict(category="aggregate", category_also=["arguments"],
+                            causes=["no_donation", "replicated_tensor"], fixed="no_donation_fixed_v5e"),
+    "remat_v6e": dict(category="aggregate", causes=["no_remat", "batch_too_large"], fixed="remat_fixed_v6e"),
+    "vmem_pallas": dict(category="vmem", causes=["kernel_tiling"], fixed="vmem_fixed_pallas"),
+    "scoped_vmem_pallas": dict(category="vmem", causes=["kernel_tiling"], fixed="scoped_vmem_fixed_pallas"),
+    "smem_pallas": dict(category="vmem", causes=["kernel_tiling"], fixed="smem_fixed_pallas"),
+    "hbm_cap_v5e": dict(category="aggregate", causes=["preallocation", "batch_too_large"],
+                        fixed="hbm_cap_fixed_v5e"),
+    "terabyte_v5e": dict(category="single_large_allocation", causes=["shape_bug", "large_activation"],
+                         fixed="terabyte_fixed_v5e"),
+    "terabyte_no_crash_v5e": dict(category="single_large_allocation", causes=["shape_bug", "large_activation"],
+                                  fixed="terabyte_fixed_v5e"),
+}
+for _n, _l in _EXISTING_LABELS.items():
+    CASES[_n]["label"] = _l
+for _n in ("replicated_fixed_v5e", "debug_print_fixed_v5e", "no_donation_fixed_v5e", "remat_fixed_v6e"):
+    CASES[_n]["label"] = {"twin_of": _n.replace("_fixed", "")}
 
 
 # ---- 13. broken/fixed pairs for "diagnosis that is right" -------------------------------------
@@ -902,7 +1046,8 @@ pair(
 
 pair(
     "f32_params", "v4", "v4:2x2x1",
-    "Scanned residual MLP (24 blocks, f32[24,2048,8192] x 2, 65536 rows per device) with jax.checkpoint, all in f32 on v4: "
+    "Scanned residual MLP (24 blocks, f32[24,2048,8192] x 2, 65536 rows per device) with jax.checkpoint, "
+    "all in f32 on v4: "
     "params, gradients and the checkpointed carries in f32 exceed 15.25G.",
     "Fixed variant of f32_params_v4: params and inputs in bf16; fits.",
     dict(category="aggregate", causes=["f32_precision", "batch_too_large"]),
