@@ -203,7 +203,12 @@ fn compiler_cases() -> Vec<Case> {
             // else the generation's usable HBM.
             let topology = meta["topology"].as_str().unwrap_or("");
             let limit = meta["figures"]["limit"].as_str();
-            cases.push(analyze_case(&dump, generation(topology), limit, label.clone()));
+            cases.push(analyze_case(
+                &dump,
+                generation(topology),
+                limit,
+                label.clone(),
+            ));
             cases.push(joined_case(&log, &dump, label));
         }
     }

