@@ -1375,7 +1375,7 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
             Vec::new(),
         ),
     };
-    AnalyzeReport {
+    let mut report = AnalyzeReport {
         schema_version: SCHEMA_VERSION,
         modules,
         diagnosis: AnalyzeDiagnosis {
@@ -1387,5 +1387,11 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
             ledger,
             what_if: Vec::new(),
         },
+    };
+    // A program that does not fit gets the same diagnosis `explain --dump` gives its OOM.
+    if let Some(d) = crate::join::diagnose_dump(&report) {
+        report.diagnosis.category = d.category;
+        report.diagnosis.causes = d.causes;
     }
+    report
 }

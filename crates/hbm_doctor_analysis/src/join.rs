@@ -37,28 +37,7 @@ pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<Str
     let space = module.memory_spaces.iter().find(|s| s.space == "hbm")?;
     let sourced = event.allocations.iter().any(|a| a.source.is_some());
     if event.allocations.is_empty() || !sourced {
-        event.allocations = space
-            .buffers_at_peak
-            .iter()
-            .take(20)
-            .map(|b| Allocation {
-                size_bytes: b.size_bytes,
-                unpadded_bytes: Some(b.unpadded_bytes),
-                shape: Some(b.layout_shape.clone())
-                    .filter(|s| !s.is_empty())
-                    .or_else(|| Some(b.shape.clone())),
-                op_name: b.op_name.clone(),
-                source: b.source_path.clone().or_else(|| b.source.clone()).map(|p| {
-                    match (&b.source, p.contains(':')) {
-                        (Some(s), false) => format!("{p}:{}", s.rsplit(':').next().unwrap_or("")),
-                        _ => p,
-                    }
-                }),
-                label: Some(b.name.clone()),
-                allocation_type: Some(b.kind.clone()),
-                op_type: None,
-            })
-            .collect();
+        event.allocations = allocations_of(space);
     }
     if event.arguments_bytes.is_none() {
         event.arguments_bytes = Some(space.arguments_bytes);
@@ -120,4 +99,75 @@ pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<Str
     d.causes[start..].sort_by_key(key);
     d.dump_module = Some(module.name.clone());
     Some(module.name.clone())
+}
+
+/// The buffers live at the peak (the 20 largest) as a message's allocation list.
+fn allocations_of(space: &crate::analyze::SpaceReport) -> Vec<Allocation> {
+    space
+        .buffers_at_peak
+        .iter()
+        .take(20)
+        .map(|b| Allocation {
+            size_bytes: b.size_bytes,
+            unpadded_bytes: Some(b.unpadded_bytes),
+            shape: Some(b.layout_shape.clone())
+                .filter(|s| !s.is_empty())
+                .or_else(|| Some(b.shape.clone())),
+            op_name: b.op_name.clone(),
+            source: b.source_path.clone().or_else(|| b.source.clone()).map(|p| {
+                match (&b.source, p.contains(':')) {
+                    (Some(s), false) => format!("{p}:{}", s.rsplit(':').next().unwrap_or("")),
+                    _ => p,
+                }
+            }),
+            label: Some(b.name.clone()),
+            allocation_type: Some(b.kind.clone()),
+            op_type: None,
+        })
+        .collect()
+}
+
+/// One engine for `analyze` too: a program that does not fit its budget is diagnosed as the
+/// compiler's OOM message would be (its total as `used`, the budget as `limit`, its arguments,
+/// outputs and temporaries), then the dump joins in as with `explain --dump`. `None` when there
+/// is no budget, or the program fits (then the waste detectors alone speak).
+pub fn diagnose_dump(dump: &AnalyzeReport) -> Option<crate::model::Diagnosis> {
+    use hbm_doctor_log::{Backend, Event, Family, MemorySpace, Phase};
+    let budget = dump.diagnosis.budget_bytes?;
+    let module = pick_module(dump, None)?;
+    let space = module.memory_spaces.iter().find(|s| s.space == "hbm")?;
+    if space.total_bytes <= budget {
+        return None;
+    }
+    let tpu = space
+        .buffers_at_peak
+        .iter()
+        .any(|b| b.layout_shape.contains(":T("));
+    let event = Event {
+        line: 1,
+        phase: Phase::Compile,
+        backend: tpu.then_some(Backend::Tpu),
+        memory_space: Some(MemorySpace::Hbm),
+        used_bytes: Some(space.total_bytes),
+        limit_bytes: Some(budget),
+        exceeded_bytes: Some(space.total_bytes - budget),
+        arguments_bytes: Some(space.arguments_bytes),
+        output_bytes: Some(space.outputs_bytes + space.aliased_bytes),
+        output_aliased_bytes: Some(space.aliased_bytes),
+        hlo_temp_bytes: Some(space.temp_bytes),
+        family: if tpu {
+            Family::TpuCompileHbm
+        } else {
+            Family::Unrecognized
+        },
+        message: format!("{} needs {} of {}", module.name, space.total_bytes, budget),
+        fatal: true,
+        repeats: 1,
+        program: Some(module.name.clone()),
+        allocations: allocations_of(space),
+        ..Event::default()
+    };
+    let mut report = crate::explain::explain(vec![event]);
+    join_dump(&mut report, dump)?;
+    report.diagnosis
 }
