@@ -55,6 +55,9 @@ struct Case {
     label: Label,
     category: String,
     causes: Vec<String>,
+    /// For a dump with a compiled fixed twin: the savings the label's first cause predicts (its
+    /// what-if) and what the twin measured (peak before minus the twin's peak).
+    savings: Option<(u64, u64)>,
 }
 
 impl Case {
@@ -117,6 +120,7 @@ fn post_cases() -> Vec<Case> {
                 label,
                 category,
                 causes,
+                savings: None,
             });
         }
     }
@@ -179,6 +183,7 @@ fn compiler_cases() -> Vec<Case> {
             label: label.clone(),
             category,
             causes,
+            savings: None,
         });
         if let Ok(exc) = std::fs::read(d.join("exception.txt")) {
             let (category, causes) = explain_text(&exc);
@@ -195,6 +200,7 @@ fn compiler_cases() -> Vec<Case> {
                 label,
                 category,
                 causes,
+                savings: None,
             });
         }
         let dump = d.join("dump");
@@ -203,10 +209,21 @@ fn compiler_cases() -> Vec<Case> {
             // else the generation's usable HBM.
             let topology = meta["topology"].as_str().unwrap_or("");
             let limit = meta["figures"]["limit"].as_str();
+            let fixed = meta["label"]["fixed"]
+                .as_str()
+                .map(|f| dir.join(f))
+                .filter(|f| {
+                    f.join("dump").is_dir()
+                        && std::fs::read_to_string(f.join("meta.json"))
+                            .ok()
+                            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                            .is_some_and(|m| m["topology"] == meta["topology"])
+                });
             cases.push(analyze_case(
                 &dump,
                 generation(topology),
                 limit,
+                fixed.as_deref(),
                 label.clone(),
             ));
             cases.push(joined_case(&log, &dump, label));
@@ -215,7 +232,23 @@ fn compiler_cases() -> Vec<Case> {
     cases
 }
 
-fn analyze_case(dump: &Path, target: &str, limit: Option<&str>, label: Label) -> Case {
+fn hbm_peak(report: &hbm_doctor_analysis::analyze::AnalyzeReport) -> u64 {
+    report
+        .modules
+        .iter()
+        .filter_map(|m| m.memory_spaces.iter().find(|s| s.color == 0))
+        .map(|s| s.peak_bytes)
+        .max()
+        .unwrap_or(0)
+}
+
+fn analyze_case(
+    dump: &Path,
+    target: &str,
+    limit: Option<&str>,
+    fixed: Option<&Path>,
+    label: Label,
+) -> Case {
     let files = discover(dump).expect("accuracy harness input");
     let opts = match limit {
         Some(l) => budget_options(Some(l), None),
@@ -229,6 +262,18 @@ fn analyze_case(dump: &Path, target: &str, limit: Option<&str>, label: Label) ->
     } else {
         d.category.as_str().to_string()
     };
+    let savings = fixed.and_then(|f| {
+        let first = label.causes.first()?;
+        let predicted = d
+            .causes
+            .iter()
+            .find(|c| c.cause.as_str() == first)?
+            .savings_bytes?;
+        let files = discover(&f.join("dump")).ok()?;
+        let twin = analyze_files(&files, &Default::default()).ok()?;
+        let measured = hbm_peak(&report).saturating_sub(hbm_peak(&twin));
+        (measured > 0).then_some((predicted, measured))
+    });
     Case {
         set: "compiler_dump",
         label,
@@ -238,6 +283,7 @@ fn analyze_case(dump: &Path, target: &str, limit: Option<&str>, label: Label) ->
             .iter()
             .map(|c| c.cause.as_str().to_string())
             .collect(),
+        savings,
     }
 }
 
@@ -264,6 +310,7 @@ fn joined_case(log: &[u8], dump: &Path, label: Label) -> Case {
         label,
         category,
         causes,
+        savings: None,
     }
 }
 
@@ -387,6 +434,36 @@ fn report(cases: &[Case], scores: &BTreeMap<&'static str, Score>) -> String {
         for ((want, got), n) in pairs {
             let mark = if want == got { " " } else { "x" };
             let _ = writeln!(out, "  {mark} {want:<26} -> {got:<26} {n}");
+        }
+    }
+    let mut errors: Vec<(f64, &Case)> = cases
+        .iter()
+        .filter_map(|c| {
+            c.savings
+                .map(|(p, m)| ((p as f64 - m as f64).abs() / m as f64, c))
+        })
+        .collect();
+    if !errors.is_empty() {
+        errors.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let within = errors.iter().filter(|e| e.0 <= 0.15).count();
+        let _ = writeln!(
+            out,
+            "\nSavings of the label's first cause (what-if) vs the compiled fixed twin: {} cases, median error {:.1}%, within 15%: {within}/{}",
+            errors.len(),
+            errors[errors.len() / 2].0 * 100.0,
+            errors.len()
+        );
+        for (_, c) in errors.iter().filter(|e| e.0 > 0.15) {
+            let (p, m) = c.savings.unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {:<44} {:<28} predicted {:>9} measured {:>9} ({:+.0}%)",
+                c.label.file,
+                c.label.causes[0],
+                hbm_doctor_log::format_size(p),
+                hbm_doctor_log::format_size(m),
+                (p as f64 / m as f64 - 1.0) * 100.0
+            );
         }
     }
     let _ = writeln!(out, "\nMisses");

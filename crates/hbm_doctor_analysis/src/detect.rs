@@ -195,9 +195,13 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
         let mut changes: Vec<(String, u32)> = Vec::new();
         for p in &list {
             let mut taken = 0;
+            // A state array's follower is its updated value (an output); gradients (temps) stay
+            // whole under ZeRO-1. A weight's followers are its gradient and updated value.
+            let state = kind == CauseKind::OptimizerStateUnsharded;
             for b in s.buffers_at_peak.iter().filter(|b| {
                 same_array(&b.layout_shape, &p.layout_shape)
-                    && (b.name == p.name || b.kind != "parameter")
+                    && (b.name == p.name
+                        || (b.kind != "parameter" && (!state || b.kind == "output")))
             }) {
                 if b.name != p.name {
                     if taken >= followers || claimed.contains(&b.name) {
@@ -656,7 +660,15 @@ fn large_activation(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
         ),
         actions,
     );
-    c.changes = vec![(b.name.clone(), 500)];
+    // Computed in chunks (8 here), the activation and the values of its shape that come with it
+    // (its softmax, its gradient) are live one chunk at a time.
+    c.changes = s
+        .largest_buffers
+        .iter()
+        .chain(&s.buffers_at_peak)
+        .filter(|x| x.kind == "temp" && same_array(&x.layout_shape, &b.layout_shape))
+        .map(|x| (x.name.clone(), 125))
+        .collect();
     vec![c]
 }
 
