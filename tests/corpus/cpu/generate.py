@@ -181,7 +181,12 @@ def run(case):
             size = os.path.getsize(p)
             if size > MAX_FILE:
                 raise SystemExit(f"{name} is {size} bytes (> {MAX_FILE}): make the case smaller")
-            shutil.copy(p, os.path.join(out, "dump", name))
+            # Fixtures name no machine: the checkout's path becomes repository-relative.
+            root = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+            with open(p, encoding="utf-8", errors="replace") as fh:
+                text = fh.read().replace(root + os.sep, "")
+            with open(os.path.join(out, "dump", name), "w", encoding="utf-8") as fh:
+                fh.write(text)
             kept.append((name, size))
         print(f"{case}: {len(kept)} files, {sum(s for _, s in kept)} bytes")
 

@@ -1704,6 +1704,19 @@ def trim_stderr(text):
     return "".join(notes[:1]) + "".join(lines), "".join(notes)
 
 
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+
+
+def relative_paths(text, python=None):
+    """Fixtures name no machine: the checkout becomes repository-relative, a venv outside it
+    `<venv>` (tests/corpus must not carry the absolute path of the checkout that made it)."""
+    if python:
+        prefix = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+        if not prefix.startswith(REPO_ROOT + os.sep):
+            text = text.replace(prefix + os.sep, "<venv>/")
+    return text.replace(REPO_ROOT + os.sep, "").replace(REPO_ROOT, ".")
+
+
 def pick_dump_files(dump_dir, fn_name):
     files = [os.path.basename(p) for p in glob.glob(os.path.join(dump_dir, "*"))]
     mod = f"jit_{fn_name}"
@@ -1760,8 +1773,10 @@ def run_case(name, python):
         if os.path.exists(os.path.join(work, "exception.txt")):
             with open(os.path.join(work, "exception.txt")) as f:
                 exc = f.read()
+            exc = relative_paths(exc, python)
             with open(os.path.join(out, "exception.txt"), "w") as f:
                 f.write(exc)
+        stderr = relative_paths(stderr, python)
         trimmed, note = trim_stderr(stderr)
         with open(os.path.join(out, "stderr.log"), "w") as f:
             f.write(trimmed)
@@ -1772,7 +1787,10 @@ def run_case(name, python):
             if dump_files:
                 os.makedirs(os.path.join(out, "dump"))
                 for fn in dump_files:
-                    shutil.copy(os.path.join(dump_dir, fn), os.path.join(out, "dump", fn))
+                    with open(os.path.join(dump_dir, fn), encoding="utf-8", errors="replace") as f:
+                        text = relative_paths(f.read(), python)
+                    with open(os.path.join(out, "dump", fn), "w", encoding="utf-8") as f:
+                        f.write(text)
         dump_bytes = sum(os.path.getsize(os.path.join(out, "dump", f)) for f in dump_files)
 
     shows = None
