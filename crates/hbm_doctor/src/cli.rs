@@ -115,6 +115,10 @@ pub struct ExplainArgs {
     /// The failing program's XLA dump directory (--xla_dump_to), to join its analysis.
     #[arg(long, value_name = "DIR")]
     pub dump: Option<PathBuf>,
+    /// Evidence captured in the failing process (hbm_doctor.watch(), the excepthook; format in
+    /// docs/evidence.md): live arrays and who holds them, allocator statistics, executables.
+    #[arg(long, value_name = "FILE.json")]
+    pub evidence: Option<PathBuf>,
 }
 
 /// `hbm-doctor pad`.

@@ -450,3 +450,59 @@ fn compiler_flags_are_a_marked_last_resort() {
         "every input here gets compiler flags as a marked last resort ({seen})"
     );
 }
+
+/// `--evidence FILE.json` (docs/evidence.md): what the failing process captured decides the
+/// cause the text cannot; a bad file is one line and exit 2.
+#[test]
+fn evidence_names_the_holder() {
+    let dir = std::env::temp_dir().join(format!("hbm-doctor-evidence-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let ev = dir.join("ev.json");
+    std::fs::write(
+        &ev,
+        r#"{"schema_version":1,"kind":"hbm_doctor_evidence","framework":"jax","step":4000,
+        "exception":{"type":"XlaRuntimeError","message":"RESOURCE_EXHAUSTED: Out of memory while trying to allocate 67108864 bytes."},
+        "devices":[{"id":0,"bytes_in_use":16800000000,"bytes_limit":16909336576,"largest_free_block_bytes":50000000}],
+        "live_arrays":[{"shape":"f32[512,512]","count":15000,"total_bytes":15728640000,"devices":1}],
+        "holders":[{"name":"history","kind":"list","where":"train.py:main","arrays":15000,"bytes":15728640000,"example":"f32[512,512]"}]}"#,
+    )
+    .expect("write");
+    // The log has no error line: the exception in the evidence is the event.
+    let log = dir.join("train.log");
+    std::fs::write(&log, "step 3999 loss 0.1\nstep 4000 loss 0.1\n").expect("write");
+    let out = run(
+        &[
+            "explain",
+            log.to_str().expect("utf-8"),
+            "--evidence",
+            ev.to_str().expect("utf-8"),
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let c = &v["diagnosis"]["causes"][0];
+    assert_eq!(c["cause"], "memory_leak", "{v}");
+    assert!(c["evidence"]
+        .as_str()
+        .is_some_and(|e| e.contains("`history`")));
+    assert!(v["diagnosis"]["ledger"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|p| p["part"] == "held_by_python")));
+    std::fs::write(&ev, "not json").expect("write");
+    let out = run(
+        &[
+            "explain",
+            log.to_str().expect("utf-8"),
+            "--evidence",
+            ev.to_str().expect("utf-8"),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

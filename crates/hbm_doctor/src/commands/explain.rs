@@ -27,9 +27,37 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
     if scanned.events.is_empty() && scanned.looks_binary {
         bail!("`{}` looks binary, not like a log: pass the text log (stderr of the training run) or the error message", scanned.name);
     }
+    let evidence = match &args.evidence {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| anyhow::anyhow!("cannot read --evidence `{}`: {e}", p.display()))?;
+            Some(
+                hbm_doctor_analysis::evidence::Evidence::parse(&text).map_err(|e| {
+                    anyhow::anyhow!(
+                        "--evidence `{}`: {e}: pass the JSON file hbm_doctor.watch() wrote",
+                        p.display()
+                    )
+                })?,
+            )
+        }
+        None => None,
+    };
+    let mut events = scanned.events;
+    // The log may not hold the error the process raised: the evidence's exception does.
+    if !events.iter().any(|e| e.fatal) {
+        if let Some(t) = evidence.as_ref().and_then(|e| e.exception_text()) {
+            let more = hbm_doctor_log::scan_all(t.as_bytes());
+            if more.iter().any(|e| e.fatal) {
+                events = more;
+            }
+        }
+    }
     // Warnings (rematerialization that fell short) are reported but are not out-of-memory errors.
-    let found = scanned.events.iter().any(|e| e.fatal);
-    let mut report = hbm_doctor_analysis::explain(scanned.events);
+    let found = events.iter().any(|e| e.fatal);
+    let mut report = hbm_doctor_analysis::explain(events);
+    if let Some(ev) = &evidence {
+        hbm_doctor_analysis::evidence::apply(&mut report, ev);
+    }
     if let Some(dir) = &args.dump {
         let files = crate::commands::analyze::discover(dir)?;
         let dump = crate::commands::analyze::analyze_files(&files, &Default::default())?;
