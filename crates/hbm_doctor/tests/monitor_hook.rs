@@ -149,3 +149,55 @@ fn xla_metrics_file_is_followed_as_it_grows() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A restarted `record --samples` resumes after the last sample it wrote: killing and restarting
+/// the recorder six times leaves every hook sample in the recording once.
+#[test]
+fn restarted_recorder_does_not_replay_the_hook_file() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: python3 not found");
+        return;
+    }
+    let dir = tmp("resume");
+    let file = dir.join("samples.jsonl");
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg(&file)
+        .env("PYTHONPATH", repo().join("python"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rec = dir.join("rec.jsonl");
+    for _ in 0..6 {
+        let out = Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
+            .args([
+                "record",
+                "--no-libtpu",
+                "--no-nvml",
+                "--count",
+                "1",
+                "--interval",
+                "10ms",
+            ])
+            .arg("--samples")
+            .arg(&file)
+            .arg("-o")
+            .arg(&rec)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let back = hbm_doctor_monitor::recording::read(&rec).unwrap();
+    let hook = hbm_doctor_monitor::recording::read(&file).unwrap();
+    assert_eq!(back.samples().count(), hook.samples().count());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

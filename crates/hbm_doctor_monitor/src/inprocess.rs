@@ -19,6 +19,8 @@ pub const SAMPLES_ENV: &str = "HBM_DOCTOR_SAMPLES";
 pub struct InProcessSource {
     tail: Tail,
     seen_any: bool,
+    /// Per device id, the last sample time already recorded (a restarted recorder).
+    resume: std::collections::HashMap<String, f64>,
 }
 
 impl InProcessSource {
@@ -27,6 +29,7 @@ impl InProcessSource {
         InProcessSource {
             tail: Tail::new(path),
             seen_any: false,
+            resume: Default::default(),
         }
     }
 }
@@ -34,6 +37,10 @@ impl InProcessSource {
 impl Source for InProcessSource {
     fn name(&self) -> String {
         format!("hook {}", self.tail.path().display())
+    }
+
+    fn resume_after(&mut self, last: &std::collections::HashMap<String, f64>) {
+        self.resume = last.clone();
     }
 
     fn poll(&mut self, out: &mut Reading) -> Result<(), SourceError> {
@@ -54,6 +61,14 @@ impl Source for InProcessSource {
         for line in lines {
             match serde_json::from_str::<Record>(&line) {
                 Ok(Record::Sample { mut device, .. }) => {
+                    self.seen_any = true;
+                    let recorded = device
+                        .ts
+                        .zip(self.resume.get(&device.id))
+                        .is_some_and(|(t, last)| t <= *last);
+                    if recorded {
+                        continue;
+                    }
                     device.endpoint = None;
                     if device.chip_type.is_none() {
                         device.chip_type = device

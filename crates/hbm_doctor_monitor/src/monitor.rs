@@ -115,6 +115,14 @@ pub struct Monitor {
 }
 
 impl Monitor {
+    /// Tells every source what a previous run of the recorder already wrote (see
+    /// [`Source::resume_after`]).
+    pub fn resume_after(&mut self, last: &std::collections::HashMap<String, f64>) {
+        for s in &mut self.slots {
+            s.source.resume_after(last);
+        }
+    }
+
     /// A monitor over explicit sources.
     pub fn new(sources: Vec<Box<dyn Source>>, pid: Option<u32>) -> Self {
         let slots = sources

@@ -14,6 +14,11 @@ pub trait Source: Send {
     fn name(&self) -> String;
     /// Adds what the source has now to `out`.
     fn poll(&mut self, out: &mut Reading) -> Result<(), SourceError>;
+    /// A restarted recorder resumes: samples of a device at or before `last[device id]` (Unix
+    /// time) were recorded already. Sources that replay history (a followed file) skip them.
+    fn resume_after(&mut self, last: &std::collections::HashMap<String, f64>) {
+        let _ = last;
+    }
 }
 
 /// Why a source gave nothing this round.

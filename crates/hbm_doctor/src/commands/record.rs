@@ -55,6 +55,18 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 pub fn run(args: &RecordArgs, _global: &GlobalArgs) -> Result<u8> {
     let mut monitor = args.sources.monitor()?;
     require_sources(&monitor)?;
+    // A restarted recorder resumes after the last sample it wrote, instead of replaying the
+    // hook file's tail into the recording again.
+    if let Ok(back) = hbm_doctor_monitor::recording::read(&args.output) {
+        let mut last: std::collections::HashMap<String, f64> = Default::default();
+        for d in back.samples() {
+            if let Some(t) = d.ts {
+                let e = last.entry(d.id.clone()).or_insert(t);
+                *e = e.max(t);
+            }
+        }
+        monitor.resume_after(&last);
+    }
     let opts = WriterOptions {
         max_bytes: args.max_size,
         keep: args.keep,
