@@ -110,6 +110,9 @@ pub struct WriterOptions {
     pub pid: Option<u32>,
     /// Sources for the header.
     pub sources: Vec<String>,
+    /// While writes fail (a full disk), rounds are held in memory up to this many bytes and
+    /// written when space returns; older rounds beyond it are lost, and counted.
+    pub hold_bytes: usize,
 }
 
 impl Default for WriterOptions {
@@ -122,6 +125,7 @@ impl Default for WriterOptions {
             interval_seconds: None,
             pid: None,
             sources: Vec::new(),
+            hold_bytes: 16 << 20,
         }
     }
 }
@@ -137,6 +141,17 @@ pub struct RecordingWriter {
     buf: Vec<u8>,
     /// Lines written since the writer was created.
     pub lines_written: u64,
+    /// Rounds not yet written (writes are failing), oldest first, with their line counts.
+    held: std::collections::VecDeque<(Vec<u8>, u64)>,
+    held_bytes: usize,
+    /// Lines dropped because the hold was full, not yet reported in the file.
+    lost: u64,
+    /// Lines dropped since the writer was created.
+    pub lost_total: u64,
+    /// The write error while writes fail; `None` when writing.
+    pub failing: Option<String>,
+    /// The file ends in part of a line (a write cut short by the error).
+    torn: bool,
 }
 
 fn open_append(path: &Path) -> io::Result<(File, u64)> {
@@ -172,9 +187,18 @@ impl RecordingWriter {
             last_sync: Instant::now(),
             buf: Vec::new(),
             lines_written: 0,
+            held: Default::default(),
+            held_bytes: 0,
+            lost: 0,
+            lost_total: 0,
+            failing: None,
+            torn: false,
         };
         let header = w.header();
         w.write(&[header])?;
+        if let Some(e) = w.failing.take() {
+            return Err(io::Error::other(e));
+        }
         Ok(w)
     }
 
@@ -234,24 +258,96 @@ impl RecordingWriter {
         Ok(())
     }
 
-    /// Appends the records of one sampling round.
+    /// Appends the records of one sampling round. A failing write (a full disk) does not stop
+    /// the recorder: the round is held in memory (bounded by `hold_bytes`, oldest dropped and
+    /// counted) and written, with everything held, as soon as a write succeeds again; then a
+    /// `records_lost` event says how many lines were dropped. `failing` tells the caller.
     pub fn write(&mut self, records: &[Record]) -> io::Result<()> {
-        if records.is_empty() {
-            return Ok(());
+        if !records.is_empty() {
+            if self.failing.is_none()
+                && self.opts.max_bytes > 0
+                && self.size > 0
+                && self.lines_written > 0
+                && self.size >= self.opts.max_bytes
+            {
+                self.rotate()?;
+            }
+            let mut chunk = Vec::new();
+            for r in records {
+                serde_json::to_writer(&mut chunk, r)?;
+                chunk.push(b'\n');
+            }
+            self.held_bytes += chunk.len();
+            self.held.push_back((chunk, records.len() as u64));
+            while self.held_bytes > self.opts.hold_bytes.max(1) && self.held.len() > 1 {
+                if let Some((c, n)) = self.held.pop_front() {
+                    self.held_bytes -= c.len();
+                    self.lost += n;
+                    self.lost_total += n;
+                }
+            }
         }
-        if self.opts.max_bytes > 0
-            && self.size > 0
-            && self.lines_written > 0
-            && self.size >= self.opts.max_bytes
-        {
-            self.rotate()?;
-        }
-        self.write_lines(records)?;
-        if self.last_sync.elapsed() >= self.opts.sync_every {
+        self.flush_held();
+        if self.failing.is_none() && self.last_sync.elapsed() >= self.opts.sync_every {
             self.file.sync_data()?;
             self.last_sync = Instant::now();
         }
         Ok(())
+    }
+
+    /// Writes what is held, oldest first; stops at the first error.
+    fn flush_held(&mut self) {
+        if self.torn {
+            // End the partial line a failed write left, so the next one starts clean.
+            if let Err(e) = self.file.write_all(b"\n") {
+                self.failing = Some(e.to_string());
+                return;
+            }
+            self.size += 1;
+            self.torn = false;
+        }
+        while let Some((chunk, n)) = self.held.front() {
+            // One write of complete lines: the kernel appends it whole or (on a crash mid-call)
+            // leaves a prefix that the reader skips.
+            match self.file.write_all(chunk) {
+                Ok(()) => {
+                    self.size += chunk.len() as u64;
+                    self.lines_written += n;
+                    self.held_bytes -= chunk.len();
+                    self.held.pop_front();
+                }
+                Err(e) => {
+                    let actual = self.file.metadata().map_or(self.size, |m| m.len());
+                    if actual > self.size {
+                        self.torn = true;
+                        self.size = actual;
+                    }
+                    self.failing = Some(e.to_string());
+                    return;
+                }
+            }
+        }
+        if let Some(reason) = self.failing.take() {
+            if self.lost > 0 {
+                let ts = now();
+                let line = Record::Event {
+                    ts,
+                    host: Some(self.opts.host.clone()),
+                    event: Event::RecordsLost {
+                        count: self.lost,
+                        reason,
+                    },
+                };
+                if self.write_lines(&[line]).is_ok() {
+                    self.lost = 0;
+                }
+            }
+        }
+    }
+
+    /// Lines held in memory, not yet written.
+    pub fn held_lines(&self) -> u64 {
+        self.held.iter().map(|(_, n)| n).sum()
     }
 
     /// Flushes to stable storage.
@@ -434,6 +530,74 @@ mod tests {
         let used: Vec<u64> = back.samples().filter_map(|d| d.used_bytes).collect();
         assert!(used.windows(2).all(|w| w[1] == w[0] + 1), "{used:?}");
         assert_eq!(used.last(), Some(&99));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod full_disk {
+    use super::*;
+
+    fn round(i: u64) -> Vec<Record> {
+        let mut d = DeviceSample::new("0", "tpu", crate::sample::SourceKind::Jax);
+        d.used_bytes = Some(i);
+        d.ts = Some(i as f64);
+        vec![Record::Sample {
+            host: None,
+            device: d,
+        }]
+    }
+
+    /// Writes to /dev/full fail with ENOSPC: rounds are held, then written when space returns;
+    /// beyond the hold, the oldest are lost and the file says how many.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_full_disk_holds_rounds_and_counts_what_it_drops() {
+        let Ok(full) = OpenOptions::new().append(true).open("/dev/full") else {
+            eprintln!("skipped: no /dev/full");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("hbm-doctor-full-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rec.jsonl");
+        let mut w = RecordingWriter::create(&path, WriterOptions::default()).unwrap();
+        let real = std::mem::replace(&mut w.file, full.try_clone().unwrap());
+        for i in 0..10 {
+            w.write(&round(i)).unwrap();
+        }
+        assert!(w.failing.is_some());
+        assert_eq!(w.held_lines(), 10);
+        w.file = real;
+        w.write(&round(10)).unwrap();
+        assert!(w.failing.is_none());
+        let back = read(&path).unwrap();
+        assert_eq!(back.samples().count(), 11, "nothing lost within the hold");
+
+        // A hold of one round: the others are dropped and counted.
+        let real = std::mem::replace(&mut w.file, full);
+        w.opts.hold_bytes = 1;
+        for i in 11..20 {
+            w.write(&round(i)).unwrap();
+        }
+        assert_eq!(w.held_lines(), 1);
+        w.file = real;
+        w.write(&[]).unwrap();
+        let back = read(&path).unwrap();
+        assert_eq!(back.samples().count(), 12);
+        let lost: Vec<u64> = back
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Event {
+                    event: Event::RecordsLost { count, .. },
+                    ..
+                } => Some(*count),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(lost, vec![8]);
+        assert_eq!(back.bad_lines, 0);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -179,6 +179,14 @@ pub enum Event {
         /// The line as the kernel wrote it.
         line: String,
     },
+    /// The recorder could not write for a while (a full disk): records beyond what it could hold
+    /// in memory were lost.
+    RecordsLost {
+        /// How many records (lines) were lost.
+        count: u64,
+        /// The write error.
+        reason: String,
+    },
 }
 
 /// Everything one sampling round produced.

@@ -74,6 +74,9 @@ fn describe(e: &Event) -> String {
             opt_bytes(*last_rss_bytes)
         ),
         Event::KernelOom { line, .. } => format!("kernel: {line}"),
+        Event::RecordsLost { count, reason } => {
+            format!("recording: {count} record(s) lost ({reason})")
+        }
     }
 }
 

@@ -93,6 +93,7 @@ pub fn run(args: &RecordArgs, _global: &GlobalArgs) -> Result<u8> {
     let started = Instant::now();
     let (mut rounds, mut samples) = (0u64, 0u64);
     let mut warned_empty = false;
+    let mut failing_since: Option<Instant> = None;
     let mut exit_note = None;
     loop {
         let tick = Instant::now();
@@ -121,6 +122,25 @@ pub fn run(args: &RecordArgs, _global: &GlobalArgs) -> Result<u8> {
         writer
             .write(&records(&snap))
             .with_context(|| format!("cannot write recording `{}`", writer.path().display()))?;
+        // A full disk does not stop the recorder: it holds rounds in memory and retries.
+        match (&writer.failing, failing_since.is_some()) {
+            (Some(e), false) => {
+                failing_since = Some(Instant::now());
+                eprintln!(
+                    "hbm-doctor: cannot write `{}` ({e}): keeping samples in memory (up to 16 MiB) and retrying every round",
+                    writer.path().display()
+                );
+            }
+            (None, true) => {
+                failing_since = None;
+                eprintln!(
+                    "hbm-doctor: writing `{}` again; {} record(s) lost so far (counted in the recording)",
+                    writer.path().display(),
+                    writer.lost_total
+                );
+            }
+            _ => {}
+        }
         rounds += 1;
         let done = stop.load(Ordering::Relaxed)
             || args.count.is_some_and(|c| rounds >= c)
@@ -136,7 +156,20 @@ pub fn run(args: &RecordArgs, _global: &GlobalArgs) -> Result<u8> {
             left -= step;
         }
     }
-    writer.sync()?;
+    if writer.failing.is_some() {
+        // One last try before giving up on what is held.
+        writer.write(&[])?;
+    }
+    if let Some(e) = &writer.failing {
+        eprintln!(
+            "hbm-doctor: could not write `{}` ({e}): {} record(s) held in memory are lost, {} lost before",
+            writer.path().display(),
+            writer.held_lines(),
+            writer.lost_total
+        );
+    } else {
+        writer.sync()?;
+    }
     if let Some(n) = exit_note {
         eprintln!("hbm-doctor: {n}");
     }

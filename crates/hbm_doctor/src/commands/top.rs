@@ -200,6 +200,9 @@ fn human_lines(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
                 )
             }
             Event::KernelOom { line, .. } => format!("kernel: {line}"),
+            Event::RecordsLost { count, reason } => {
+                format!("recording: {count} record(s) lost ({reason})")
+            }
         };
         writeln!(out, "{t} {} event {text}", s.host)?;
     }
