@@ -94,7 +94,7 @@ pub enum Command {
     /// Serve device memory as Prometheus/OpenMetrics on `/metrics` (loopback by default).
     Exporter(crate::commands::exporter::ExporterArgs),
     /// Does a JAX program fit a TPU topology? Compiles it deviceless with the real TPU compiler
-    /// (your Python's jax[tpu]), measures the peak per chip, and with --try-fixes which fixes fit.
+    /// (the `jax[tpu]` of your Python), measures the peak per chip, and with --try-fixes which fixes fit.
     Fit(crate::commands::fit::FitArgs),
     /// Tell a leak from a spike, a step or a sawtooth in recorded memory series (recordings,
     /// CSV, XLA_METRICS_FILE, logs), and forecast the step that will run out of memory.

@@ -1,6 +1,6 @@
 //! Diagnosis: from out-of-memory events to a category, ranked causes and concrete actions.
 //!
-//! [`explain`] turns the events that `hbm_doctor_log` found into an [`ExplainReport`], the one
+//! [`explain()`] turns the events that `hbm_doctor_log` found into an [`ExplainReport`], the one
 //! model behind every output format of `hbm-doctor explain`. The rules follow XLA's TPU HBM OOM
 //! debugging guide (TensorCore/SparseCore split, one abnormally large allocation, aggregate over
 //! the limit, then padding, batch, donation, precision, sharding, offload, remat; compiler flags

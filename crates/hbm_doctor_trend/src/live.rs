@@ -1,6 +1,6 @@
 //! The live detector behind `top`/`record`/`exporter`: fed one sample at a time, asked for a
 //! view now and then. It keeps the same bounded [`Series`] per device and runs the same
-//! [`analyze`](crate::detect::analyze) at most once per [`Live::every`] new samples, and raises
+//! [`analyze`](crate::detect::analyze()) at most once per [`Live::every`] new samples, and raises
 //! `leak` only once the verdict is confirmed at 1.5× the position where it first appeared (the
 //! rule the simulation study measures), so warm-ups do not alarm.
 

@@ -53,7 +53,7 @@ pub struct FitArgs {
     /// Output format.
     #[arg(long, short = 'f', value_enum, default_value_t = FitFormat::Human)]
     pub format: FitFormat,
-    /// The Python interpreter that has jax[tpu] and hbm-doctor (default: $HBM_DOCTOR_PYTHON, the
+    /// The Python interpreter that has `jax[tpu]` and hbm-doctor (default: $HBM_DOCTOR_PYTHON, the
     /// python beside this binary, then python3 on PATH).
     #[arg(long, value_name = "PYTHON")]
     pub python: Option<PathBuf>,
