@@ -164,6 +164,9 @@ impl Ctx<'_> {
 
     fn snippets(&self, jax: &str, ptxla: &str) -> Vec<Snippet> {
         let mut out = Vec::new();
+        if self.e.framework == Some(Framework::Pytorch) {
+            return out; // neither JAX's nor PyTorch/XLA's code applies to plain PyTorch
+        }
         if !jax.is_empty() && (self.jax || !self.ptxla) {
             out.push(Snippet {
                 framework: "jax".into(),
@@ -304,6 +307,10 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(3.0, model_state_at_load(&ctx));
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
+        rank!(2.2, torch_cache_fragmentation(&ctx));
+        for (prior, c) in vllm_kv_cache(&ctx) {
+            add(prior, Some(c));
+        }
         for c in full_device(&ctx) {
             let prior = if c.cause == CauseKind::BatchTooLarge {
                 0.9
@@ -1232,9 +1239,13 @@ fn other_process(ctx: &Ctx<'_>) -> Option<Cause> {
     // Evidence that memory is held outside this program: the allocator's own in-use figure
     // plus what is free falls well short of its limit, or the text says another process holds
     // the device. Little free memory alone is just a full device.
-    let (l, used, free) = (e.limit_bytes?, e.used_bytes?, e.free_bytes?);
+    // What this process holds: PyTorch states it (reserved by its caching allocator, or "this
+    // process has X in use"); otherwise the allocator's in-use figure.
+    let (l, free) = (e.limit_bytes?, e.free_bytes?);
+    let used = e.process_bytes.or(e.used_bytes)?;
     let held = l.saturating_sub(used).saturating_sub(free);
-    if (held as f64) < l as f64 * 0.1 {
+    // A CUDA context alone takes a few hundred MiB outside the allocator.
+    if (held as f64) < l as f64 * 0.1 || held < 3 << 29 {
         return None;
     }
     Some(ctx.cause(
@@ -1285,7 +1296,11 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
         format!("the device ran out at run time{request}{free}: what a step holds (activations of the batch, gradients, temporaries) on top of the model state filled it; the batch is the knob that scales it"),
         vec![
             "Halve the per-device batch (or the sequence length); keep the global batch with gradient accumulation over micro-batches.".into(),
-            "Then rematerialize activations (jax.checkpoint / torch_xla checkpoint) and compute in bf16 if the batch must stay.".into(),
+            if e.framework == Some(Framework::Pytorch) {
+                "Then recompute activations (torch.utils.checkpoint) and train in bf16 (torch.autocast) if the batch must stay.".into()
+            } else {
+                "Then rematerialize activations (jax.checkpoint / torch_xla checkpoint) and compute in bf16 if the batch must stay.".into()
+            },
         ],
         ctx.snippets(
             "optimizer = optax.MultiSteps(optax.adamw(lr), every_k_schedule=2)  # 2 micro-batches per update",
@@ -1523,6 +1538,67 @@ fn state_heavy_program(ctx: &Ctx<'_>) -> Option<Cause> {
         .collect(),
         Vec::new(),
     ))
+}
+
+/// PyTorch's caching allocator holds more reserved-but-unallocated memory than the request and
+/// a real share of the device: the blocks are split (what `expandable_segments` fixes).
+fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.family != Family::PytorchCudaOom {
+        return None;
+    }
+    let (r, idle, l) = (e.requested_bytes?, e.fragmentation_bytes?, e.limit_bytes?);
+    if idle < r || (idle as f64) < l as f64 * 0.05 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::Fragmentation,
+        Some(r),
+        format!("PyTorch holds {} reserved but unallocated, more than the {} requested: its cached blocks are split into pieces too small for the request", fmt(idle), fmt(r)),
+        vec![
+            "Let the allocator grow segments instead of splitting them: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb:128 on older PyTorch).".into(),
+            "Avoid many differently sized allocations per step (variable sequence lengths: pad or bucket them); call torch.cuda.empty_cache() only between phases (train/eval), not every step.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+/// vLLM cannot size its KV cache: the pool `gpu_memory_utilization` gives it is too small for
+/// the weights, the activation profile and the cache `max_model_len` asks for.
+fn vllm_kv_cache(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
+    let e = ctx.e;
+    if e.family != Family::VllmKvCache {
+        return Vec::new();
+    }
+    let length = e.message.starts_with("max model length");
+    let pool = ctx.cause(
+        CauseKind::Preallocation,
+        None,
+        "vLLM sizes the KV cache from what is left of gpu_memory_utilization x the GPU after the weights and a profiling run: too little is left".into(),
+        vec![
+            "Raise gpu_memory_utilization (e.g. 0.90 -> 0.95) if nothing else shares the GPU; lower it if another process does.".into(),
+        ],
+        Vec::new(),
+    );
+    let cache = ctx.cause(
+        CauseKind::LargeActivation,
+        None,
+        format!("the KV cache grows with max_model_len x max_num_seqs{}", if length { &e.message[..] } else { "" }.replace("max model length", ": max model length")),
+        vec!["Lower max_model_len (the longest context you serve) or max_num_seqs; use a KV-cache dtype of fp8.".into()],
+        Vec::new(),
+    );
+    let weights = ctx.cause(
+        CauseKind::ArgumentsExceed,
+        None,
+        "the model's weights leave too little of the GPU for the cache".into(),
+        vec!["Shard the model over more GPUs (tensor_parallel_size) or serve a quantized checkpoint.".into()],
+        Vec::new(),
+    );
+    if length {
+        vec![(2.4, cache), (2.2, pool), (1.0, weights)]
+    } else {
+        vec![(2.4, pool), (2.0, cache), (1.5, weights)]
+    }
 }
 
 /// A TPU limit that is no generation's usable HBM: a flag or runtime setting caps it.

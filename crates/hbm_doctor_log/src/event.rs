@@ -73,6 +73,8 @@ pub enum Framework {
     PytorchXla,
     /// TensorFlow (and Keras on it).
     Tensorflow,
+    /// PyTorch without XLA (its CUDA caching allocator, vLLM).
+    Pytorch,
 }
 
 /// The memory that ran out.
@@ -142,6 +144,17 @@ pub enum Family {
     TfOomTensor,
     /// Host RAM exhausted: the kernel's OOM killer, or `Out of host memory`.
     HostOom,
+    /// PyTorch's CUDA caching allocator: `CUDA out of memory. Tried to allocate X ...` (both
+    /// message generations).
+    PytorchCudaOom,
+    /// A CUDA driver or wrapper error: `CUDA error: out of memory`, `CUDA_ERROR_OUT_OF_MEMORY`,
+    /// CuPy's `Out of memory allocating`.
+    CudaOom,
+    /// vLLM's KV cache cannot be sized (`No available memory for the cache blocks`, max seq len
+    /// larger than the KV cache).
+    VllmKvCache,
+    /// An accelerator outside XLA (Gaudi, Tenstorrent), read best-effort.
+    OtherAccelerator,
     /// `RESOURCE_EXHAUSTED` about memory with no figures this tool can read.
     #[default]
     Unrecognized,
@@ -265,6 +278,10 @@ pub struct Event {
     /// Extension: what was happening just before a runtime failure (`eval`, `checkpoint`,
     /// `saving`, `recompil`, `compiling`), when the log says.
     pub near: Option<String>,
+    /// Extension: memory the failing process holds on the device (PyTorch's "this process has X
+    /// memory in use", or what it reserved), when the message states it.
+    #[serde(default)]
+    pub process_bytes: Option<u64>,
     /// Extension: what the program was doing (init, restore, train, eval, checkpoint_save,
     /// generation), from the traceback's frames around the event.
     #[serde(default)]

@@ -15,6 +15,7 @@
 
 pub mod clean;
 pub mod event;
+pub mod families;
 pub mod merge;
 pub mod parse;
 pub mod scan;

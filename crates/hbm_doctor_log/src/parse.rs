@@ -425,7 +425,7 @@ impl Hints {
     }
 }
 
-fn new_event(line: u64, family: Family, phase: Phase, message: &str) -> Event {
+pub(crate) fn new_event(line: u64, family: Family, phase: Phase, message: &str) -> Event {
     Event {
         line,
         family,
@@ -911,6 +911,9 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         e.backend = Some(Backend::Tpu);
         e.memory_space = space;
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(found) = crate::families::headline(flat, first_line_len, line) {
+        return Some(found);
     }
     let first = &flat[..first_line_len];
     if let Some(m) = pat.generic.find(first) {

@@ -58,6 +58,13 @@ pub(crate) const ANCHORS: &[&str] = &[
     "enough memory",
     "Chunk State",
     "Graph input size",
+    "OUT_OF_MEMORY",
+    "AllocationError",
+    "cache blocks",
+    "KV cache (",
+    "new constant",
+    "DEVMEM",
+    "ut of Memory",
 ];
 
 #[derive(Debug)]

@@ -84,6 +84,7 @@ fn framework_name(f: Option<Framework>) -> &'static str {
         Some(Framework::Jax) => "JAX",
         Some(Framework::PytorchXla) => "PyTorch/XLA",
         Some(Framework::Tensorflow) => "TensorFlow",
+        Some(Framework::Pytorch) => "PyTorch",
         None => "",
     }
 }

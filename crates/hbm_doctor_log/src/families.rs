@@ -1,0 +1,251 @@
+//! Message families from outside XLA's own runtime that users post with XLA programs: PyTorch's
+//! CUDA caching allocator (both message generations), CUDA driver and wrapper errors (numba,
+//! CuPy, `cuMemAlloc`), vLLM's KV-cache sizing errors, XLA:GPU constant allocation, and
+//! accelerators outside XLA (Gaudi, Tenstorrent) read best-effort. One function per family; each
+//! fills every figure its message states and nothing it does not.
+
+use crate::event::{Backend, Event, Family, Framework, MemorySpace, Phase};
+use crate::parse::{new_event, Piece};
+use crate::size::parse_size;
+use regex::Regex;
+use std::sync::OnceLock;
+
+struct Patterns {
+    torch_new: Regex,
+    torch_old: Regex,
+    torch_process: Regex,
+    torch_unallocated: Regex,
+    cuda_driver: Regex,
+    cupy: Regex,
+    vllm_cache: Regex,
+    vllm_max_len: Regex,
+    constant: Regex,
+    gaudi: Regex,
+    tenstorrent: Regex,
+}
+
+fn re(s: &str) -> Regex {
+    Regex::new(s).expect("family pattern")
+}
+
+fn p() -> &'static Patterns {
+    static P: OnceLock<Patterns> = OnceLock::new();
+    const SZ: &str = r"(\d[\d.,]*\s*(?:[KMGTP]i?B|bytes|B))";
+    P.get_or_init(|| Patterns {
+        // torch >= 2.1: "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total
+        // capacity of 14.75 GiB of which 3.06 MiB is free."
+        torch_new: re(&format!(
+            r"(?:CUDA|XPU|MPS|HIP) out of memory\. Tried to allocate {SZ}\. (?:GPU|Device) (\d+) has a total capacity of {SZ} of which {SZ} is free\."
+        )),
+        // older: "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total
+        // capacity; 12.23 GiB already allocated; 1.43 GiB free; 13.23 GiB reserved in total by
+        // PyTorch)"
+        torch_old: re(&format!(
+            r"CUDA out of memory\. Tried to allocate {SZ} \(GPU (\d+); {SZ} total capacity; {SZ} already allocated; {SZ} free; (?:{SZ} cached|{SZ} reserved in total by PyTorch)"
+        )),
+        torch_process: re(&format!(
+            r"(?:Process \d+ has|this process has) {SZ} memory in use"
+        )),
+        torch_unallocated: re(&format!(
+            r"Of the allocated memory {SZ} is allocated by PyTorch, and {SZ} is reserved by PyTorch but unallocated"
+        )),
+        cuda_driver: re(
+            r"CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|cuMemAlloc[A-Za-z_]* (?:failed|results in)",
+        ),
+        // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
+        cupy: re(r"[Oo]ut of memory allocating ([\d,]+) bytes \(allocated so far: ([\d,]+) bytes\)"),
+        vllm_cache: re(r"No available memory for the cache blocks"),
+        vllm_max_len: re(
+            r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)",
+        ),
+        // XLA:GPU: "Failed to allocate 1234 bytes for new constant"
+        constant: re(r"Failed to allocate (\d+) bytes for new constant"),
+        gaudi: re(r"DEVMEM allocation failed|Device memory allocation failed|synStatus.*(?:26|OutOfDeviceMemory)"),
+        // Tenstorrent: "Out of Memory: Not enough space to allocate 2147483648 B DRAM buffer
+        // across 12 banks, where each bank needs to store 178956800 B"
+        tenstorrent: re(&format!(
+            r"Out of Memory: Not enough space to allocate {SZ} (DRAM|L1) buffer"
+        )),
+    })
+}
+
+fn bytes(c: &regex::Captures<'_>, i: usize) -> Option<u64> {
+    let s = c.get(i)?.as_str().replace(',', "");
+    parse_size(&s).or_else(|| s.trim().parse().ok())
+}
+
+fn gpu_event(line: u64, family: Family, flat: &str) -> Event {
+    let mut e = new_event(line, family, Phase::Runtime, flat);
+    e.backend = Some(Backend::Gpu);
+    e.memory_space = Some(MemorySpace::Device);
+    e
+}
+
+/// The families of this module, tried on `flat` (a line and the three after it); `first` is the
+/// length of its first line. `None` when none matches on the first line.
+pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, usize)> {
+    let pat = p();
+    let on_first = |m: &regex::Match<'_>| m.start() <= first;
+    if let Some(c) = pat
+        .torch_new
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
+        e.framework = Some(Framework::Pytorch);
+        e.requested_bytes = bytes(&c, 1);
+        e.device = Some(format!("GPU {}", &c[2]));
+        e.limit_bytes = bytes(&c, 3);
+        e.free_bytes = bytes(&c, 4);
+        let mut end = c.get(0)?.end();
+        if let Some(u) = pat.torch_unallocated.captures(flat) {
+            e.used_bytes = bytes(&u, 1);
+            e.fragmentation_bytes = bytes(&u, 2);
+            end = end.max(u.get(0)?.end());
+        }
+        if let Some(pc) = pat.torch_process.captures(flat) {
+            e.process_bytes = bytes(&pc, 1);
+            end = end.max(pc.get(0)?.end());
+        }
+        return Some((Piece::Event(Box::new(e)), end));
+    }
+    if let Some(c) = pat
+        .torch_old
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
+        e.framework = Some(Framework::Pytorch);
+        e.requested_bytes = bytes(&c, 1);
+        e.device = Some(format!("GPU {}", &c[2]));
+        e.limit_bytes = bytes(&c, 3);
+        e.used_bytes = bytes(&c, 4);
+        e.free_bytes = bytes(&c, 5);
+        // Reserved (cached) by PyTorch but not allocated: the caching allocator's idle blocks.
+        let reserved = bytes(&c, 7).or_else(|| bytes(&c, 6));
+        e.fragmentation_bytes = reserved.zip(e.used_bytes).map(|(r, u)| r.saturating_sub(u));
+        e.process_bytes = reserved;
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat
+        .cupy
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = gpu_event(line, Family::CudaOom, flat);
+        e.requested_bytes = bytes(&c, 1);
+        e.used_bytes = bytes(&c, 2);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.cuda_driver.find(flat).filter(on_first) {
+        let mut e = gpu_event(line, Family::CudaOom, flat);
+        if flat.contains("torch") {
+            e.framework = Some(Framework::Pytorch);
+        }
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = pat
+        .vllm_max_len
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = gpu_event(line, Family::VllmKvCache, flat);
+        e.framework = Some(Framework::Pytorch);
+        e.message = format!(
+            "max model length {} tokens, KV cache holds {} tokens",
+            &c[1], &c[2]
+        );
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.vllm_cache.find(flat).filter(on_first) {
+        let mut e = gpu_event(line, Family::VllmKvCache, flat);
+        e.framework = Some(Framework::Pytorch);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = pat
+        .constant
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = new_event(line, Family::GpuOomAllocate, Phase::Runtime, flat);
+        e.requested_bytes = bytes(&c, 1);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat
+        .tenstorrent
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.requested_bytes = bytes(&c, 1);
+        e.memory_space = Some(if &c[2] == "DRAM" {
+            MemorySpace::Device
+        } else {
+            MemorySpace::Vmem
+        });
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.gaudi.find(flat).filter(on_first) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Device);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{scan_all, Family, Framework};
+
+    const GIB: f64 = (1u64 << 30) as f64;
+
+    fn g(b: Option<u64>) -> f64 {
+        (b.unwrap_or(0) as f64 / GIB * 100.0).round() / 100.0
+    }
+
+    #[test]
+    fn pytorch_cuda_both_generations() {
+        let new = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which 3.06 MiB is free. Process 2423 has 14.74 GiB memory in use. Of the allocated memory 14.28 GiB is allocated by PyTorch, and 330.05 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n";
+        let e = &scan_all(new.as_bytes())[0];
+        assert_eq!(e.family, Family::PytorchCudaOom);
+        assert_eq!(e.framework, Some(Framework::Pytorch));
+        assert_eq!(e.requested_bytes, Some(20 << 20));
+        assert_eq!(g(e.limit_bytes), 14.75);
+        assert_eq!(g(e.used_bytes), 14.28);
+        assert_eq!(g(e.process_bytes), 14.74);
+        assert!(e.free_bytes.is_some_and(|f| f > 3 << 20 && f < 4 << 20));
+        let old = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity; 12.23 GiB already allocated; 1.43 GiB free; 13.23 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.\n";
+        let e = &scan_all(old.as_bytes())[0];
+        assert_eq!(e.family, Family::PytorchCudaOom);
+        assert_eq!(g(e.requested_bytes), 2.0);
+        assert_eq!(g(e.limit_bytes), 15.78);
+        assert_eq!(g(e.used_bytes), 12.23);
+        assert_eq!(g(e.free_bytes), 1.43);
+        assert_eq!(g(e.fragmentation_bytes), 1.0);
+    }
+
+    #[test]
+    fn cuda_driver_cupy_vllm_and_others() {
+        for (text, family) in [
+            ("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported\n", Family::CudaOom),
+            ("numba.cuda.cudadrv.driver.CudaAPIError: [2] Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY\n", Family::CudaOom),
+            ("cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes).\n", Family::CudaOom),
+            ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n", Family::VllmKvCache),
+            ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in KV cache (10000). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n", Family::VllmKvCache),
+            ("RuntimeError: Out of Memory: Not enough space to allocate 2147483648 B DRAM buffer across 12 banks, where each bank needs to store 178956800 B\n", Family::OtherAccelerator),
+            ("RuntimeError: synStatus=26 [Device memory allocation failed]. DEVMEM allocation failed\n", Family::OtherAccelerator),
+        ] {
+            let ev = scan_all(text.as_bytes());
+            assert_eq!(ev.len(), 1, "{text}");
+            assert_eq!(ev[0].family, family, "{text}");
+            assert!(ev[0].fatal);
+        }
+        let e = &scan_all(b"cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes).\n")[0];
+        assert_eq!(e.requested_bytes, Some(1_073_741_824));
+        assert_eq!(e.used_bytes, Some(3_221_225_472));
+        assert_eq!(
+            scan_all(b"RuntimeError: Out of Memory: Not enough space to allocate 2147483648 B DRAM buffer across 12 banks\n")[0].requested_bytes,
+            Some(2_147_483_648)
+        );
+    }
+}
