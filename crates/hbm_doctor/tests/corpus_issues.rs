@@ -182,6 +182,7 @@ fn check(f: &Fixture) -> Vec<String> {
         Some(hbm_doctor_log::Framework::Jax) => "jax",
         Some(hbm_doctor_log::Framework::PytorchXla) => "pytorch_xla",
         Some(hbm_doctor_log::Framework::Tensorflow) => "tensorflow",
+        Some(hbm_doctor_log::Framework::Pytorch) => "pytorch",
         None => "",
     };
     if matches!(f.framework.as_str(), "jax" | "pytorch_xla" | "tensorflow")

@@ -301,6 +301,10 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(1.3, preallocation(&ctx));
         // A limit no device has is decisive: nothing else is worth doing before lifting it.
         rank!(2.6, hbm_cap(&ctx));
+        rank!(
+            if e.phase == Phase::Runtime { 2.3 } else { 1.2 },
+            pool_named(&ctx)
+        );
         // Growth needs evidence: a failure after many good steps.
         rank!(2.5, runtime_growth(&ctx));
         rank!(2.6, runtime_spike(&ctx));
@@ -1599,6 +1603,29 @@ fn vllm_kv_cache(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
     } else {
         vec![(2.4, pool), (2.0, cache), (1.5, weights)]
     }
+}
+
+/// The text around the failure names a setting that caps the allocator's pool: it decides how
+/// much the program may use before anything else does.
+fn pool_named(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let setting = e.pool_setting.as_deref()?;
+    if e.family == Family::VllmKvCache {
+        return None; // vllm_kv_cache() says it with the cache's figures
+    }
+    let knob = setting.split('=').next().unwrap_or(setting);
+    let advice = match knob {
+        "gpu_memory_utilization" | "gpu-memory-utilization" => "vLLM reserves gpu_memory_utilization x the device for weights and the KV cache up front: lower it to leave room for programs loaded later (or raise it when the KV cache is what does not fit); keep max_model_len no larger than you serve.",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION" | "XLA_PYTHON_CLIENT_PREALLOCATE" | "set_per_process_memory_fraction" | "per_process_gpu_memory_fraction" => "The pool fraction caps what the process may use: give it more of the device (XLA_PYTHON_CLIENT_MEM_FRACTION=.95) when nothing else shares it, or XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand.",
+        _ => "Remove or raise the cap unless another program must share the device.",
+    };
+    Some(ctx.cause(
+        CauseKind::Preallocation,
+        None,
+        format!("the text around the failure sets `{setting}`, which caps the allocator's pool: what is left outside it (or inside it) decides this failure"),
+        vec![advice.into()],
+        Vec::new(),
+    ))
 }
 
 /// A TPU limit that is no generation's usable HBM: a flag or runtime setting caps it.

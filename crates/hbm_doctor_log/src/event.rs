@@ -282,6 +282,11 @@ pub struct Event {
     /// memory in use", or what it reserved), when the message states it.
     #[serde(default)]
     pub process_bytes: Option<u64>,
+    /// Extension: an allocator pool setting the text around the event names
+    /// (`gpu_memory_utilization`, `XLA_PYTHON_CLIENT_MEM_FRACTION`, `allow_growth`,
+    /// `--xla_tpu_max_hbm_size_mib`...), with the value when it is written next to it.
+    #[serde(default)]
+    pub pool_setting: Option<String>,
     /// Extension: what the program was doing (init, restore, train, eval, checkpoint_save,
     /// generation), from the traceback's frames around the event.
     #[serde(default)]

@@ -246,7 +246,9 @@ fn absorb(into: &mut Event, from: Event) {
         remat,
         step,
         near,
-        stage
+        stage,
+        pool_setting,
+        process_bytes
     );
     if from.allocations.len() > into.allocations.len() {
         into.allocations = from.allocations;

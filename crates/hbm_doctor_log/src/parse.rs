@@ -315,6 +315,40 @@ struct Hints {
     tpu: bool,
     gpu: bool,
     program: Option<String>,
+    pool_setting: Option<String>,
+}
+
+/// Settings that cap an allocator's pool, as users and logs write them.
+const POOL_SETTINGS: &[&str] = &[
+    "gpu_memory_utilization",
+    "gpu-memory-utilization",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "per_process_gpu_memory_fraction",
+    "xla_tpu_max_hbm_size_mib",
+    "set_per_process_memory_fraction",
+];
+
+/// `gpu_memory_utilization=0.93` or `gpu-memory-utilization value from 0.93`: the setting with
+/// the first number after it, if any.
+fn pool_setting(t: &str) -> Option<String> {
+    let (i, k) = POOL_SETTINGS
+        .iter()
+        .find_map(|k| t.find(k).map(|i| (i, *k)))?;
+    let rest = &t[i + k.len()..];
+    let value: String = rest
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let near = rest
+        .find(|c: char| c.is_ascii_digit())
+        .is_some_and(|j| j <= 12);
+    Some(if near && !value.is_empty() {
+        format!("{k}={value}")
+    } else {
+        k.to_string()
+    })
 }
 
 impl Hints {
@@ -374,6 +408,9 @@ impl Hints {
             {
                 h.gpu = true;
             }
+            if h.pool_setting.is_none() {
+                h.pool_setting = pool_setting(t);
+            }
             if h.program.is_none() {
                 if let Some(c) = p().exec_name.captures(t) {
                     h.program = Some(c[1].to_string());
@@ -414,6 +451,9 @@ impl Hints {
         }
         if event.program.is_none() {
             event.program.clone_from(&self.program);
+        }
+        if event.pool_setting.is_none() {
+            event.pool_setting.clone_from(&self.pool_setting);
         }
         if event.memory_space.is_none() {
             event.memory_space = match event.backend {
