@@ -92,6 +92,7 @@ pub fn categorize(e: &Event) -> Category {
                 .requested_bytes
                 .zip(limit)
                 .is_some_and(|(r, l)| r.saturating_mul(2) > l))
+            || e.requested_bytes.is_some_and(|r| r > 256 << 30)
         {
             return Category::SingleLargeAllocation;
         }
@@ -312,6 +313,8 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
         rank!(2.2, torch_cache_fragmentation(&ctx));
+        rank!(2.5, cuda_init_starved(&ctx));
+        rank!(2.1, other_allocator_in_process(&ctx));
         for (prior, c) in vllm_kv_cache(&ctx) {
             add(prior, Some(c));
         }
@@ -496,10 +499,18 @@ fn shape_of(a: &Allocation) -> Option<Shape> {
 }
 
 fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
-    let l = ctx.limit?;
     if ctx.category == Category::Vmem {
         return None;
     }
+    // One request larger than any accelerator's memory is a shape bug whatever the limit.
+    const BEYOND_ANY_DEVICE: u64 = 256 << 30;
+    let l = match ctx.limit {
+        Some(l) => l,
+        None if ctx.e.requested_bytes.is_some_and(|r| r > BEYOND_ANY_DEVICE) => {
+            BEYOND_ANY_DEVICE / 10
+        }
+        None => return None,
+    };
     let need = ctx.used.max(ctx.e.requested_bytes)?;
     if need < l.saturating_mul(10) {
         return None;
@@ -1552,7 +1563,9 @@ fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
         return None;
     }
     let (r, idle, l) = (e.requested_bytes?, e.fragmentation_bytes?, e.limit_bytes?);
-    if idle < r || (idle as f64) < l as f64 * 0.05 {
+    // "If reserved memory is >> allocated memory": idle blocks a real share of what PyTorch holds.
+    let reserved = e.process_bytes.unwrap_or(l);
+    if idle < r || (idle as f64) < l as f64 * 0.05 || (idle as f64) < reserved as f64 * 0.2 {
         return None;
     }
     Some(ctx.cause(
@@ -1563,6 +1576,52 @@ fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
             "Let the allocator grow segments instead of splitting them: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb:128 on older PyTorch).".into(),
             "Avoid many differently sized allocations per step (variable sequence lengths: pad or bucket them); call torch.cuda.empty_cache() only between phases (train/eval), not every step.".into(),
         ],
+        Vec::new(),
+    ))
+}
+
+/// CUDA could not even create a library handle (cuDNN, cuBLAS) or initialise: the device was
+/// already full before the program allocated anything, usually because a framework
+/// preallocated it (JAX takes 75% by default) or another process holds it.
+fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let m = e.message.to_ascii_lowercase();
+    let init = m.contains("handle") || m.contains("cuinit") || m.contains("initializ");
+    let cuda = m.contains("cuda") || m.contains("cudnn") || m.contains("cublas");
+    if !init || !cuda || e.phase != Phase::Runtime {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::Preallocation,
+        None,
+        "CUDA could not create a library handle: the device was full before the program allocated anything; a framework's preallocated pool (JAX takes 75% by default, TensorFlow all of it) or another process holds the memory".into(),
+        vec![
+            "Let frameworks allocate on demand: XLA_PYTHON_CLIENT_PREALLOCATE=false (JAX), tf.config.experimental.set_memory_growth (TensorFlow); or lower XLA_PYTHON_CLIENT_MEM_FRACTION so the libraries keep room.".into(),
+            "Check for another process on the GPU (nvidia-smi) and for two frameworks in one process each preallocating.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+/// PyTorch says the process holds much more than PyTorch itself accounts for: another allocator
+/// in the same process (XLA's client, JAX, TensorFlow) preallocated its pool.
+fn other_allocator_in_process(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.family != Family::PytorchCudaOom {
+        return None;
+    }
+    let (process, l) = (e.process_bytes?, e.limit_bytes?);
+    let torch_mem = e.allocated_bytes.filter(|&u| u < process)?;
+    let torch_mem = torch_mem + e.fragmentation_bytes.unwrap_or(0);
+    let other = process.saturating_sub(torch_mem);
+    if (other as f64) < l as f64 * 0.25 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::Preallocation,
+        Some(other),
+        format!("the process holds {} but PyTorch accounts for {}: {} belongs to another allocator in the same process (an XLA/JAX client preallocating its pool, TensorFlow)", fmt(process), fmt(torch_mem), fmt(other)),
+        vec!["Stop the other runtime from preallocating: XLA_PYTHON_CLIENT_PREALLOCATE=false or XLA_PYTHON_CLIENT_MEM_FRACTION=.3 (PJRT/JAX), set_memory_growth (TensorFlow); or keep one framework per process.".into()],
         Vec::new(),
     ))
 }
@@ -1612,6 +1671,10 @@ fn pool_named(ctx: &Ctx<'_>) -> Option<Cause> {
     let setting = e.pool_setting.as_deref()?;
     if e.family == Family::VllmKvCache {
         return None; // vllm_kv_cache() says it with the cache's figures
+    }
+    // Preallocation already turned off: the pool is not what ran out.
+    if setting.ends_with("PREALLOCATE=false") {
+        return None;
     }
     let knob = setting.split('=').next().unwrap_or(setting);
     let advice = match knob {

@@ -282,6 +282,10 @@ pub struct Event {
     /// memory in use", or what it reserved), when the message states it.
     #[serde(default)]
     pub process_bytes: Option<u64>,
+    /// Extension: what the framework's own allocator has handed out (PyTorch's "X is allocated
+    /// by PyTorch", "already allocated"), when the message says.
+    #[serde(default)]
+    pub allocated_bytes: Option<u64>,
     /// Extension: an allocator pool setting the text around the event names
     /// (`gpu_memory_utilization`, `XLA_PYTHON_CLIENT_MEM_FRACTION`, `allow_growth`,
     /// `--xla_tpu_max_hbm_size_mib`...), with the value when it is written next to it.

@@ -100,11 +100,15 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         let mut end = c.get(0)?.end();
         if let Some(u) = pat.torch_unallocated.captures(flat) {
             e.used_bytes = bytes(&u, 1);
+            e.allocated_bytes = e.used_bytes;
             e.fragmentation_bytes = bytes(&u, 2);
             end = end.max(u.get(0)?.end());
         }
+        // What the process holds in use (PyTorch's allocations and everything else it has on the
+        // device) is what it uses; "allocated by PyTorch" is part of it.
         if let Some(pc) = pat.torch_process.captures(flat) {
             e.process_bytes = bytes(&pc, 1);
+            e.used_bytes = e.process_bytes.or(e.used_bytes);
             end = end.max(pc.get(0)?.end());
         }
         return Some((Piece::Event(Box::new(e)), end));
@@ -120,6 +124,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.device = Some(format!("GPU {}", &c[2]));
         e.limit_bytes = bytes(&c, 3);
         e.used_bytes = bytes(&c, 4);
+        e.allocated_bytes = e.used_bytes;
         e.free_bytes = bytes(&c, 5);
         // Reserved (cached) by PyTorch but not allocated: the caching allocator's idle blocks.
         let reserved = bytes(&c, 7).or_else(|| bytes(&c, 6));
@@ -211,7 +216,7 @@ mod tests {
         assert_eq!(e.framework, Some(Framework::Pytorch));
         assert_eq!(e.requested_bytes, Some(20 << 20));
         assert_eq!(g(e.limit_bytes), 14.75);
-        assert_eq!(g(e.used_bytes), 14.28);
+        assert_eq!(g(e.used_bytes), 14.74);
         assert_eq!(g(e.process_bytes), 14.74);
         assert!(e.free_bytes.is_some_and(|f| f > 3 << 20 && f < 4 << 20));
         let old = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity; 12.23 GiB already allocated; 1.43 GiB free; 13.23 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.\n";

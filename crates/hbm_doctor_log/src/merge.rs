@@ -248,7 +248,8 @@ fn absorb(into: &mut Event, from: Event) {
         near,
         stage,
         pool_setting,
-        process_bytes
+        process_bytes,
+        allocated_bytes
     );
     if from.allocations.len() > into.allocations.len() {
         into.allocations = from.allocations;

@@ -132,9 +132,9 @@ fn p() -> &'static Patterns {
             program_load: re(r"(?:Error\s+loading\s+program(?:\s+'([^']+)')?:\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?(?:\s+That\s+was\s+not\s+possible\.?)?(?:\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable)?"),
             gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+SZ"),
             failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?\s+on\s+device\s+ordinal\s+(\d+)"),
-            bfc: re(r"Allocator\s+\(([\w:\-]+)\)\s+ran\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
+            bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
-            tf_oom: re(r"OOM\s+when\s+allocating\s+tensor\s+(?:with\s+shape\s*)?\[?([\d,\s]*)\]?\s+and\s+type\s+(\w+)\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?(?:[\s.,]|$)"),
+            tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\s+(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?(?:[\s.,"*]|$)"#),
             host_killed: re(r"(?:Out\s+of\s+memory:\s+Killed\s+process|oom-kill:.*?task=|Killed\s+process)\s*(\d+)?\s*\(?([\w.\-]*)\)?"),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             not_memory: re(r"(?i)message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
@@ -316,6 +316,30 @@ struct Hints {
     gpu: bool,
     program: Option<String>,
     pool_setting: Option<String>,
+    /// `torch_xla` itself is named (not only a `torch/` path).
+    torch_xla: bool,
+}
+
+/// Whether a line names a TPU: `TPU`, `libtpu`, `tpu_worker`, `/tpu:0`, but not the `tpu` inside
+/// `output`.
+fn mentions_tpu(t: &str) -> bool {
+    if t.contains("TPU") {
+        return true;
+    }
+    let b = t.as_bytes();
+    let mut from = 0;
+    while let Some(i) = t[from..].find("tpu") {
+        let at = from + i;
+        let before = if at == 0 { b' ' } else { b[at - 1] };
+        let after = b.get(at + 3).copied().unwrap_or(b' ');
+        let word_before = !before.is_ascii_alphabetic() || t[..at].ends_with("lib");
+        let word_after = !after.is_ascii_alphabetic() || after == b'v';
+        if word_before && word_after {
+            return true;
+        }
+        from = at + 3;
+    }
+    false
 }
 
 /// Settings that cap an allocator's pool, as users and logs write them.
@@ -336,18 +360,22 @@ fn pool_setting(t: &str) -> Option<String> {
         .iter()
         .find_map(|k| t.find(k).map(|i| (i, *k)))?;
     let rest = &t[i + k.len()..];
-    let value: String = rest
-        .chars()
-        .skip_while(|c| !c.is_ascii_digit())
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
-    let near = rest
-        .find(|c: char| c.is_ascii_digit())
-        .is_some_and(|j| j <= 12);
-    Some(if near && !value.is_empty() {
-        format!("{k}={value}")
-    } else {
-        k.to_string()
+    // `=0.93`, `"] = "false"`, ` value from 0.93 to 0.83`: the first number or boolean nearby.
+    fn word(w: &str) -> &str {
+        w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '.')
+    }
+    let value = rest
+        .split(|c: char| c.is_whitespace() || c == '=' || c == ':')
+        .take(5)
+        .map(word)
+        .find(|w| {
+            !w.is_empty()
+                && (w.chars().next().is_some_and(|c| c.is_ascii_digit())
+                    || matches!(w.to_ascii_lowercase().as_str(), "true" | "false"))
+        });
+    Some(match value {
+        Some(v) => format!("{k}={}", v.to_ascii_lowercase()),
+        None => k.to_string(),
     })
 }
 
@@ -366,6 +394,9 @@ impl Hints {
                 || t.contains("torch/")
             {
                 ptxla = true;
+            }
+            if t.contains("torch_xla") || t.contains("PT_XLA") || t.contains("pytorch/xla") {
+                h.torch_xla = true;
             }
             if t.contains("jax")
                 || t.contains("XlaRuntimeError")
@@ -392,12 +423,7 @@ impl Hints {
             {
                 tf = true;
             }
-            if t.contains("TPU")
-                || t.contains("tpu")
-                || t.contains(" hbm")
-                || t.contains("HBM")
-                || t.contains(":T(")
-            {
+            if mentions_tpu(t) || t.contains(" hbm") || t.contains("HBM") || t.contains(":T(") {
                 h.tpu = true;
             }
             if t.contains("GPU")
@@ -432,6 +458,10 @@ impl Hints {
     fn apply(&self, event: &mut Event) {
         if event.framework.is_none() {
             event.framework = self.framework;
+        }
+        // PyTorch's own message inside a PyTorch/XLA program.
+        if event.framework == Some(Framework::Pytorch) && self.torch_xla {
+            event.framework = Some(Framework::PytorchXla);
         }
         if event.backend.is_none()
             && !self.tpu
@@ -794,7 +824,10 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         if flat.contains("not a failure") || flat.contains("caller indicates") {
             return None;
         }
-        let allocator = c[1].to_string();
+        // Old TensorFlow (`gpu_bfc_allocator.cc`) names no allocator: the file says it is a GPU's.
+        let allocator = c
+            .get(1)
+            .map_or_else(|| "gpu_bfc".to_string(), |m| m.as_str().to_string());
         let host = allocator.to_ascii_lowercase().contains("cpu")
             || allocator.to_ascii_lowercase().contains("host");
         let mut e = new_event(line, Family::BfcAllocator, Phase::Runtime, flat);
@@ -822,9 +855,12 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
             .split(',')
             .filter_map(|d| d.trim().parse().ok())
             .collect();
-        let dtype = c[2].to_string();
-        let device = c[3].trim_end_matches([',', '.']).to_string();
-        let lower = device.to_ascii_lowercase();
+        // Old messages name neither the type nor the device: only what is stated is kept.
+        let dtype = c.get(2).map(|m| m.as_str().to_string());
+        let device = c
+            .get(3)
+            .map(|m| m.as_str().trim_end_matches([',', '.']).to_string());
+        let lower = device.as_deref().unwrap_or("").to_ascii_lowercase();
         e.backend = if lower.contains("gpu") {
             Some(Backend::Gpu)
         } else if lower.contains("tpu") {
@@ -840,24 +876,26 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
             Some(Backend::Cpu) => Some(MemorySpace::Host),
             None => None,
         };
-        let bits = hbm_doctor_hlo::PrimitiveType::parse(&dtype).map_or(32, |t| t.bits());
-        let elements = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
-        let bytes = elements.saturating_mul(u64::from(bits)).div_ceil(8);
-        e.requested_bytes = Some(bytes);
-        let shape = format!(
-            "{dtype}[{}]",
-            dims.iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-        e.allocations.push(Allocation {
-            size_bytes: bytes,
-            shape: Some(shape),
-            allocation_type: Some("tensor".into()),
-            ..Allocation::default()
-        });
-        e.device = Some(device);
+        if let Some(dtype) = dtype {
+            let bits = hbm_doctor_hlo::PrimitiveType::parse(&dtype).map_or(32, |t| t.bits());
+            let elements = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+            let bytes = elements.saturating_mul(u64::from(bits)).div_ceil(8);
+            e.requested_bytes = Some(bytes);
+            let shape = format!(
+                "{dtype}[{}]",
+                dims.iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            e.allocations.push(Allocation {
+                size_bytes: bytes,
+                shape: Some(shape),
+                allocation_type: Some("tensor".into()),
+                ..Allocation::default()
+            });
+        }
+        e.device = device;
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = pat
@@ -962,6 +1000,19 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         }
         // "out of memory" in prose (a log that *talks* about OOMs) is not an event unless it is
         // the status text itself.
+        // The status word used as a noun in a sentence ("can produce a RESOURCE_EXHAUSTED
+        // message") is prose, not a status.
+        let prose = [
+            "a RESOURCE_EXHAUSTED",
+            "RESOURCE_EXHAUSTED message",
+            "RESOURCE_EXHAUSTED error",
+        ]
+        .iter()
+        .any(|p| first.contains(p))
+            && first.split_whitespace().count() > 12;
+        if prose {
+            return None;
+        }
         let status = first.contains("RESOURCE_EXHAUSTED")
             || first.contains("Resource exhausted")
             || first.contains("ResourceExhausted")

@@ -59,6 +59,7 @@ pub(crate) const ANCHORS: &[&str] = &[
     "Chunk State",
     "Graph input size",
     "OUT_OF_MEMORY",
+    "ALLOC_FAILED",
     "AllocationError",
     "cache blocks",
     "KV cache (",
