@@ -111,9 +111,11 @@ def test_exception_object_and_html():
         d = hbm_doctor.explain(e)
     assert d.used_bytes == 19058917376 and d.limit_bytes == 16911433728
     html = d._repr_html_()
-    assert "<ol>" in html and "aggregate" in html and "<script" not in html
+    # A headline without its listing: `unknown` (labelling.md), with a plan and what to collect.
+    assert "<ol>" in html and "unknown" in html and "<script" not in html
     doc = d.to_json()
-    assert doc["schema_version"] == 1 and doc["diagnosis"]["category"] == "aggregate"
+    assert doc["schema_version"] == 1 and doc["diagnosis"]["category"] == "unknown"
+    assert doc["diagnosis"]["missing"]
 
 
 def test_bad_dump_is_an_error_that_says_what_to_do(tmp_path):

@@ -31,7 +31,8 @@ def test_python_m_hbm_doctor_runs_the_binary(corpus):
         [sys.executable, "-m", "hbm_doctor", "explain", str(exc), "--format", "json"], capture_output=True, text=True
     )
     assert e.returncode == 1, e.stderr
-    assert '"category": "aggregate"' in e.stdout
+    # The exception alone is a headline without its listing: `unknown` (labelling.md).
+    assert '"category": "unknown"' in e.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "hbm_doctor", "explain", "/nonexistent"], capture_output=True, text=True
     )

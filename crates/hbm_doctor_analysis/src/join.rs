@@ -42,6 +42,10 @@ pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<Str
     if event.arguments_bytes.is_none() {
         event.arguments_bytes = Some(space.arguments_bytes);
     }
+    // With the dump's buffers in hand, the guide's decision tree can go past "unknown".
+    if d.category == crate::model::Category::Unknown {
+        d.category = crate::explain::categorize(event);
+    }
     // The dump measures what the message could only state or list.
     d.ledger = crate::ledger::of_space(space);
     // Merge causes: the dump's evidence is measured, so it replaces the log's guess.
