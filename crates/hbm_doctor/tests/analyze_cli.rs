@@ -197,3 +197,54 @@ fn what_if_names_a_change_and_says_whether_it_fits() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("use one of"), "{err}");
 }
+
+/// A live-range file whose header or intervals claim more positions than it can hold is refused
+/// in one line, at once and in flat memory (it used to allocate 34 GB and abort).
+#[test]
+fn hostile_live_range_sizes_are_refused() {
+    let dir = std::env::temp_dir().join(format!("hbm-doctor-hostile-lr-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let src = dump("remat_v6e");
+    let mut lr_file = None;
+    for e in std::fs::read_dir(&src).expect("dump").flatten() {
+        let to = dir.join(e.file_name());
+        std::fs::copy(e.path(), &to).expect("copy");
+        if to.to_string_lossy().ends_with("live-range.txt") {
+            lr_file = Some(to);
+        }
+    }
+    let lr_file = lr_file.expect("a live-range file");
+    let original = std::fs::read_to_string(&lr_file).expect("read");
+    let header_end = original.find("):").expect("header");
+    let header_start = original.find("HloLiveRange (max ").expect("header");
+    let with_max = |m: &str| {
+        format!(
+            "{}HloLiveRange (max {m}{}",
+            &original[..header_start],
+            &original[header_end..]
+        )
+    };
+    let first_range = original
+        .lines()
+        .skip_while(|l| !l.contains("BufferLiveRange:"))
+        .nth(1)
+        .expect("a range")
+        .to_string();
+    let (key, _) = first_range.rsplit_once(':').expect("range");
+    let beyond = original.replacen(&first_range, &format!("{key}:0-18446744073709551615"), 1);
+    for text in [
+        with_max("4294967296"),
+        with_max("300000000"),
+        with_max("9223372036854775808"),
+        beyond,
+    ] {
+        std::fs::write(&lr_file, &text).expect("write");
+        let out = bin().arg("analyze").arg(&dir).output().expect("run");
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("live-range file is corrupt"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

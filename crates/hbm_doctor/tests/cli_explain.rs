@@ -506,3 +506,24 @@ fn evidence_names_the_holder() {
     assert_eq!(err.lines().count(), 1, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `pad` refuses sizes past 64 bits in one line (it printed `2.00E` and aligned to `[0,0]`), and
+/// keeps the element type as written (`u64` is not `s64`).
+#[test]
+fn pad_overflow_and_type_names() {
+    let out = run(
+        &["pad", "f32[18446744073709551615,18446744073709551615]"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("2^64"), "{err}");
+    let out = run(&["pad", "u64[3,1000]"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("u64[8,1024]") && !text.contains("s64"),
+        "{text}"
+    );
+}

@@ -186,6 +186,26 @@ fn read_hlo(p: &Option<PathBuf>) -> Result<(Option<String>, usize)> {
     }
 }
 
+/// Positions in a live-range file are bounded by what the file can hold (one byte per position
+/// at the very least): a header or an interval beyond that is a corrupt or foreign file, and
+/// trusting it would allocate without bound.
+fn check_live_range(
+    lr: &hbm_doctor_hlo::live_range::LiveRange<'_>,
+    bytes: usize,
+    path: Option<&Path>,
+) -> Result<()> {
+    let name = path.map_or_else(String::new, |p| p.display().to_string());
+    let bound = bytes as u64 + 1;
+    if lr.max > bound {
+        bail!("`{name}`: `HloLiveRange (max {})` is more positions than a file of {bytes} bytes can hold: the live-range file is corrupt; dump it again (--xla_dump_to) or remove it", lr.max);
+    }
+    let end = if lr.max > 0 { lr.max } else { bound };
+    if let Some(r) = lr.ranges.iter().find(|r| r.end > end || r.start > r.end) {
+        bail!("`{name}`: the live range `{}: {}-{}` lies outside the schedule (max {}): the live-range file is corrupt; dump it again (--xla_dump_to) or remove it", r.name, r.start, r.end, lr.max);
+    }
+    Ok(())
+}
+
 /// Reads, parses and analyzes the modules; the budget check is left to the caller.
 pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<AnalyzeReport> {
     let mut texts = Vec::new();
@@ -200,7 +220,7 @@ pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<Ana
         ));
     }
     let mut parsed = Vec::new();
-    for (hlo, ba, lr, rep, fusion_bodies) in &texts {
+    for (f, (hlo, ba, lr, rep, fusion_bodies)) in files.iter().zip(&texts) {
         let mut notes = Vec::new();
         let hlo = hlo.as_deref().map(|t| {
             let (m, d) = parse_module(t);
@@ -231,7 +251,14 @@ pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<Ana
             }
             b
         });
-        let lr = lr.as_deref().map(|t| parse_live_range(t).0);
+        let lr = match lr.as_deref() {
+            Some(t) => {
+                let lr = parse_live_range(t).0;
+                check_live_range(&lr, t.len(), f.live_range.as_deref())?;
+                Some(lr)
+            }
+            None => None,
+        };
         let rep = rep.as_deref().map(|t| parse_usage_report(t).0);
         parsed.push((hlo, ba, lr, rep, notes));
     }
