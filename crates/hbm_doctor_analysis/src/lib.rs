@@ -16,5 +16,5 @@ pub mod explain;
 pub mod join;
 pub mod model;
 
-pub use explain::explain;
+pub use explain::{explain, explain_with_warnings};
 pub use model::{Category, Cause, CauseKind, Diagnosis, ExplainReport, Snippet, SCHEMA_VERSION};

@@ -29,7 +29,7 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
     }
     // Warnings (rematerialization that fell short) are reported but are not out-of-memory errors.
     let found = scanned.events.iter().any(|e| e.fatal);
-    let mut report = hbm_doctor_analysis::explain(scanned.events);
+    let mut report = hbm_doctor_analysis::explain_with_warnings(scanned.events, scanned.warnings);
     if let Some(dir) = &args.dump {
         let files = crate::commands::analyze::discover(dir)?;
         let dump = crate::commands::analyze::analyze_files(&files, &Default::default())?;
