@@ -71,6 +71,8 @@ pub(crate) const ANCHORS: &[&str] = &[
 pub(crate) struct Anchors {
     packed: Option<aho_corasick::packed::Searcher>,
     automaton: AhoCorasick,
+    /// The warning shape each anchor can start, by pattern index.
+    shapes: Vec<fast::Shape>,
 }
 
 impl Anchors {
@@ -100,7 +102,12 @@ pub(crate) fn anchors() -> &'static Anchors {
             .kind(Some(AhoCorasickKind::DFA))
             .build(ANCHORS)
             .expect("anchors are valid");
-        Anchors { packed, automaton }
+        let shapes = ANCHORS.iter().map(|a| fast::Shape::of(a)).collect();
+        Anchors {
+            packed,
+            automaton,
+            shapes,
+        }
     })
 }
 
@@ -189,44 +196,42 @@ impl Scanner {
                 break;
             }
             let line_start = memchr::memrchr(b'\n', &buf[..hit]).map_or(0, |i| i + 1);
-            let newline = memchr::memchr(b'\n', &buf[hit..]).map(|i| hit + i);
-            let line_end = newline.map_or(buf.len(), |i| i + 1);
-            pos = line_end;
-            if newline.is_some() || eof {
-                let text_end = newline.unwrap_or(buf.len());
-                let anchor = ANCHORS[pattern];
-                if let Some(warning) = fast::recognise(buf, line_start, text_end, hit, anchor) {
-                    if let Some(block) = &mut self.block {
-                        if line_start < block.end {
-                            // Read with its block, which it does not extend.
-                            block.end = block.end.max(line_end);
-                            continue;
-                        }
-                    }
-                    if line_start < self.last_floor {
-                        // Already read, whole or in part, by the block that just closed.
+            let shape = self.anchors.shapes[pattern];
+            if let Some((warning, text_end)) = fast::recognise(buf, line_start, hit, shape, eof) {
+                let line_end = (text_end + 1).min(buf.len());
+                pos = line_end;
+                if let Some(block) = &mut self.block {
+                    if line_start < block.end {
+                        // Read with its block, which it does not extend.
+                        block.end = block.end.max(line_end);
                         continue;
                     }
-                    self.close_block(buf);
-                    let line = self.line_of(buf, line_start) + 1;
-                    self.fast_last_line = line;
-                    match warning {
-                        Fast::Remat(remat) => {
-                            self.merger.push_remat_fast(line, remat);
-                            self.fast_raw = Some((line_start, text_end, line));
-                        }
-                        Fast::Warning(kind, requested_bytes) => self.merger.push(Piece::Warning {
-                            kind,
-                            figures: WarningFigures {
-                                line,
-                                requested_bytes,
-                                ..WarningFigures::default()
-                            },
-                        }),
-                    }
+                }
+                if line_start < self.last_floor {
+                    // Already read, whole or in part, by the block that just closed.
                     continue;
                 }
+                self.close_block(buf);
+                let line = self.line_of(buf, line_start) + 1;
+                self.fast_last_line = line;
+                match warning {
+                    Fast::Remat(remat) => {
+                        self.merger.push_remat_fast(line, remat);
+                        self.fast_raw = Some((line_start, text_end, line));
+                    }
+                    Fast::Warning(kind, requested_bytes) => self.merger.push(Piece::Warning {
+                        kind,
+                        figures: WarningFigures {
+                            line,
+                            requested_bytes,
+                            ..WarningFigures::default()
+                        },
+                    }),
+                }
+                continue;
             }
+            let line_end = memchr::memchr(b'\n', &buf[hit..]).map_or(buf.len(), |i| hit + i + 1);
+            pos = line_end;
             if let Some(block) = &mut self.block {
                 if line_start < block.end && line_end - block.start < MAX_BLOCK_BYTES {
                     block.end = block.end.max(forward(buf, line_end));
