@@ -129,7 +129,7 @@ type Found = (usize, Fast);
 /// `Can't reduce memory use below 12.45GiB (13372150681 bytes) by rematerialization; only reduced
 /// to 15.25GiB (16374564352 bytes), down from 25.81GiB (27715962368 bytes) originally`, from
 /// `head` to the newline (or the end of `text` when `eof`): the figures and where the text ends.
-#[inline(always)]
+#[inline]
 fn remat(text: &[u8], head: usize, hit: usize, eof: bool) -> Option<(Fast, usize)> {
     let line = text;
     let mut i = head + REMAT_HEAD.len();
@@ -170,7 +170,7 @@ fn remat(text: &[u8], head: usize, hit: usize, eof: bool) -> Option<(Fast, usize
 /// The TF BFC allocator's warning that it will carry on: `Allocator (GPU_0_bfc) ran out of memory
 /// trying to allocate 2.21GiB with freed_by_count=0. The caller indicates that this is not a
 /// failure, ...`.
-#[inline(always)]
+#[inline]
 fn bfc(line: &[u8], head: usize, hit: usize) -> Option<Found> {
     let name_start = head + BFC_HEAD.len();
     let name_len = line[name_start..]
@@ -199,7 +199,7 @@ fn bfc(line: &[u8], head: usize, hit: usize) -> Option<Found> {
 
 /// `cuda_driver`'s `failed to allocate 3.77G (4046333952 bytes) from device:
 /// CUDA_ERROR_OUT_OF_MEMORY: out of memory`: the allocator retries with less.
-#[inline(always)]
+#[inline]
 fn cuda(line: &[u8], hit: usize) -> Option<Found> {
     let head = hit.checked_sub(1)?;
     let mut i = expect(line, head, CUDA_HEAD)?;
@@ -335,7 +335,7 @@ fn is_word(b: u8) -> bool {
 /// A size token at `i` as the message regexes read it (`12.45GiB (13372150681 bytes)`, `12.45G`,
 /// `512B`, `13372150681 bytes`), valued as [`crate::parse_size`] values it. Rare spellings
 /// (thousands separators, lower-case units) are `None`: the slow path reads them.
-#[inline(always)]
+#[inline]
 fn size_at(line: &[u8], i: usize) -> Option<(u64, usize)> {
     let skip = |j: usize| {
         let n = digit_run(line, j);
