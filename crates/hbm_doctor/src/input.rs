@@ -2,7 +2,7 @@
 //! stays flat on multi-GB logs. Bad input becomes a one-line error that says what to do.
 
 use anyhow::{bail, Context, Result};
-use hbm_doctor_log::{Event, Scanner};
+use hbm_doctor_log::{Event, Scanner, WarningSummary};
 use std::fs::File;
 use std::io::{IsTerminal, Read};
 use std::path::Path;
@@ -15,6 +15,8 @@ pub const CHUNK: usize = 8 * 1024 * 1024;
 pub struct Scanned {
     /// The events, merged.
     pub events: Vec<Event>,
+    /// Non-fatal warnings, counted per kind.
+    pub warnings: Vec<WarningSummary>,
     /// Bytes read (after decompression).
     pub bytes: u64,
     /// Whether the start of the input looked like binary data.
@@ -86,8 +88,10 @@ pub fn scan(mut reader: Box<dyn Read>, name: String) -> Result<Scanned> {
             break;
         }
     }
+    let (events, warnings) = scanner.finish_with_warnings();
     Ok(Scanned {
-        events: scanner.finish(),
+        events,
+        warnings,
         bytes,
         looks_binary: looks_binary.unwrap_or(false),
         name,

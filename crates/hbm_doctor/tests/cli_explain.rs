@@ -526,4 +526,67 @@ fn pad_overflow_and_type_names() {
         text.contains("u64[8,1024]") && !text.contains("s64"),
         "{text}"
     );
+/// More non-fatal warnings than the old 100,000-piece cap, then one real TPU OOM: the OOM is the
+/// diagnosis, and every view says how many warnings it summarised (issue: a log that hides its
+/// OOM among a million warnings).
+#[test]
+fn oom_after_many_warnings_is_reported_and_warnings_summarised() {
+    use std::fmt::Write as _;
+    let n = 120_000u64;
+    let mut log = String::with_capacity(n as usize * 220);
+    for i in 0..n {
+        let target = 10_000_000_000 + i * 1_000;
+        let reached = target + 1_000_000 + (i % 977) * 1_000_000;
+        let _ = writeln!(
+            log,
+            "W1121 12:00:00.{:06} 4436 hlo_rematerialization.cc:3231] Can't reduce memory use below {:.2}GiB ({target} bytes) by rematerialization; only reduced to {:.2}GiB ({reached} bytes)",
+            i % 1_000_000,
+            target as f64 / (1u64 << 30) as f64,
+            reached as f64 / (1u64 << 30) as f64,
+        );
+    }
+    let oom = std::fs::read_to_string(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/jax-tpu-v5e-oom.log"),
+    )
+    .expect("example");
+    log.push_str(&oom);
+    let path = tmp("many-warnings.log", log.as_bytes());
+    let path = path.to_str().expect("utf8");
+
+    let out = run(&["explain", path, "--format", "json"], None);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let events = v["events"].as_array().expect("events");
+    assert_eq!(events.len(), 1, "warnings are not listed one by one");
+    assert_eq!(events[0]["family"], "tpu_compile_hbm");
+    assert_eq!(events[0]["used_bytes"], 19_059_158_528u64);
+    assert_eq!(events[0]["remat"]["target_bytes"], 13_372_150_681u64);
+    assert_eq!(v["diagnosis"]["event"], 0);
+    let w = &v["warnings"][0];
+    assert_eq!(w["kind"], "remat_warning");
+    // The generated ones and the one in the compiler's own output.
+    assert_eq!(w["count"], n + 1);
+    assert_eq!(w["first_line"], 1);
+    // The worst shortfall is the compiler's own (3.00G short, line 58 of the example).
+    assert_eq!(w["worst"]["line"], n + 58);
+    assert_eq!(w["worst"]["exceeded_bytes"], 3_002_413_671u64);
+
+    let out = run(&["explain", path, "--color", "never"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("✗ Out of HBM"), "{text}");
+    assert!(!text.contains("no out-of-memory error"), "{text}");
+    assert!(
+        text.contains("120,001 rematerialization warnings (remat_warning), lines 1-"),
+        "{text}"
+    );
+    let out = run(&["explain", path, "--format", "markdown"], None);
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("#### Warnings"), "{md}");
+    assert!(md.contains("- 120,001 rematerialization warnings"), "{md}");
 }

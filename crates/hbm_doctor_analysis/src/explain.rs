@@ -5,15 +5,22 @@ use crate::model::{Category, Cause, CauseKind, Diagnosis, ExplainReport, Snippet
 use hbm_doctor_hlo::Shape;
 use hbm_doctor_log::{
     format_size, Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Stage,
+    WarningSummary,
 };
 
 /// Builds the report for the events of one log.
 pub fn explain(events: Vec<Event>) -> ExplainReport {
+    explain_with_warnings(events, Vec::new())
+}
+
+/// Builds the report for the events of one log and its warnings summarised per kind.
+pub fn explain_with_warnings(events: Vec<Event>, warnings: Vec<WarningSummary>) -> ExplainReport {
     let diagnosis = main_event(&events).map(|i| diagnose(i, &events[i]));
     ExplainReport {
         schema_version: SCHEMA_VERSION,
         events,
         diagnosis,
+        warnings,
     }
 }
 

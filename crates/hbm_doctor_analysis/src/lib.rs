@@ -19,7 +19,7 @@ pub mod ledger;
 pub mod model;
 pub mod whatif;
 
-pub use explain::explain;
+pub use explain::{explain, explain_with_warnings};
 pub use model::{
     Category, Cause, CauseKind, Diagnosis, ExplainReport, LedgerEntry, Snippet, WhatIf,
     SCHEMA_VERSION,

@@ -1,6 +1,6 @@
 //! The report model of `explain`, serialized exactly as `docs/contract.md` specifies.
 
-use hbm_doctor_log::Event;
+use hbm_doctor_log::{Event, WarningSummary};
 use serde::{Deserialize, Serialize};
 
 /// The JSON schema version of every report.
@@ -215,4 +215,9 @@ pub struct ExplainReport {
     /// Present whenever `events` is not empty.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,
+    /// Extension: non-fatal warnings (rematerialization shortfalls, allocator retries...)
+    /// counted per kind, with the first and last line and the figures of the worst; absent when
+    /// there were none. The last remat warning before a failure is also that event's `remat`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<WarningSummary>,
 }

@@ -336,3 +336,149 @@ impl Event {
             + self.allocations.len()
     }
 }
+
+/// A kind of non-fatal memory message: counted and summarised, never stored one by one
+/// (extension field `warnings[].kind` of `explain --format json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningKind {
+    /// `Can't reduce memory use below X by rematerialization; only reduced to Y`: the compiler
+    /// carries on; the last one before a failure is also attached to it (`remat`).
+    RematWarning,
+    /// TensorFlow's BFC allocator: `ran out of memory trying to allocate X ... The caller indicates
+    /// that this is not a failure`.
+    BfcNotAFailure,
+    /// `cuda_driver`'s `failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY`: the
+    /// allocator retries with less.
+    AllocatorRetry,
+    /// An out-of-memory error logged and survived (`--xla_tpu_no_crash_on_oom`: `Suppressing`).
+    SuppressedOom,
+}
+
+impl WarningKind {
+    /// Every kind, in the order summaries are listed.
+    pub const ALL: [WarningKind; 4] = [
+        WarningKind::RematWarning,
+        WarningKind::BfcNotAFailure,
+        WarningKind::AllocatorRetry,
+        WarningKind::SuppressedOom,
+    ];
+
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarningKind::RematWarning => "remat_warning",
+            WarningKind::BfcNotAFailure => "bfc_not_a_failure",
+            WarningKind::AllocatorRetry => "allocator_retry",
+            WarningKind::SuppressedOom => "suppressed_oom",
+        }
+    }
+}
+
+/// The figures of one warning. Remat warnings state `used_bytes` (only reduced to),
+/// `limit_bytes` (the target), `exceeded_bytes` (the shortfall) and `remat`; allocator warnings
+/// state `requested_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct WarningFigures {
+    /// 1-based line of the warning.
+    pub line: u64,
+    /// What the program needs (remat: the peak reached).
+    pub used_bytes: Option<u64>,
+    /// What was available (remat: the target).
+    pub limit_bytes: Option<u64>,
+    /// `used - limit` (remat: how far the pass fell short).
+    pub exceeded_bytes: Option<u64>,
+    /// The allocation that was refused.
+    pub requested_bytes: Option<u64>,
+    /// Rematerialization figures, for remat warnings.
+    pub remat: Option<Remat>,
+}
+
+impl WarningFigures {
+    /// The figures of a remat warning.
+    pub fn of_remat(line: u64, remat: &Remat) -> WarningFigures {
+        WarningFigures {
+            line,
+            used_bytes: Some(remat.reduced_to_bytes),
+            limit_bytes: Some(remat.target_bytes),
+            exceeded_bytes: Some(remat.reduced_to_bytes.saturating_sub(remat.target_bytes)),
+            requested_bytes: None,
+            remat: Some(remat.clone()),
+        }
+    }
+
+    /// How bad it is: the shortfall, else the request. The worst of a kind is the largest.
+    pub fn severity(&self) -> u64 {
+        self.exceeded_bytes.or(self.requested_bytes).unwrap_or(0)
+    }
+}
+
+/// Every warning of one kind in a log, summarised (extension: top-level `warnings` of
+/// `explain --format json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarningSummary {
+    /// Which warning.
+    pub kind: WarningKind,
+    /// How many were printed.
+    pub count: u64,
+    /// 1-based line of the first.
+    pub first_line: u64,
+    /// 1-based line of the last.
+    pub last_line: u64,
+    /// The figures of the worst (largest shortfall or request; the first of equals).
+    pub worst: WarningFigures,
+}
+
+/// Counts warnings per kind as they stream by, in constant memory.
+#[derive(Debug, Clone, Default)]
+pub struct WarningTally {
+    kinds: [Option<WarningSummary>; 4],
+}
+
+impl WarningTally {
+    /// Counts one warning.
+    pub fn add(&mut self, kind: WarningKind, figures: WarningFigures) {
+        let slot = &mut self.kinds[kind as usize];
+        match slot {
+            None => {
+                *slot = Some(WarningSummary {
+                    kind,
+                    count: 1,
+                    first_line: figures.line,
+                    last_line: figures.line,
+                    worst: figures,
+                })
+            }
+            Some(s) => {
+                s.count += 1;
+                s.first_line = s.first_line.min(figures.line);
+                s.last_line = s.last_line.max(figures.line);
+                if figures.severity() > s.worst.severity() {
+                    s.worst = figures;
+                }
+            }
+        }
+    }
+
+    /// Counts one remat warning without building its figures unless it is the worst so far.
+    pub fn add_remat(&mut self, line: u64, remat: &Remat) {
+        if let Some(s) = &mut self.kinds[WarningKind::RematWarning as usize] {
+            s.count += 1;
+            s.first_line = s.first_line.min(line);
+            s.last_line = s.last_line.max(line);
+            if remat.reduced_to_bytes.saturating_sub(remat.target_bytes) > s.worst.severity() {
+                s.worst = WarningFigures::of_remat(line, remat);
+            }
+            return;
+        }
+        self.add(
+            WarningKind::RematWarning,
+            WarningFigures::of_remat(line, remat),
+        );
+    }
+
+    /// The summaries, one per kind seen, in [`WarningKind::ALL`] order.
+    pub fn summaries(&self) -> Vec<WarningSummary> {
+        self.kinds.iter().flatten().cloned().collect()
+    }
+}

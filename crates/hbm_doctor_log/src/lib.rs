@@ -8,7 +8,9 @@
 //!
 //! Pipeline: [`scan`] finds anchor strings and cuts blocks; [`clean`] strips log prefixes, ANSI
 //! codes and markdown damage; [`parse`] reads each message family; [`merge`] folds duplicate
-//! prints of one failure into one event.
+//! prints of one failure into one event, and counts non-fatal warnings per kind
+//! ([`WarningSummary`]) instead of keeping them one by one; `fast` reads the usual shapes of
+//! those warnings without cutting a block around each.
 //!
 //! Architecture invariant: this crate does no I/O; it takes bytes. It never fails: text it does not
 //! understand is not an event, and an OOM it cannot read is an [`Family::Unrecognized`] event.
@@ -16,11 +18,16 @@
 pub mod clean;
 pub mod event;
 pub mod families;
+mod fast;
 pub mod merge;
 pub mod parse;
 pub mod scan;
 pub mod size;
 
-pub use event::{Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Remat, Stage};
-pub use scan::{scan_all, Scanner};
+pub use event::{
+    Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Remat, Stage,
+    WarningFigures, WarningKind, WarningSummary, WarningTally,
+};
+pub use merge::Merger;
+pub use scan::{scan_all, scan_all_with_warnings, Scanner};
 pub use size::{format_size, parse_size};

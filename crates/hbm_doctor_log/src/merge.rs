@@ -3,44 +3,138 @@
 //! The same failure usually appears several times: libtpu's log line, the Python exception, a
 //! re-raise ("During handling of the above exception"), `[9x]` repeats. Two consecutive events
 //! are one when their stated figures agree (within the rounding of human-readable sizes) and they
-//! are close in the log. Rematerialization warnings attach to the failure after them, allocator
-//! `Stats:` to the failure before them.
+//! are close in the log. The last rematerialization warning before a failure attaches to it,
+//! allocator `Stats:` to the failure before them. Non-fatal warnings are counted and summarised
+//! per kind ([`WarningTally`]), never stored one by one; fatal events are never dropped.
 
-use crate::event::{Event, Family};
+use crate::event::{Event, Family, Remat, WarningKind, WarningSummary, WarningTally};
 use crate::parse::Piece;
 
 /// Lines within which two prints of the same figures are one event.
 const SAME_EVENT_LINES: u64 = 20_000;
 /// Lines within which a figure-less `RESOURCE_EXHAUSTED` belongs to a neighbouring event.
 const BARE_EVENT_LINES: u64 = 60;
+/// Non-fatal events kept one by one at most (suppressed OOMs); every one is counted in the
+/// warnings summary. Fatal events are never dropped.
+pub const MAX_NON_FATAL_EVENTS: usize = 1_000;
 
 /// Merges pieces (in input order) into events (in input order).
 pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
-    let mut events: Vec<Event> = Vec::new();
-    let mut last_line: Vec<u64> = Vec::new(); // last line of each event, parallel to `events`
-    let mut pending_remat: Option<(u64, crate::event::Remat, String)> = None;
-    let mut pending_context: Option<crate::parse::Piece> = None;
+    let mut merger = Merger::default();
     for piece in pieces {
+        merger.push(piece);
+    }
+    merger.finish().0
+}
+
+/// The headline of the pending remat warning: cleaned text, or the raw line it will be cleaned
+/// from if it ever becomes an event (the fast path copies bytes, it does not clean them).
+#[derive(Debug)]
+enum PendingMessage {
+    Text(String),
+    Raw,
+}
+
+/// Folds pieces into events as they stream in, in memory that grows with the number of distinct
+/// failures only: warnings are counted per kind ([`WarningTally`]), and the last remat warning
+/// is held until the next piece tells whether it belongs to a failure.
+#[derive(Debug, Default)]
+pub struct Merger {
+    events: Vec<Event>,
+    /// Last line of each event, parallel to `events`.
+    last_line: Vec<u64>,
+    pending_remat: Option<(u64, Remat, PendingMessage)>,
+    pending_raw: Vec<u8>,
+    pending_context: Option<Piece>,
+    /// A warning was summarised (not kept) since the last event: the next piece does not merge
+    /// into that event across it.
+    barrier: bool,
+    warnings: WarningTally,
+    non_fatal: usize,
+    truncated: bool,
+}
+
+impl Merger {
+    /// A merger at the start of a log.
+    pub fn new() -> Merger {
+        Merger::default()
+    }
+
+    /// Whether non-fatal events beyond [`MAX_NON_FATAL_EVENTS`] were summarised only.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// A remat warning read by the scanner's fast path. Its raw line is handed over with
+    /// [`Merger::keep_pending_raw`] only before the scanner's buffer is dropped, and only if it
+    /// is still pending then (at most once per buffer, not once per warning).
+    pub(crate) fn push_remat_fast(&mut self, line: u64, remat: Remat) {
+        self.warnings.add_remat(line, &remat);
+        self.displace_pending_remat();
+        self.pending_remat = Some((line, remat, PendingMessage::Raw));
+    }
+
+    /// Copies the raw line of the pending fast-path warning at `line`, if it is still pending.
+    pub(crate) fn keep_pending_raw(&mut self, line: u64, raw: &[u8]) {
+        if let Some((l, _, PendingMessage::Raw)) = &self.pending_remat {
+            if *l == line {
+                self.pending_raw.clear();
+                self.pending_raw.extend_from_slice(raw);
+            }
+        }
+    }
+
+    /// A remat warning that no failure followed: summarised, not kept.
+    fn displace_pending_remat(&mut self) {
+        if self.pending_remat.take().is_some() {
+            self.barrier = true;
+        }
+    }
+
+    fn pending_message(&self, message: PendingMessage) -> String {
+        match message {
+            PendingMessage::Text(t) => t,
+            PendingMessage::Raw => {
+                crate::parse::headline_text(&crate::clean::clean_line(&self.pending_raw))
+            }
+        }
+    }
+
+    fn push_event(&mut self, event: Event, line: u64) {
+        if !event.fatal {
+            if self.non_fatal >= MAX_NON_FATAL_EVENTS {
+                self.truncated = true;
+                self.barrier = true;
+                return;
+            }
+            self.non_fatal += 1;
+        }
+        self.events.push(event);
+        self.last_line.push(line);
+        self.barrier = false;
+    }
+
+    /// Adds one piece (pieces come in input order).
+    pub fn push(&mut self, piece: Piece) {
         match piece {
             Piece::Remat {
                 line,
                 remat,
                 message,
             } => {
-                if let Some((l, r, m)) = pending_remat.take() {
-                    events.push(remat_event(l, r, m));
-                    last_line.push(l);
-                }
-                pending_remat = Some((line, remat, message));
+                self.warnings.add_remat(line, &remat);
+                self.displace_pending_remat();
+                self.pending_remat = Some((line, remat, PendingMessage::Text(message)));
             }
+            Piece::Warning { kind, figures } => self.warnings.add(kind, figures),
             Piece::AllocatorStats {
                 line,
                 limit,
                 in_use,
                 largest_free,
             } => {
-                if let Some(e) = events.last_mut() {
-                    let close = line.saturating_sub(*last_line.last().unwrap_or(&0)) < 200_000;
+                if let (Some(e), false) = (self.events.last_mut(), self.barrier) {
+                    let close = line.saturating_sub(*self.last_line.last().unwrap_or(&0)) < 200_000;
                     if close
                         && matches!(
                             e.family,
@@ -54,36 +148,38 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
                         e.limit_bytes = e.limit_bytes.or(limit);
                         e.used_bytes = e.used_bytes.or(in_use);
                         e.largest_free_bytes = e.largest_free_bytes.or(largest_free);
-                        if let Some(l) = last_line.last_mut() {
+                        if let Some(l) = self.last_line.last_mut() {
                             *l = line;
                         }
-                        continue;
+                        return;
                     }
                 }
                 if limit.is_none() && in_use.is_none() {
-                    continue;
+                    return;
                 }
                 // An allocator dump printed without (or before) its error line: it is printed only
                 // when an allocation failed.
-                events.push(Event {
+                self.push_event(
+                    Event {
+                        line,
+                        family: Family::BfcAllocator,
+                        phase: crate::event::Phase::Runtime,
+                        memory_space: Some(crate::event::MemorySpace::Device),
+                        backend: Some(crate::event::Backend::Gpu),
+                        fatal: true,
+                        partial: true,
+                        repeats: 1,
+                        used_bytes: in_use,
+                        limit_bytes: limit,
+                        largest_free_bytes: largest_free,
+                        message: "allocator dump (Stats:)".into(),
+                        ..Event::default()
+                    },
                     line,
-                    family: Family::BfcAllocator,
-                    phase: crate::event::Phase::Runtime,
-                    memory_space: Some(crate::event::MemorySpace::Device),
-                    backend: Some(crate::event::Backend::Gpu),
-                    fatal: true,
-                    partial: true,
-                    repeats: 1,
-                    used_bytes: in_use,
-                    limit_bytes: limit,
-                    largest_free_bytes: largest_free,
-                    message: "allocator dump (Stats:)".into(),
-                    ..Event::default()
-                });
-                last_line.push(line);
+                );
             }
             Piece::Skip => {}
-            context @ Piece::Context { .. } => pending_context = Some(context),
+            context @ Piece::Context { .. } => self.pending_context = Some(context),
             Piece::Event(mut event) => {
                 let event_line = event.line;
                 if let Some(Piece::Context {
@@ -92,7 +188,7 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
                     aliased,
                     outputs,
                     temps,
-                }) = pending_context.take()
+                }) = self.pending_context.take()
                 {
                     if event_line.saturating_sub(l) < SAME_EVENT_LINES {
                         event.arguments_bytes = event.arguments_bytes.or(arguments);
@@ -101,44 +197,70 @@ pub fn merge(pieces: Vec<Piece>) -> Vec<Event> {
                         event.hlo_temp_bytes = event.hlo_temp_bytes.or(temps);
                     }
                 }
-                if let Some((l, r, m)) = pending_remat.take() {
-                    if event.fatal && event_line.saturating_sub(l) < SAME_EVENT_LINES {
-                        event.remat = Some(r);
+                if let Some((l, r, _)) = &self.pending_remat {
+                    // The last warning before a failure is evidence for it.
+                    if event.fatal && event_line.saturating_sub(*l) < SAME_EVENT_LINES {
+                        event.remat = Some(r.clone());
+                        self.pending_remat = None;
                     } else {
-                        events.push(remat_event(l, r, m));
-                        last_line.push(l);
+                        self.displace_pending_remat();
                     }
                 }
-                if let (Some(prev), Some(prev_last)) = (events.last_mut(), last_line.last_mut()) {
-                    if same_event(prev, *prev_last, &event) {
-                        absorb(prev, *event);
-                        *prev_last = event_line;
-                        continue;
+                if !event.fatal {
+                    let figures = crate::event::WarningFigures {
+                        line: event_line,
+                        used_bytes: event.used_bytes,
+                        limit_bytes: event.limit_bytes,
+                        exceeded_bytes: event.exceeded_bytes.or(event
+                            .used_bytes
+                            .zip(event.limit_bytes)
+                            .and_then(|(u, l)| u.checked_sub(l))),
+                        requested_bytes: event.requested_bytes,
+                        remat: None,
+                    };
+                    self.warnings.add(WarningKind::SuppressedOom, figures);
+                }
+                if !self.barrier {
+                    if let (Some(prev), Some(prev_last)) =
+                        (self.events.last_mut(), self.last_line.last_mut())
+                    {
+                        if same_event(prev, *prev_last, &event) {
+                            absorb(prev, *event);
+                            *prev_last = event_line;
+                            return;
+                        }
                     }
                 }
-                events.push(*event);
-                last_line.push(event_line);
+                self.push_event(*event, event_line);
             }
         }
     }
-    if let Some((l, r, m)) = pending_remat.take() {
-        events.push(remat_event(l, r, m));
+
+    /// Ends the merge: the events in input order (a remat warning that no failure followed is
+    /// kept as the last event, so a log of warnings alone still has one), and the warnings
+    /// summarised per kind.
+    pub fn finish(mut self) -> (Vec<Event>, Vec<WarningSummary>) {
+        if let Some((l, r, m)) = self.pending_remat.take() {
+            let message = self.pending_message(m);
+            self.events.push(remat_event(l, r, message));
+        }
+        let mut events = self.events;
+        for e in &mut events {
+            e.derive();
+        }
+        // A requirement block with no listing and no figure over a limit is what a *successful*
+        // compile logs (`Total hbm usage >= 1.88G`): not an event.
+        events.retain(|e| {
+            !(e.partial
+                && e.allocations.is_empty()
+                && e.family != Family::BfcAllocator
+                && e.exceeded_bytes.is_none())
+        });
+        (events, self.warnings.summaries())
     }
-    for e in &mut events {
-        e.derive();
-    }
-    // A requirement block with no listing and no figure over a limit is what a *successful*
-    // compile logs (`Total hbm usage >= 1.88G`): not an event.
-    events.retain(|e| {
-        !(e.partial
-            && e.allocations.is_empty()
-            && e.family != Family::BfcAllocator
-            && e.exceeded_bytes.is_none())
-    });
-    events
 }
 
-fn remat_event(line: u64, remat: crate::event::Remat, message: String) -> Event {
+fn remat_event(line: u64, remat: Remat, message: String) -> Event {
     Event {
         line,
         family: Family::RematWarning,

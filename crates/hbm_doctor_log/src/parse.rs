@@ -9,6 +9,7 @@
 use crate::clean::Line;
 use crate::event::{
     Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Remat, Stage,
+    WarningFigures, WarningKind,
 };
 use crate::size::parse_size;
 use regex::{Captures, Regex};
@@ -28,8 +29,16 @@ pub enum Piece {
         /// The cleaned headline.
         message: String,
     },
-    /// Lines that look like an OOM but are a known non-fatal warning; dropped.
+    /// Lines that look like an OOM but are nothing to count; dropped.
     Skip,
+    /// A known non-fatal warning (an allocator that retries, a BFC "not a failure"): counted
+    /// and summarised, never an event.
+    Warning {
+        /// Which warning.
+        kind: WarningKind,
+        /// Its figures (`line` is the 1-based line).
+        figures: WarningFigures,
+    },
     /// Figures logged before the failure (the TPU compiler's rematerialization limit line names
     /// the program's arguments); attached to the next event.
     Context {
@@ -161,7 +170,7 @@ fn p() -> &'static Patterns {
             async_alloc: re(r"(\w+)?\s*cuMemAllocAsync\s+failed\s+to\s+allocate\s+(\d+)\s*bytes"),
             cuda_free_total: re(r"Free\s+memory/Total\s+memory:\s*(\d+)\s*/\s*(\d+)"),
             host_pinned: re(r"(?:failed\s+to\s+alloc(?:ate)?\s+(\d+)\s+bytes\s+on\s+host|could\s+not\s+allocate\s+pinned\s+host\s+memory\s+of\s+size:\s*(\d+))"),
-            cuda_device_warning: re(r"failed\s+to\s+allocate\s+\S+\s+\(\d+\s+bytes\)\s+from\s+devic\s*e:\s+CUDA_ERROR_OUT_OF_MEMORY"),
+            cuda_device_warning: re(r"failed\s+to\s+allocate\s+\S+\s+\((\d+)\s+bytes\)\s+from\s+devic\s*e:\s+CUDA_ERROR_OUT_OF_MEMORY"),
             capacity: re(r"^(\w+)\s+capacity\s+SZ:?"),
             report_start: re(r"^(?:(Largest\s+program\s+allocations\s+in\s+(\w+))|(Peak\s+buffers:|BufferAssignment\s+OOM\s+Debugging)|(?:Program\s+(\w+)\s+requirement|Total\s+(\w+)\s+usage\s*>=)|((?:\d+\.\s+)?Size:\s+\d|Allocation\s+type:|XLA\s+[lL]abel:)|(Stats:\s*$|Stats:\s+Limit|.*memory_limit_))"),
             step: re(r"(?i)\b(?:step|iteration|iter|global_step)\b\s*[=:#]?\s*(\d{1,9})\b"),
@@ -299,7 +308,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                     }
                 }
             }
-            Piece::Remat { .. } | Piece::Skip | Piece::Context { .. } => {}
+            Piece::Remat { .. } | Piece::Skip | Piece::Context { .. } | Piece::Warning { .. } => {}
         }
         if piece != Piece::Skip {
             out.push(piece);
@@ -509,7 +518,7 @@ pub(crate) fn new_event(line: u64, family: Family, phase: Phase, message: &str) 
 }
 
 /// The first line of a message, shortened to something a person reads at a glance.
-fn headline_text(flat: &str) -> String {
+pub(crate) fn headline_text(flat: &str) -> String {
     let first: String = flat
         .split('\n')
         .next()
@@ -527,9 +536,24 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
     // The match must start on the first line, or the next line is the real start.
     let on_first = |m: regex::Match<'_>| m.start() <= first_line_len;
 
-    if let Some(m) = pat.cuda_device_warning.find(flat).filter(|m| on_first(*m)) {
+    if let Some(c) = pat
+        .cuda_device_warning
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
         // cuda_driver's "failed to allocate X from device": the allocator retries smaller; not fatal.
-        return Some((Piece::Skip, m.end()));
+        let figures = WarningFigures {
+            line,
+            requested_bytes: c[1].parse().ok(),
+            ..WarningFigures::default()
+        };
+        return Some((
+            Piece::Warning {
+                kind: WarningKind::AllocatorRetry,
+                figures,
+            },
+            c.get(0)?.end(),
+        ));
     }
     if let Some(c) = pat
         .async_alloc
@@ -822,7 +846,21 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         .filter(|c| on_first(c.get(0).expect("match")))
     {
         if flat.contains("not a failure") || flat.contains("caller indicates") {
-            return None;
+            let figures = WarningFigures {
+                line,
+                requested_bytes: c
+                    .get(3)
+                    .and_then(|m| m.as_str().parse().ok())
+                    .or_else(|| size(&c, 2)),
+                ..WarningFigures::default()
+            };
+            return Some((
+                Piece::Warning {
+                    kind: WarningKind::BfcNotAFailure,
+                    figures,
+                },
+                c.get(0)?.end(),
+            ));
         }
         // Old TensorFlow (`gpu_bfc_allocator.cc`) names no allocator: the file says it is a GPU's.
         let allocator = c

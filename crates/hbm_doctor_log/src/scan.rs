@@ -5,10 +5,16 @@
 //! overlapping windows into one block, parses each block as soon as no later hit can extend it,
 //! and tells the caller how many leading bytes it may drop. Memory stays flat: at most one
 //! buffer plus one block, whatever the size of the log. Lines are counted with SIMD `bytecount`.
+//!
+//! A hit whose line is a known non-fatal warning of the usual shape (a rematerialization
+//! shortfall, an allocator retry; see [`crate::fast`]) cuts no block: its numbers are read in
+//! place and counted, so a log where one line in five is such a warning scans at the speed of
+//! one without. Pieces stream into a [`Merger`] as blocks close; warnings are summarised per kind.
 
 use crate::clean::clean_block;
-use crate::event::Event;
-use crate::merge::merge;
+use crate::event::{Event, WarningFigures, WarningSummary};
+use crate::fast::{self, Fast};
+use crate::merge::Merger;
 use crate::parse::{parse_block, Piece};
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 
@@ -22,8 +28,6 @@ pub const LOOKAHEAD_BYTES: usize = 256 * 1024;
 pub const LOOKAHEAD_LINES: usize = 400;
 /// A block never grows past this; a new one starts instead.
 pub const MAX_BLOCK_BYTES: usize = 4 * 1024 * 1024;
-/// Pieces kept at most (a log with more OOM messages than this is summarized by its first ones).
-pub const MAX_PIECES: usize = 100_000;
 
 /// Strings whose presence marks a line worth parsing. Every family of formats.md §4 contains one.
 pub(crate) const ANCHORS: &[&str] = &[
@@ -68,6 +72,58 @@ pub(crate) const ANCHORS: &[&str] = &[
     "ut of Memory",
 ];
 
+/// The multi-pattern searcher for [`ANCHORS`]: the packed SIMD searcher (Teddy) called
+/// directly where the CPU has it (a hit every few lines makes the per-call cost count), else an
+/// automaton.
+#[derive(Debug)]
+pub(crate) struct Anchors {
+    packed: Option<aho_corasick::packed::Searcher>,
+    automaton: AhoCorasick,
+    /// The warning shape each anchor can start, by pattern index.
+    shapes: Vec<fast::Shape>,
+}
+
+impl Anchors {
+    /// The leftmost anchor in `haystack` (the first listed of those starting there): its start
+    /// and its index in [`ANCHORS`].
+    #[inline]
+    pub(crate) fn find(&self, haystack: &[u8]) -> Option<(usize, usize)> {
+        match &self.packed {
+            Some(p) => p.find(haystack),
+            None => self.automaton.find(haystack),
+        }
+        .map(|m| (m.start(), m.pattern().as_usize()))
+    }
+}
+
+/// The searcher for [`ANCHORS`], built once.
+pub(crate) fn anchors() -> &'static Anchors {
+    static ANCHOR_SEARCHER: std::sync::OnceLock<Anchors> = std::sync::OnceLock::new();
+    ANCHOR_SEARCHER.get_or_init(|| {
+        let packed = aho_corasick::packed::Config::new()
+            .match_kind(aho_corasick::packed::MatchKind::LeftmostFirst)
+            .builder()
+            .extend(ANCHORS)
+            .build();
+        let automaton = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostFirst)
+            .kind(Some(AhoCorasickKind::DFA))
+            .build(ANCHORS)
+            .expect("anchors are valid");
+        let shapes = ANCHORS.iter().map(|a| fast::Shape::of(a)).collect();
+        Anchors {
+            packed,
+            automaton,
+            shapes,
+        }
+    })
+}
+
+/// Whether `text` contains any anchor.
+pub(crate) fn any_anchor(text: &[u8]) -> bool {
+    anchors().find(text).is_some()
+}
+
 #[derive(Debug)]
 struct Block {
     start: usize,
@@ -78,15 +134,20 @@ struct Block {
 /// A push-based scanner. See the module docs.
 #[derive(Debug)]
 pub struct Scanner {
-    anchors: &'static AhoCorasick,
+    anchors: &'static Anchors,
     /// Where the next search starts, in the coordinates of the next buffer.
     resume: usize,
     /// A position in the current buffer whose 0-based line number is known.
     cursor_pos: usize,
     cursor_line: u64,
     block: Option<Block>,
-    pieces: Vec<Piece>,
-    truncated: bool,
+    merger: Merger,
+    /// 1-based line of the last warning read by the fast path: a block's lookbehind may cover
+    /// it again, and its pieces up to this line are not counted twice.
+    fast_last_line: u64,
+    /// Where in the buffer the raw line of the last fast-path remat warning lies, with its
+    /// line: copied into the merger only before the buffer is dropped.
+    fast_raw: Option<(usize, usize, u64)>,
     bytes_seen: u64,
     last_floor: usize,
 }
@@ -100,30 +161,27 @@ impl Default for Scanner {
 impl Scanner {
     /// A scanner at the start of a log.
     pub fn new() -> Scanner {
-        static ANCHOR_SEARCHER: std::sync::OnceLock<AhoCorasick> = std::sync::OnceLock::new();
-        let anchors = ANCHOR_SEARCHER.get_or_init(|| {
-            AhoCorasick::builder()
-                .match_kind(MatchKind::LeftmostFirst)
-                .kind(Some(AhoCorasickKind::DFA))
-                .build(ANCHORS)
-                .expect("anchors are valid")
-        });
         Scanner {
-            anchors,
+            anchors: anchors(),
             resume: 0,
             cursor_pos: 0,
             cursor_line: 0,
             block: None,
-            pieces: Vec::new(),
-            truncated: false,
+            merger: Merger::new(),
+            fast_last_line: 0,
+            fast_raw: None,
             bytes_seen: 0,
             last_floor: 0,
         }
     }
 
     fn line_of(&mut self, buf: &[u8], pos: usize) -> u64 {
-        debug_assert!(pos >= self.cursor_pos);
-        self.cursor_line += bytecount::count(&buf[self.cursor_pos..pos], b'\n') as u64;
+        if pos >= self.cursor_pos {
+            self.cursor_line += bytecount::count(&buf[self.cursor_pos..pos], b'\n') as u64;
+        } else {
+            // A hit found past the end of the previous call's window whose line began before it.
+            self.cursor_line -= bytecount::count(&buf[pos..self.cursor_pos], b'\n') as u64;
+        }
         self.cursor_pos = pos;
         self.cursor_line
     }
@@ -138,14 +196,48 @@ impl Scanner {
         };
         let mut pos = self.resume.min(buf.len());
         while pos < limit {
-            let Some(m) = self.anchors.find(&buf[pos..]) else {
+            let Some((start, pattern)) = self.anchors.find(&buf[pos..]) else {
                 break;
             };
-            let hit = pos + m.start();
+            let hit = pos + start;
             if hit >= limit {
                 break;
             }
             let line_start = memchr::memrchr(b'\n', &buf[..hit]).map_or(0, |i| i + 1);
+            let shape = self.anchors.shapes[pattern];
+            if let Some((warning, text_end)) = fast::recognise(buf, line_start, hit, shape, eof) {
+                let line_end = (text_end + 1).min(buf.len());
+                pos = line_end;
+                if let Some(block) = &mut self.block {
+                    if line_start < block.end {
+                        // Read with its block, which it does not extend.
+                        block.end = block.end.max(line_end);
+                        continue;
+                    }
+                }
+                if line_start < self.last_floor {
+                    // Already read, whole or in part, by the block that just closed.
+                    continue;
+                }
+                self.close_block(buf);
+                let line = self.line_of(buf, line_start) + 1;
+                self.fast_last_line = line;
+                match warning {
+                    Fast::Remat(remat) => {
+                        self.merger.push_remat_fast(line, remat);
+                        self.fast_raw = Some((line_start, text_end, line));
+                    }
+                    Fast::Warning(kind, requested_bytes) => self.merger.push(Piece::Warning {
+                        kind,
+                        figures: WarningFigures {
+                            line,
+                            requested_bytes,
+                            ..WarningFigures::default()
+                        },
+                    }),
+                }
+                continue;
+            }
             let line_end = memchr::memchr(b'\n', &buf[hit..]).map_or(buf.len(), |i| hit + i + 1);
             pos = line_end;
             if let Some(block) = &mut self.block {
@@ -174,6 +266,9 @@ impl Scanner {
             None => limit.saturating_sub(LOOKBEHIND_BYTES),
         };
         let consumed = if eof { buf.len() } else { keep_from.min(limit) };
+        if let Some((s, e, line)) = self.fast_raw.take() {
+            self.merger.keep_pending_raw(line, &buf[s..e]);
+        }
         self.resume = limit.max(pos.min(buf.len())) - consumed;
         self.cursor_pos -= consumed;
         if let Some(b) = &mut self.block {
@@ -196,22 +291,31 @@ impl Scanner {
         self.last_floor = block.end;
         let lines = clean_block(&buf[block.start..block.end], block.start_line + 1);
         for piece in parse_block(&lines) {
-            if self.pieces.len() >= MAX_PIECES {
-                self.truncated = true;
-                break;
+            let seen = match &piece {
+                Piece::Remat { line, .. } => *line <= self.fast_last_line,
+                Piece::Warning { figures, .. } => figures.line <= self.fast_last_line,
+                _ => false,
+            };
+            if !seen {
+                self.merger.push(piece);
             }
-            self.pieces.push(piece);
         }
     }
 
-    /// Whether more messages were found than [`MAX_PIECES`].
+    /// Whether non-fatal events were summarised without being kept one by one beyond
+    /// [`crate::merge::MAX_NON_FATAL_EVENTS`] (fatal events are never dropped).
     pub fn truncated(&self) -> bool {
-        self.truncated
+        self.merger.truncated()
     }
 
     /// Ends the scan and returns the events, duplicates merged, in input order.
     pub fn finish(self) -> Vec<Event> {
-        merge(self.pieces)
+        self.finish_with_warnings().0
+    }
+
+    /// Ends the scan: the events, and the non-fatal warnings summarised per kind.
+    pub fn finish_with_warnings(self) -> (Vec<Event>, Vec<WarningSummary>) {
+        self.merger.finish()
     }
 }
 
@@ -240,7 +344,12 @@ fn backward(buf: &[u8], line_start: usize, floor: usize) -> usize {
 
 /// Scans a whole in-memory log.
 pub fn scan_all(input: &[u8]) -> Vec<Event> {
+    scan_all_with_warnings(input).0
+}
+
+/// Scans a whole in-memory log: the events, and the warnings summarised per kind.
+pub fn scan_all_with_warnings(input: &[u8]) -> (Vec<Event>, Vec<WarningSummary>) {
     let mut scanner = Scanner::new();
     scanner.scan(input, true);
-    scanner.finish()
+    scanner.finish_with_warnings()
 }

@@ -6,7 +6,9 @@
 
 use hbm_doctor_analysis::explain::{short_op, short_source};
 use hbm_doctor_analysis::{Cause, ExplainReport};
-use hbm_doctor_log::{format_size, Allocation, Event, Framework, MemorySpace, Phase};
+use hbm_doctor_log::{
+    format_size, Allocation, Event, Framework, MemorySpace, Phase, WarningKind, WarningSummary,
+};
 use std::fmt::Write as _;
 
 pub mod view;
@@ -241,6 +243,102 @@ fn group_allocations(allocs: &[Allocation]) -> Vec<(&Allocation, usize)> {
     rows
 }
 
+/// `1234567` -> `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// One line for every warning of one kind: how many, where, and the worst one's figures.
+fn warning_text(w: &WarningSummary) -> String {
+    let (one, many) = match w.kind {
+        WarningKind::RematWarning => ("rematerialization warning", "rematerialization warnings"),
+        WarningKind::BfcNotAFailure => (
+            "allocator warning (\"not a failure\")",
+            "allocator warnings (\"not a failure\")",
+        ),
+        WarningKind::AllocatorRetry => ("allocator retry", "allocator retries"),
+        WarningKind::SuppressedOom => (
+            "suppressed out-of-memory error",
+            "suppressed out-of-memory errors",
+        ),
+    };
+    let lines = if w.first_line == w.last_line {
+        format!("line {}", w.first_line)
+    } else {
+        format!("lines {}-{}", w.first_line, w.last_line)
+    };
+    let f = &w.worst;
+    let figures = if let Some(r) = &f.remat {
+        format!(
+            "could not get below {}: reached {}{}",
+            format_size(r.target_bytes),
+            format_size(r.reduced_to_bytes),
+            r.original_bytes
+                .map(|o| format!(" from {}", format_size(o)))
+                .unwrap_or_default()
+        )
+    } else {
+        let mut parts = Vec::new();
+        if let (Some(u), Some(l)) = (f.used_bytes, f.limit_bytes) {
+            parts.push(format!("used {} of {}", format_size(u), format_size(l)));
+        }
+        if let Some(r) = f.requested_bytes {
+            parts.push(format!("requested {}", format_size(r)));
+        }
+        parts.join(", ")
+    };
+    let worst = if w.count == 1 || figures.is_empty() {
+        figures
+    } else {
+        format!("worst at line {}: {figures}", f.line)
+    };
+    format!(
+        "{} {} ({}), {lines}{}{worst}",
+        thousands(w.count),
+        if w.count == 1 { one } else { many },
+        w.kind.as_str(),
+        if worst.is_empty() { "" } else { "; " },
+    )
+}
+
+/// The warnings section of the terminal view: one line per kind.
+fn human_warnings(out: &mut String, report: &ExplainReport, st: Style) {
+    if report.warnings.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{} {}",
+        st.bold("Warnings"),
+        st.dim("(not errors; counted, not listed one by one)")
+    );
+    for w in &report.warnings {
+        let _ = writeln!(out, "  {} {}", st.yellow("!"), warning_text(w));
+    }
+}
+
+/// The warnings section of the markdown view: one line per kind.
+fn markdown_warnings(out: &mut String, report: &ExplainReport) {
+    if report.warnings.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "#### Warnings (not errors; counted, not listed one by one)\n"
+    );
+    for w in &report.warnings {
+        let _ = writeln!(out, "- {}", warning_text(w));
+    }
+}
+
 fn savings_text(c: &Cause) -> String {
     match (c.savings_bytes, c.sufficient) {
         (Some(s), Some(true)) => format!("saves ~{}, enough to fit", format_size(s)),
@@ -258,6 +356,7 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
             "{} no out-of-memory event found in {source_name}",
             st.green("✓")
         );
+        human_warnings(&mut out, report, st);
         return out;
     };
     let e = &report.events[d.event];
@@ -278,6 +377,7 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
         for (k, v) in figures(e) {
             let _ = writeln!(out, "  {k}: {v}");
         }
+        human_warnings(&mut out, report, st);
         return out;
     }
     let _ = writeln!(out, "{} {}", st.red("✗"), st.bold(&d.summary));
@@ -397,6 +497,7 @@ fn human(report: &ExplainReport, st: Style, source_name: &str) -> String {
             d.fits_on.join(", ")
         );
     }
+    human_warnings(&mut out, report, st);
     if n > 1 {
         let _ = writeln!(out, "\n{}", st.bold("All events"));
         for (i, ev) in report.events.iter().enumerate() {
@@ -420,6 +521,10 @@ fn markdown(report: &ExplainReport, source_name: &str) -> String {
             out,
             "**hbm-doctor**: no out-of-memory event found in `{source_name}`."
         );
+        if !report.warnings.is_empty() {
+            out.push('\n');
+            markdown_warnings(&mut out, report);
+        }
         return out;
     };
     let e = &report.events[d.event];
@@ -514,5 +619,68 @@ fn markdown(report: &ExplainReport, source_name: &str) -> String {
             d.fits_on.join(", ")
         );
     }
+    if !report.warnings.is_empty() {
+        out.push('\n');
+        markdown_warnings(&mut out, report);
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hbm_doctor_log::{Remat, WarningFigures};
+
+    #[test]
+    fn one_line_per_warning_kind() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000_000), "1,000,000");
+        let remat = Remat {
+            target_bytes: 10 << 30,
+            reduced_to_bytes: 50 << 30,
+            original_bytes: Some(60 << 30),
+        };
+        let w = WarningSummary {
+            kind: WarningKind::RematWarning,
+            count: 1_000_000,
+            first_line: 1,
+            last_line: 1_000_001,
+            worst: WarningFigures::of_remat(77, &remat),
+        };
+        assert_eq!(
+            warning_text(&w),
+            "1,000,000 rematerialization warnings (remat_warning), lines 1-1000001; worst at line 77: could not get below 10.00G: reached 50.00G from 60.00G"
+        );
+        let w = WarningSummary {
+            kind: WarningKind::AllocatorRetry,
+            count: 1,
+            first_line: 9,
+            last_line: 9,
+            worst: WarningFigures {
+                line: 9,
+                requested_bytes: Some(3 << 30),
+                ..WarningFigures::default()
+            },
+        };
+        assert_eq!(
+            warning_text(&w),
+            "1 allocator retry (allocator_retry), line 9; requested 3.00G"
+        );
+        let report = ExplainReport {
+            schema_version: 1,
+            events: Vec::new(),
+            diagnosis: None,
+            warnings: vec![w],
+        };
+        let text = render_explain(&report, Format::Human, Style::new(false), "x.log");
+        assert_eq!(
+            text,
+            "✓ no out-of-memory event found in x.log\n\nWarnings (not errors; counted, not listed one by one)\n  ! 1 allocator retry (allocator_retry), line 9; requested 3.00G\n"
+        );
+        let json = render_explain(&report, Format::Json, Style::new(false), "x.log");
+        assert!(json.contains("\"warnings\": ["), "{json}");
+        let md = render_explain(&report, Format::Markdown, Style::new(false), "x.log");
+        assert!(md.ends_with("- 1 allocator retry (allocator_retry), line 9; requested 3.00G\n"));
+    }
 }

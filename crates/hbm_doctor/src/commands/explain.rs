@@ -54,7 +54,7 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
     }
     // Warnings (rematerialization that fell short) are reported but are not out-of-memory errors.
     let found = events.iter().any(|e| e.fatal);
-    let mut report = hbm_doctor_analysis::explain(events);
+    let mut report = hbm_doctor_analysis::explain_with_warnings(events, scanned.warnings);
     if let Some(ev) = &evidence {
         hbm_doctor_analysis::evidence::apply(&mut report, ev);
     }
