@@ -526,6 +526,8 @@ fn pad_overflow_and_type_names() {
         text.contains("u64[8,1024]") && !text.contains("s64"),
         "{text}"
     );
+}
+
 /// More non-fatal warnings than the old 100,000-piece cap, then one real TPU OOM: the OOM is the
 /// diagnosis, and every view says how many warnings it summarised (issue: a log that hides its
 /// OOM among a million warnings).
