@@ -28,7 +28,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
     /// Uniform in [0, 1).
-    pub fn next(&mut self) -> f64 {
+    pub fn uniform(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -36,20 +36,20 @@ impl Rng {
     }
     /// Uniform in [a, b).
     pub fn range(&mut self, a: f64, b: f64) -> f64 {
-        a + (b - a) * self.next()
+        a + (b - a) * self.uniform()
     }
     /// Uniform integer in [a, b].
     pub fn int(&mut self, a: u64, b: u64) -> u64 {
-        a + ((b - a + 1) as f64 * self.next()) as u64 % (b - a + 1)
+        a + ((b - a + 1) as f64 * self.uniform()) as u64 % (b - a + 1)
     }
     /// One of.
     pub fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[(self.next() * v.len() as f64) as usize % v.len()]
+        v[(self.uniform() * v.len() as f64) as usize % v.len()]
     }
     /// Standard normal.
     pub fn gauss(&mut self) -> f64 {
-        let u = self.next().max(1e-300);
-        let v = self.next();
+        let u = self.uniform().max(1e-300);
+        let v = self.uniform();
         (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
     }
 }
@@ -552,9 +552,9 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
     let with_time = match sc {
         Shuffled(_) | MultiHost(_) => true,
         Restart { reset: false } | LeakRestart { reset: false, .. } => true,
-        _ => r.next() < 0.6,
+        _ => r.uniform() < 0.6,
     };
-    let epoch_time = r.next() < 0.3;
+    let epoch_time = r.uniform() < 0.3;
     let mut bad = 0u64;
     let mut lines: Vec<String> = Vec::new();
     let header;
@@ -642,7 +642,7 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
         }
         _ => {
             header = String::new();
-            let dict = r.next() < 0.5;
+            let dict = r.uniform() < 0.5;
             for row in &rows {
                 let t = format_time(row.ts);
                 let when = format!(
@@ -682,12 +682,12 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             let k = ((lines.len() as f64 * frac).ceil() as usize).max(2);
             for _ in 0..k {
                 let i = r.int(0, lines.len() as u64 - 3) as usize;
-                if r.next() < 0.7 {
+                if r.uniform() < 0.7 {
                     lines.swap(i, i + 1);
                 } else {
                     // A row written late by a second writer, or twice.
                     let row = lines[i].clone();
-                    if r.next() < 0.5 {
+                    if r.uniform() < 0.5 {
                         lines.insert(i + 2, row);
                     } else {
                         let j = (i + r.int(2, 5) as usize).min(lines.len() - 1);
@@ -698,7 +698,7 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             }
         }
         Shuffled(_) => {
-            if r.next() < 0.5 {
+            if r.uniform() < 0.5 {
                 lines.reverse();
             } else {
                 for i in (1..lines.len()).rev() {
