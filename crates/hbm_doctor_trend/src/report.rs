@@ -749,7 +749,29 @@ pub fn report(c: &Collected, p: &Params) -> TrendReport {
         .filter(|(_, a)| a.verdict != Verdict::InsufficientData)
         .map(|(i, a)| (i, a.slope, a.slope_ci.0, a.slope_ci.1))
         .collect();
-    if judged.len() >= 2 {
+    let leaks: Vec<usize> = judged
+        .iter()
+        .filter(|j| analyses[j.0].verdict == Verdict::Leak)
+        .map(|j| j.0)
+        .collect();
+    if judged.len() >= 2 && !leaks.is_empty() && leaks.len() * 2 <= judged.len() {
+        // Leaks among devices that do not leak: the leaking devices diverge when they grow
+        // faster than the others do (their Sen interval above the others' median slope).
+        let others: Vec<f64> = judged
+            .iter()
+            .filter(|j| analyses[j.0].verdict != Verdict::Leak)
+            .map(|j| j.1)
+            .collect();
+        let m = median(&others);
+        for &(i, _, lo, _) in &judged {
+            if leaks.contains(&i) && lo > m {
+                diverging.push(DeviceRef {
+                    host: series[i].host.clone(),
+                    device: series[i].device.clone(),
+                });
+            }
+        }
+    } else if judged.len() >= 2 && !leaks.is_empty() {
         let m = median(&judged.iter().map(|j| j.1).collect::<Vec<_>>());
         for &(i, b, lo, hi) in &judged {
             let l = analyses[i].limit.map_or(0.0, |l| l as f64);

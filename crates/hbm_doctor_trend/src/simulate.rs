@@ -760,7 +760,8 @@ pub struct Score {
     pub nonleak: (u64, u64),
     /// Spikes planted, and reported (a spike within the tolerance of its step).
     pub spikes: (u64, u64),
-    /// Multi-device files with a device to name, and those where `diverging` names exactly it.
+    /// Multi-device files, and those where `diverging` names exactly the devices to name
+    /// (none when no device, or most, leak).
     pub diverging: (u64, u64),
     /// Forecast errors, |forecast − truth| / steps left, of the leaks found.
     pub forecast_errors: Vec<f64>,
@@ -849,7 +850,7 @@ pub fn score(case: &Case, rep: &TrendReport) -> Score {
             }
         }
     }
-    if case.devices.len() >= 2 && !case.diverging.is_empty() {
+    if case.devices.len() >= 2 {
         s.diverging.0 += 1;
         let mut want: Vec<(String, String)> = case.diverging.clone();
         want.sort();
