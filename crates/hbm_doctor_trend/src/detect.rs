@@ -537,10 +537,10 @@ fn analyze_from(
             // than the period do when their floors no longer show it (the high part of the
             // cycle, an eval plateau, is shorter than a window): the shortest such.
             // Otherwise one floor per period still strips it (each window holds a whole
-            // cycle, its low part included), and 8 such floors are enough for the test
-            // (Mann-Kendall can reach p = 1/8! there).
+            // cycle, its low part included), and 7 such floors are enough for the test
+            // (Mann-Kendall can reach p = 1/7! = 2e-4 there).
             per = pb;
-            k_need = p.k_min.min(8);
+            k_need = p.k_min.min(7);
             let mut q = per0;
             while 2 * q <= pb {
                 let g = group(base, q);
@@ -683,6 +683,29 @@ fn analyze_from(
         a.floor_now = median(&f[k - recent..]);
     }
     a.ceiling_now = a.floor_now + a.swing;
+    // The normal peak recurs once a period: an eval plateau or a gradient-accumulation peak
+    // shorter than a window is not in the windows' swing (their ceiling is the 90th
+    // percentile of sub-window maxima), yet it is what reaches the limit first. The peaks of
+    // the last (up to 4) whole periods, carried to the end at the floor's slope, count too
+    // (their median).
+    if let Some(pb) = period_base {
+        let m = (base.len() / pb.max(1)).min(4);
+        if pb >= 2 && m >= 2 {
+            let x_end = base[base.len() - 1].x1;
+            let slope = if leak { a.slope } else { 0.0 };
+            let peaks: Vec<f64> = (0..m)
+                .map(|i| {
+                    let c = &base[base.len() - (i + 1) * pb..base.len() - i * pb];
+                    let top = c
+                        .iter()
+                        .max_by(|p, q| p.max.total_cmp(&q.max))
+                        .map_or((0.0, x_end), |w| (w.max, w.argmax_x));
+                    top.0 + slope * (x_end - top.1)
+                })
+                .collect();
+            a.ceiling_now = a.ceiling_now.max(median(&peaks));
+        }
+    }
     let x_end = aw[k - 1].x1;
 
     // Spikes over the base windows, against each analysis window's normal ceiling.
