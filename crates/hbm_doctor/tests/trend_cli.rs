@@ -207,3 +207,39 @@ fn bad_input_exits_2() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn bad_values_are_skipped_and_counted_and_an_empty_column_exits_2() {
+    let l: u64 = 17_179_869_184;
+    let mut csv = String::from("step,bytes_in_use,bytes_limit\n");
+    let bad = ["NaN", "inf", "-1", "1e30", ""];
+    let mut n_bad = 0;
+    for s in (0..8000u64).step_by(5) {
+        let i = s / 5;
+        if i % 7 == 3 {
+            csv.push_str(&format!("{s},{},{l}\n", bad[(i as usize / 7) % bad.len()]));
+            n_bad += 1;
+        } else {
+            // 1% of the limit per 1k steps.
+            let v = 0.5 * l as f64 + 0.01 * l as f64 * s as f64 / 1000.0 + 2.0e7 * noise(s);
+            csv.push_str(&format!("{s},{},{l}\n", v as u64));
+        }
+    }
+    let (v, code) = trend_json(&[tmp("badvals.csv", &csv)]);
+    assert_eq!(code, 1, "{v}");
+    let s = &v["series"][0];
+    assert_eq!(s["verdict"], "leak", "{s}");
+    assert_eq!(s["restarts"], 0);
+    assert_eq!(s["invalid_samples"], n_bad);
+    let mut all_nan = String::from("step,bytes_in_use\n");
+    for s in 0..500 {
+        all_nan.push_str(&format!("{s},{}\n", if s % 2 == 0 { "nan" } else { "-5" }));
+    }
+    let out = bin()
+        .args(["trend"])
+        .arg(tmp("allnan.csv", &all_nan))
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no valid value"));
+}

@@ -213,6 +213,14 @@ fn main() {
         .nth(1)
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
+    let real_runs: u64 = std::env::args()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    if std::env::var("TREND_SECTION").is_ok_and(|s| s == "real") {
+        realistic(real_runs);
+        return;
+    }
     let p = Params::default();
     println!("# trend detector simulation: {runs} runs per scenario, {STEPS} steps, evaluated every {EVAL_EVERY} steps, noise 0.5% of the limit\n");
     println!(
@@ -329,6 +337,67 @@ fn main() {
             );
         }
     }
+}
+
+/// Series as real runs write them (`hbm_doctor_trend::simulate`): per-scenario figures.
+fn realistic(runs: u64) {
+    use hbm_doctor_trend::simulate::{case, run_case, table, Score};
+    println!("## Series as real runs write them ({runs} files per scenario, `hbm_doctor_trend::simulate`)\n");
+    println!("| scenario | files | devices | verdict right | leaks found (small / medium / large) | false alarms | spikes reported | diverging named | forecast error median / p90 (% of steps left) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut all = Score::default();
+    let verbose = std::env::var_os("TREND_DEBUG").is_some();
+    for (name, sc) in table() {
+        if std::env::var("TREND_ONLY").is_ok_and(|o| !name.starts_with(&o)) {
+            continue;
+        }
+        let mut s = Score::default();
+        for seed in 0..runs {
+            let c = case(name, sc, seed + 1, 40_000);
+            let (_, sc) = run_case(&c);
+            s.add(&sc);
+        }
+        if verbose {
+            for m in &s.misses {
+                eprintln!("  {m}");
+            }
+        }
+        print_row(name, runs, &s);
+        all.add(&s);
+    }
+    print_row("**all**", runs * table().len() as u64, &all);
+}
+
+fn frac(a: (u64, u64)) -> String {
+    if a.0 == 0 {
+        "-".into()
+    } else {
+        format!("{}/{}", a.1, a.0)
+    }
+}
+
+fn print_row(name: &str, files: u64, s: &hbm_doctor_trend::simulate::Score) {
+    let mut e = s.forecast_errors.clone();
+    let fe = if e.is_empty() {
+        "-".to_string()
+    } else {
+        format!(
+            "{:.1}% / {:.1}%",
+            100.0 * pct(&mut e.clone(), 0.5),
+            100.0 * pct(&mut e, 0.9)
+        )
+    };
+    println!(
+        "| {name} | {files} | {} | {:.0}% | {} / {} / {} | {} | {} | {} | {fe} |",
+        s.devices,
+        100.0 * s.right as f64 / s.devices.max(1) as f64,
+        frac((s.leaks[0].0, s.leaks[0].1)),
+        frac((s.leaks[1].0, s.leaks[1].1)),
+        frac((s.leaks[2].0, s.leaks[2].1)),
+        frac((s.nonleak.0, s.nonleak.1)),
+        frac(s.spikes),
+        frac(s.diverging),
+    );
 }
 
 /// The step axis value "now" for a detection at loop step `d` (after the restart the loop's

@@ -286,6 +286,26 @@ fn period_of(v: &[f64]) -> Option<usize> {
     best.map(|(l, _)| l)
 }
 
+/// Autocorrelation of the detrended `v` at `lag`.
+fn acf_at(v: &[f64], lag: usize) -> f64 {
+    let n = v.len();
+    if lag == 0 || lag >= n {
+        return 0.0;
+    }
+    let x: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let (b, a, _) = stats::ols(&x, v);
+    let r: Vec<f64> = v
+        .iter()
+        .enumerate()
+        .map(|(i, y)| y - a - b * i as f64)
+        .collect();
+    let e: f64 = r.iter().map(|y| y * y).sum();
+    if e <= 0.0 {
+        return 0.0;
+    }
+    r[..n - lag].iter().zip(&r[lag..]).map(|(p, q)| p * q).sum::<f64>() / e
+}
+
 fn near(markers: &[Marker], axis: Axis, x: f64, tol: f64) -> Option<MarkerKind> {
     markers
         .iter()
@@ -504,20 +524,49 @@ fn analyze_from(
         .map(|c| c.iter().map(|w| w.min).fold(f64::INFINITY, f64::min))
         .collect();
     let period_base = period_of(&floors_dec).map(|l| l * dec);
-    let mut per = base.len().div_ceil(p.k_max).max(1);
+    let per0 = base.len().div_ceil(p.k_max).max(1);
+    let mut per = per0;
+    let mut k_need = p.k_min;
     if let Some(pb) = period_base {
         per = per.max(2 * pb);
         let w = &base[0];
         let width = (base[base.len() - 1].x1 - w.x0) / base.len() as f64;
         a.period = Some(pb as f64 * width);
+        if base.len() / per < p.k_min && pb >= per0 {
+            // A long period (evals every few thousand steps) in a short run. Windows shorter
+            // than the period do when their floors no longer show it (the high part of the
+            // cycle, an eval plateau, is shorter than a window): the shortest such.
+            // Otherwise one floor per period still strips it (each window holds a whole
+            // cycle, its low part included), and 7 such floors are enough for the test
+            // (Mann-Kendall can reach p = 1/7! = 2e-4 there).
+            per = pb;
+            k_need = p.k_min.min(7);
+            let mut q = per0;
+            while 2 * q <= pb {
+                let g = group(base, q);
+                let lag = (pb as f64 / q as f64).round() as usize;
+                let fl: Vec<f64> = g.iter().map(|w| w.floor).collect();
+                if g.len() >= p.k_min && fl.len() >= 2 * lag + 4 {
+                    let r = (lag.saturating_sub(1).max(1)..=lag + 1)
+                        .map(|l| acf_at(&fl, l))
+                        .fold(f64::NEG_INFINITY, f64::max);
+                    if r < 0.3 {
+                        per = q;
+                        k_need = p.k_min;
+                        break;
+                    }
+                }
+                q *= 2;
+            }
+        }
     }
     let aw = group(base, per);
-    if aw.len() < p.k_min {
+    if aw.len() < k_need {
         a.verdict = Verdict::InsufficientData;
         a.reason = Some(format!(
-            "{} windows of 2 periods after the warm-up: {} are needed",
+            "{} windows of a whole period after the warm-up: {} are needed",
             aw.len(),
-            p.k_min
+            k_need
         ));
         return a;
     }
@@ -634,6 +683,29 @@ fn analyze_from(
         a.floor_now = median(&f[k - recent..]);
     }
     a.ceiling_now = a.floor_now + a.swing;
+    // The normal peak recurs once a period: an eval plateau or a gradient-accumulation peak
+    // shorter than a window is not in the windows' swing (their ceiling is the 90th
+    // percentile of sub-window maxima), yet it is what reaches the limit first. The peaks of
+    // the last (up to 4) whole periods, carried to the end at the floor's slope, count too
+    // (their median).
+    if let Some(pb) = period_base {
+        let m = (base.len() / pb.max(1)).min(4);
+        if pb >= 2 && m >= 2 {
+            let x_end = base[base.len() - 1].x1;
+            let slope = if leak { a.slope } else { 0.0 };
+            let peaks: Vec<f64> = (0..m)
+                .map(|i| {
+                    let c = &base[base.len() - (i + 1) * pb..base.len() - i * pb];
+                    let top = c
+                        .iter()
+                        .max_by(|p, q| p.max.total_cmp(&q.max))
+                        .map_or((0.0, x_end), |w| (w.max, w.argmax_x));
+                    top.0 + slope * (x_end - top.1)
+                })
+                .collect();
+            a.ceiling_now = a.ceiling_now.max(median(&peaks));
+        }
+    }
     let x_end = aw[k - 1].x1;
 
     // Spikes over the base windows, against each analysis window's normal ceiling.
@@ -648,7 +720,13 @@ fn analyze_from(
         .collect();
     let csig = mad_sigma(&cres);
     let spike_abs = limit.map_or(p.spike_fraction * median(&ceils), |l| p.spike_fraction * l);
-    let thr = |i: usize| ceils[i] + spike_abs.max(6.0 * csig);
+    // The normal ceiling of window i: the median of the ceilings of windows i-2..=i+2, so an
+    // excursion that fills most of a window (sparse samples: a window of a few samples, one of
+    // them the spike) does not raise the ceiling it is measured against.
+    let normal_ceil: Vec<f64> = (0..k)
+        .map(|i| median(&ceils[i.saturating_sub(2)..(i + 3).min(k)]).min(ceils[i]))
+        .collect();
+    let thr = |i: usize| normal_ceil[i] + spike_abs.max(6.0 * csig);
     let mut spikes: Vec<Spike> = Vec::new();
     let mut spike_x: Vec<f64> = Vec::new();
     let mut j = 0usize;
@@ -665,7 +743,7 @@ fn analyze_from(
         while j + 1 < k && w.x0 > aw[j].x1 {
             j += 1;
         }
-        let normal = ceils[j];
+        let normal = normal_ceil[j];
         if w.max > thr(j) {
             cur = Some(match cur {
                 Some((mut m, n)) => {

@@ -25,6 +25,7 @@ pub mod detect;
 pub mod live;
 pub mod reader;
 pub mod report;
+pub mod simulate;
 pub mod stats;
 pub mod store;
 

@@ -161,6 +161,19 @@ pub struct Collected {
     pub skipped_lines: u64,
     /// Bytes read.
     pub bytes: u64,
+    /// Inputs that cannot be judged (a memory column with no valid value): exit 2.
+    pub errors: Vec<String>,
+}
+
+/// No device holds this much memory (1 PiB): a larger value is a bad value.
+pub const MAX_DEVICE_BYTES: f64 = (1u64 << 50) as f64;
+
+/// Whether `v` bytes is a value a device can hold: finite, not negative, at most
+/// [`MAX_DEVICE_BYTES`] and, when the limit is known, at most 4 times the limit.
+pub fn valid_bytes(v: f64, limit: Option<f64>) -> bool {
+    v.is_finite()
+        && (0.0..=MAX_DEVICE_BYTES).contains(&v)
+        && limit.is_none_or(|l| !(l.is_finite() && l > 0.0) || v <= 4.0 * l)
 }
 
 impl Collected {
@@ -168,7 +181,10 @@ impl Collected {
         let d = self
             .devices
             .entry((host.to_string(), dev.to_string()))
-            .or_default();
+            .or_insert_with(|| DeviceSeries {
+                series: Series::buffered(),
+                source: None,
+            });
         if d.source.is_none() {
             d.source = Some(source.to_string());
         }
@@ -240,6 +256,8 @@ pub struct Reader {
     tail: VecDeque<Ending>,
     any_log_line: bool,
     recording: bool,
+    csv_valid: u64,
+    csv_invalid: u64,
 }
 
 #[derive(Debug, Default)]
@@ -415,7 +433,7 @@ fn size_of(num: &str, unit: Option<&str>, key_unit: Option<&str>, bytes_key: boo
         (None, None) => return None,
     };
     let b = v * scale;
-    (b.is_finite() && b >= 0.0).then_some(b as u64)
+    valid_bytes(b, None).then_some(b as u64)
 }
 
 impl Reader {
@@ -439,6 +457,8 @@ impl Reader {
             tail: VecDeque::new(),
             any_log_line: false,
             recording: false,
+            csv_valid: 0,
+            csv_invalid: 0,
         }
     }
 
@@ -507,6 +527,12 @@ impl Reader {
             }
         }
         self.flush_metrics(c);
+        if self.csv_invalid > 0 && self.csv_valid == 0 {
+            c.errors.push(format!(
+                "`{}`: the memory column has no valid value ({} rows of NaN, infinite, negative or impossible sizes)",
+                self.name_hint, self.csv_invalid
+            ));
+        }
         if let Some(tb) = self.tb_json.take() {
             drop(tb);
         }
@@ -565,7 +591,12 @@ impl Reader {
             }
         }
         for (wall, step, v) in out {
-            c.device(&host, "0", "tensorboard").series.push(Sample {
+            let d = c.device(&host, "0", "tensorboard");
+            if !valid_bytes(v * scale, None) || !step.is_finite() || step < 0.0 {
+                d.series.invalid += 1;
+                continue;
+            }
+            d.series.push(Sample {
                 step: Some(step as u64),
                 ts: Some(wall),
                 used: (v * scale) as u64,
@@ -769,21 +800,45 @@ impl Reader {
         if f.len() != h.cols {
             return false;
         }
-        let Some(used) = f.get(h.used).and_then(|v| number(v)) else {
-            return false;
-        };
         let g = |i: Option<usize>| i.and_then(|i| f.get(i).copied()).filter(|v| !v.is_empty());
-        let step = g(h.step).and_then(number).map(|v| v as u64);
-        let ts = g(h.time).and_then(parse_time);
+        let step = g(h.step)
+            .and_then(number)
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .map(|v| v as u64);
+        let ts = g(h.time).and_then(parse_time).filter(|t| t.is_finite());
         let host = g(h.host).map_or_else(|| self.host.clone(), str::to_string);
         let dev = g(h.device).unwrap_or("0").to_string();
-        let limit = g(h.limit).and_then(number).map(|v| v as u64);
-        let peak = g(h.peak).and_then(number).map(|v| v as u64);
+        let limit = g(h.limit)
+            .and_then(number)
+            .filter(|v| valid_bytes(*v, None) && *v > 0.0);
+        let peak = g(h.peak)
+            .and_then(number)
+            .filter(|v| valid_bytes(*v, limit))
+            .map(|v| v as u64);
+        let limit = limit.map(|v| v as u64);
         let source = if h.scale != 1.0 { "tensorboard" } else { "csv" };
-        c.device(&host, &dev, source).series.push(Sample {
+        // A value that is no size a device can hold (NaN, inf, negative, 1e30, empty) is
+        // skipped and counted; the row is still a row of this CSV.
+        let used = f.get(h.used).and_then(|v| number(v));
+        let d = c.device(&host, &dev, source);
+        let Some(used) = used
+            .map(|u| u * h.scale)
+            .filter(|u| valid_bytes(*u, limit.map(|l| l as f64)))
+        else {
+            d.series.invalid += 1;
+            self.csv_invalid += 1;
+            return true;
+        };
+        if step.is_none() && ts.is_none() && (h.step.is_some() || h.time.is_some()) {
+            d.series.invalid += 1;
+            self.csv_invalid += 1;
+            return true;
+        }
+        self.csv_valid += 1;
+        d.series.push(Sample {
             step,
             ts,
-            used: (used * h.scale) as u64,
+            used: used as u64,
             limit,
             peak,
         });
@@ -1192,7 +1247,10 @@ mod tests {
         let d0 = &c.devices[&(String::new(), "0".to_string())];
         assert_eq!(d0.series.total_samples, 3);
         let d1 = &c.devices[&(String::new(), "1".to_string())];
-        assert_eq!(d1.series.current().map(|s| s.last_used), Some(200));
+        assert_eq!(
+            d1.series.settled().current().map(|s| s.last_used),
+            Some(200)
+        );
         assert_eq!(c.hosts[""].rss.total_samples, 1);
     }
 }

@@ -140,6 +140,13 @@ pub struct SeriesReport {
     pub peak_bytes: Option<u64>,
     /// Extension: last value.
     pub last_bytes: u64,
+    /// Extension: values skipped as invalid (NaN, infinite, negative, beyond any device).
+    pub invalid_samples: u64,
+    /// Extension: samples that came out of order and were put back in place (by step within
+    /// a process, or by time).
+    pub reordered_samples: u64,
+    /// Extension: duplicate samples merged (same step and value).
+    pub duplicate_samples: u64,
 }
 
 /// Per-host findings.
@@ -317,22 +324,24 @@ fn series_report(
     c: &Collected,
     p: &Params,
 ) -> Option<(SeriesReport, Analysis)> {
-    let seg = d.series.current()?;
+    let series = d.series.settled();
+    let seg = series.current()?;
     let markers: Vec<_> = c.markers.iter().copied().collect();
     let a = analyze(seg, &markers, p);
-    Some((
-        build_series(
-            host,
-            device,
-            d.source.clone(),
-            d.series.restarts,
-            seg.peak,
-            seg.last_used,
-            &a,
-            c.framework,
-        ),
-        a,
-    ))
+    let mut r = build_series(
+        host,
+        device,
+        d.source.clone(),
+        series.restarts,
+        seg.peak,
+        seg.last_used,
+        &a,
+        c.framework,
+    );
+    r.invalid_samples = series.invalid;
+    r.reordered_samples = series.reordered;
+    r.duplicate_samples = series.duplicates;
+    Some((r, a))
 }
 
 /// The contract's per-device object for one analysis (also what `top` shows as `trend`).
@@ -520,6 +529,9 @@ pub fn build_series(
         reason: a.reason.clone(),
         peak_bytes: peak,
         last_bytes: last,
+        invalid_samples: 0,
+        reordered_samples: 0,
+        duplicate_samples: 0,
     }
 }
 
@@ -737,7 +749,29 @@ pub fn report(c: &Collected, p: &Params) -> TrendReport {
         .filter(|(_, a)| a.verdict != Verdict::InsufficientData)
         .map(|(i, a)| (i, a.slope, a.slope_ci.0, a.slope_ci.1))
         .collect();
-    if judged.len() >= 2 {
+    let leaks: Vec<usize> = judged
+        .iter()
+        .filter(|j| analyses[j.0].verdict == Verdict::Leak)
+        .map(|j| j.0)
+        .collect();
+    if judged.len() >= 2 && !leaks.is_empty() && leaks.len() * 2 <= judged.len() {
+        // Leaks among devices that do not leak: the leaking devices diverge when they grow
+        // faster than the others do (their Sen interval above the others' median slope).
+        let others: Vec<f64> = judged
+            .iter()
+            .filter(|j| analyses[j.0].verdict != Verdict::Leak)
+            .map(|j| j.1)
+            .collect();
+        let m = median(&others);
+        for &(i, _, lo, _) in &judged {
+            if leaks.contains(&i) && lo > m {
+                diverging.push(DeviceRef {
+                    host: series[i].host.clone(),
+                    device: series[i].device.clone(),
+                });
+            }
+        }
+    } else if judged.len() >= 2 && !leaks.is_empty() {
         let m = median(&judged.iter().map(|j| j.1).collect::<Vec<_>>());
         for &(i, b, lo, hi) in &judged {
             let l = analyses[i].limit.map_or(0.0, |l| l as f64);

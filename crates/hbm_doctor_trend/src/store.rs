@@ -228,7 +228,13 @@ pub enum Boundary {
     Dip,
     /// The input said the process ended (a recording's `process_exit`/`source_down`).
     Marked,
+    /// A pause in the times, and memory back below its level before it (a fresh warm-up).
+    TimeGap,
 }
+
+/// Samples a file's series holds as read, to be put in order before they are folded into
+/// windows; beyond, samples stream straight into the windows.
+pub const RAW_CAP: usize = 1 << 16;
 
 /// One device's series: the last two processes.
 #[derive(Debug, Clone, Default)]
@@ -241,18 +247,94 @@ pub struct Series {
     pub total_samples: u64,
     /// What began the current segment.
     pub last_boundary: Option<Boundary>,
+    /// Whether samples are held as read (up to [`RAW_CAP`]) and put in order before they are
+    /// folded (files, where rows may come out of order); a live feed streams (false).
+    pub buffered: bool,
+    /// Samples read and not yet folded (buffered series).
+    pub raw: Vec<Sample>,
+    /// Values skipped as invalid (NaN, infinite, negative, beyond any device).
+    pub invalid: u64,
+    /// Samples that came out of order and were put back in place.
+    pub reordered: u64,
+    /// Duplicate samples merged (same step and value).
+    pub duplicates: u64,
+    /// Median step between samples, once known (streaming tolerance for rows out of order).
+    step_gap: Option<u64>,
     pending_break: bool,
 }
 
+fn median_u64(mut v: Vec<u64>) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    let m = v.len() / 2;
+    Some(*v.select_nth_unstable(m).1)
+}
+
+fn median_f(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut w = v.to_vec();
+    w.sort_by(f64::total_cmp);
+    w[w.len() / 2]
+}
+
+/// Whether memory after `i` is back below its level before `i` (a new process warming up):
+/// the median of the next 4 values under the median of the previous 8 by at least 1% of the
+/// limit (2% of the level without a limit) and more than the noise of the previous values.
+fn fell_to_base(v: &[Sample], i: usize, limit: Option<u64>) -> bool {
+    if i < 4 || i + 2 > v.len() {
+        return false;
+    }
+    let before: Vec<f64> = v[i.saturating_sub(8)..i]
+        .iter()
+        .map(|s| s.used as f64)
+        .collect();
+    let after: Vec<f64> = v[i..(i + 4).min(v.len())]
+        .iter()
+        .map(|s| s.used as f64)
+        .collect();
+    let mb = median_f(&before);
+    let ma = median_f(&after);
+    let spread = before.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        - before.iter().copied().fold(f64::INFINITY, f64::min);
+    let floor = limit.map_or(0.02 * mb, |l| 0.01 * l as f64);
+    ma < mb - floor.max(0.5 * spread)
+}
+
 impl Series {
+    /// A series for a file: samples are held and put in order before folding.
+    pub fn buffered() -> Self {
+        Series {
+            buffered: true,
+            ..Series::default()
+        }
+    }
+
     /// Adds one sample, starting a new segment on a restart.
     pub fn push(&mut self, s: Sample) {
         self.total_samples += 1;
+        if self.buffered && self.raw.len() < RAW_CAP && self.step_gap.is_none() {
+            self.raw.push(s);
+            if self.raw.len() == RAW_CAP {
+                self.flush();
+            }
+            return;
+        }
+        self.stream(s);
+    }
+
+    /// Folds one sample in arrival order.
+    fn stream(&mut self, s: Sample) {
         let boundary = match self.segments.last() {
             None => None,
             Some(_) if self.pending_break => Some(Boundary::Marked),
             Some(seg) => {
-                let back = matches!((seg.last_step, s.step), (Some(a), Some(b)) if b < a);
+                // A file's rows may be a little out of order: a step back by a few sampling
+                // intervals is not a restart.
+                let tol = self.step_gap.map_or(0, |g| 3 * g);
+                let back = matches!((seg.last_step, s.step), (Some(a), Some(b)) if b + tol < a);
                 let floor = seg.windows.last().map_or(0.0, |w| w.min);
                 let dip = seg.samples >= 16 && (s.used as f64) < 0.25 * floor && floor > 0.0;
                 if back {
@@ -276,25 +358,205 @@ impl Series {
             self.segments.push(Segment::new(&s));
         }
         if let Some(seg) = self.segments.last_mut() {
+            if self.step_gap.is_some() {
+                if let (Some(a), Some(b)) = (seg.last_step, s.step) {
+                    if b < a {
+                        // Out of order within the tolerance: folded where it falls.
+                        self.reordered += 1;
+                        let keep = seg.last_step;
+                        seg.push(&s);
+                        seg.last_step = keep;
+                        return;
+                    }
+                }
+            }
             seg.push(&s);
+        }
+    }
+
+    /// Puts the held samples in order and folds them: rows are ordered by time when every
+    /// row has one, else kept as read; a restart is a step going back by more than a few
+    /// sampling intervals for good (the next rows stay back) when memory falls to its base
+    /// level too or the step falls back far (50 intervals), a pause in the times with memory
+    /// back below its level, or a dip below a quarter of the floor. Within a process rows are
+    /// ordered by step and exact duplicates merged. Rows scrambled beyond that (more than 5%
+    /// of steps going back, no time) are ordered by step as one process.
+    pub fn flush(&mut self) {
+        if self.raw.is_empty() {
+            return;
+        }
+        let mut v = std::mem::take(&mut self.raw);
+        let n = v.len();
+        let all_ts = v.iter().all(|s| s.ts.is_some());
+        let with_step = v.iter().filter(|s| s.step.is_some()).count() * 10 >= n * 9;
+        let limit = v.iter().rev().find_map(|s| s.limit);
+        if all_ts {
+            let desc = v
+                .windows(2)
+                .filter(|w| w[1].ts.unwrap_or(0.0) < w[0].ts.unwrap_or(0.0))
+                .count();
+            self.reordered += desc as u64;
+            v.sort_by(|a, b| a.ts.unwrap_or(0.0).total_cmp(&b.ts.unwrap_or(0.0)));
+        }
+        let gaps: Vec<u64> = v
+            .windows(2)
+            .filter_map(|w| match (w[0].step, w[1].step) {
+                (Some(a), Some(b)) if b > a => Some(b - a),
+                _ => None,
+            })
+            .collect();
+        let gap = median_u64(gaps).unwrap_or(1).max(1);
+        let tgaps: Vec<f64> = v
+            .windows(2)
+            .filter_map(|w| match (w[0].ts, w[1].ts) {
+                (Some(a), Some(b)) if b > a => Some(b - a),
+                _ => None,
+            })
+            .collect();
+        let tgap = median_f(&tgaps);
+        let mut cuts: Vec<(usize, Boundary)> = Vec::new();
+        let descents = v
+            .windows(2)
+            .filter(|w| matches!((w[0].step, w[1].step), (Some(a), Some(b)) if b < a))
+            .count();
+        let scrambled = with_step && !all_ts && descents * 20 > n;
+        if scrambled {
+            self.reordered += descents as u64;
+        } else {
+            let mut max_step: Option<u64> = None;
+            let mut start = 0usize;
+            for i in 0..n {
+                let s = v[i];
+                let mut cut = None;
+                if i > start {
+                    if let (Some(m), Some(st)) = (max_step, s.step) {
+                        let back = m.saturating_sub(st);
+                        if back > 3 * gap {
+                            let w = (back / gap).saturating_sub(1).min(8) as usize;
+                            let stays = v[i + 1..(i + 1 + w).min(n)]
+                                .iter()
+                                .all(|x| x.step.is_none_or(|y| y < m));
+                            if stays && (back >= 50 * gap || fell_to_base(&v, i, limit)) {
+                                cut = Some(Boundary::StepBack);
+                            }
+                        }
+                    }
+                    if cut.is_none() {
+                        if let (Some(a), Some(b)) = (v[i - 1].ts, s.ts) {
+                            if tgap.is_finite()
+                                && b - a > (20.0 * tgap).max(120.0)
+                                && fell_to_base(&v, i, limit)
+                            {
+                                cut = Some(Boundary::TimeGap);
+                            }
+                        }
+                    }
+                    if cut.is_none() && i - start >= 16 {
+                        let floor = v[i - 16..i].iter().map(|x| x.used).min().unwrap_or(0) as f64;
+                        let next_low = v[i..(i + 3).min(n)]
+                            .iter()
+                            .all(|x| (x.used as f64) < 0.9 * floor);
+                        if floor > 0.0 && (s.used as f64) < 0.25 * floor && next_low {
+                            cut = Some(Boundary::Dip);
+                        }
+                    }
+                }
+                if let Some(b) = cut {
+                    cuts.push((i, b));
+                    start = i;
+                    max_step = s.step;
+                } else if let Some(st) = s.step {
+                    max_step = Some(max_step.map_or(st, |m| m.max(st)));
+                }
+            }
+        }
+        let mut bounds: Vec<(usize, usize, Option<Boundary>)> = Vec::new();
+        let mut a = 0;
+        let mut why = None;
+        for &(i, b) in &cuts {
+            bounds.push((a, i, why));
+            a = i;
+            why = Some(b);
+        }
+        bounds.push((a, n, why));
+        for (a, b, why) in bounds {
+            let mut part = v[a..b].to_vec();
+            if with_step {
+                let before = part.clone();
+                part.sort_by_key(|s| s.step.unwrap_or(0));
+                if !scrambled && !all_ts {
+                    self.reordered +=
+                        part.iter().zip(&before).filter(|(x, y)| x != y).count() as u64 / 2;
+                }
+                let len = part.len();
+                part.dedup_by(|x, y| x.step == y.step && x.used == y.used);
+                self.duplicates += (len - part.len()) as u64;
+            }
+            let Some(first) = part.first().copied() else {
+                continue;
+            };
+            let new_segment = match why {
+                Some(b) => {
+                    self.restarts += 1;
+                    self.last_boundary = Some(b);
+                    true
+                }
+                None if self.pending_break && !self.segments.is_empty() => {
+                    self.restarts += 1;
+                    self.last_boundary = Some(Boundary::Marked);
+                    true
+                }
+                None => self.segments.is_empty(),
+            };
+            self.pending_break = false;
+            if new_segment {
+                if self.segments.len() == 2 {
+                    self.segments.remove(0);
+                }
+                self.segments.push(Segment::new(&first));
+            }
+            if let Some(seg) = self.segments.last_mut() {
+                for s in &part {
+                    seg.push(s);
+                }
+            }
+        }
+        if n >= RAW_CAP {
+            self.step_gap = Some(gap);
+        }
+    }
+
+    /// The series with every held sample folded (a copy when some are held).
+    pub fn settled(&self) -> std::borrow::Cow<'_, Series> {
+        if self.raw.is_empty() {
+            std::borrow::Cow::Borrowed(self)
+        } else {
+            let mut s = self.clone();
+            s.flush();
+            std::borrow::Cow::Owned(s)
         }
     }
 
     /// The next sample starts a new process.
     pub fn mark_break(&mut self) {
+        self.flush();
         if !self.segments.is_empty() {
             self.pending_break = true;
         }
     }
 
-    /// The current process.
+    /// The current process (of the folded samples: see [`Series::settled`]).
     pub fn current(&self) -> Option<&Segment> {
         self.segments.last()
     }
 
-    /// Bytes retained (windows), for tests of bounded memory.
+    /// Retained elements (windows and held samples), for tests of bounded memory.
     pub fn retained_windows(&self) -> usize {
-        self.segments.iter().map(|s| s.windows.capacity()).sum()
+        self.segments
+            .iter()
+            .map(|s| s.windows.capacity())
+            .sum::<usize>()
+            + self.raw.capacity()
     }
 }
 
@@ -327,5 +589,87 @@ mod tests {
         assert_eq!(s.restarts, 1);
         assert_eq!(s.current().map(|c| c.samples), Some(1));
         assert_eq!(s.last_boundary, Some(Boundary::StepBack));
+    }
+
+    fn leak_rows(n: u64, every: u64) -> Vec<Sample> {
+        (0..n)
+            .map(|i| Sample {
+                step: Some(i * every),
+                ts: Some(1000.0 + i as f64 * every as f64),
+                used: 8_000_000_000 + i * every * 100_000 + (i * 7919 % 13) * 1_000_000,
+                limit: Some(16_000_000_000),
+                peak: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn swapped_rows_are_put_back_not_restarts() {
+        let mut rows = leak_rows(2000, 5);
+        for i in (10..1990).step_by(97) {
+            rows.swap(i, i + 1);
+        }
+        // A row written twice and one written 4 rows late.
+        rows.insert(500, rows[499]);
+        let late = rows.remove(700);
+        rows.insert(704, late);
+        let mut s = Series::buffered();
+        for r in &rows {
+            s.push(Sample { ts: None, ..*r });
+        }
+        let s = s.settled();
+        assert_eq!(s.restarts, 0);
+        assert_eq!(s.duplicates, 1);
+        assert!(s.reordered >= 20, "{}", s.reordered);
+        let seg = s.current().expect("segment");
+        assert_eq!(seg.samples, 2000);
+        assert!(seg.windows.windows(2).all(|w| w[0].x1 <= w[1].x0));
+    }
+
+    #[test]
+    fn shuffled_and_reversed_rows_follow_time() {
+        let rows = leak_rows(1500, 10);
+        for reverse in [true, false] {
+            let mut v = rows.clone();
+            if reverse {
+                v.reverse();
+            } else {
+                let mut z = 88172645463325252u64;
+                for i in (1..v.len()).rev() {
+                    z ^= z << 13;
+                    z ^= z >> 7;
+                    z ^= z << 17;
+                    v.swap(i, (z % (i as u64 + 1)) as usize);
+                }
+            }
+            let mut s = Series::buffered();
+            for r in v {
+                s.push(r);
+            }
+            let s = s.settled();
+            assert_eq!(s.restarts, 0);
+            assert_eq!(s.current().map(|c| c.samples), Some(1500));
+        }
+    }
+
+    #[test]
+    fn restart_with_a_step_reset_is_told_by_evidence() {
+        // 3000 rows every 5 steps; the process dies at step 9000 and resumes from 8000 with
+        // its memory back at its base level.
+        let mut s = Series::buffered();
+        for r in leak_rows(1800, 5) {
+            s.push(Sample { ts: None, ..r });
+        }
+        for (i, r) in leak_rows(1200, 5).into_iter().enumerate() {
+            s.push(Sample {
+                step: Some(8000 + i as u64 * 5),
+                ts: None,
+                ..r
+            });
+        }
+        let s = s.settled();
+        assert_eq!(s.restarts, 1);
+        assert_eq!(s.last_boundary, Some(Boundary::StepBack));
+        assert_eq!(s.current().map(|c| c.samples), Some(1200));
     }
 }

@@ -56,6 +56,9 @@ pub fn collect(files: &[PathBuf]) -> Result<Collected> {
         }
         r.finish(&mut c);
     }
+    if let Some(e) = c.errors.first() {
+        bail!("{e}: nothing to judge; check how the series is written");
+    }
     if c.devices.is_empty()
         && c.hosts
             .values()
