@@ -188,3 +188,85 @@ fn real_prometheus_scrapes_it() {
     assert!(out.status.success(), "prometheus-e2e.sh failed:\n{text}");
     assert!(text.contains("all checks passed"));
 }
+
+/// 20 idle clients and one that trickles a byte every 200 ms do not delay a scrape: each
+/// connection has its own thread, and a request head must arrive within 2 s.
+#[test]
+fn idle_and_trickling_clients_do_not_block_scrapes() {
+    let e = start("idle");
+    // Wait until a sample is there (the exposition then has device lines).
+    for _ in 0..50 {
+        if get(e.port, "/-/ready", "text/plain").0.contains("200") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let idle: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(("127.0.0.1", e.port)).unwrap())
+        .collect();
+    let port = e.port;
+    let trickle = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        for b in b"GET /metrics HTTP/1.1\r\n" {
+            if s.write_all(&[*b]).is_err() {
+                break; // cut off by the header deadline
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    for _ in 0..3 {
+        // `get` gives up after 5 s; a blocked server (one connection at a time) fails here.
+        let (head, body) = get(e.port, "/metrics", "text/plain");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(body.contains("hbm_doctor_device_memory_used_bytes"));
+    }
+    drop(idle);
+    trickle.join().unwrap();
+}
+
+#[test]
+fn listen_takes_a_host_name() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
+        .args([
+            "exporter",
+            "--listen",
+            "no-such-host.invalid:9842",
+            "--no-libtpu",
+            "--no-nvml",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("localhost:9842"), "{err}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
+        .args([
+            "exporter",
+            "--listen",
+            "localhost:0",
+            "--no-libtpu",
+            "--no-nvml",
+            "--samples",
+            "/nonexistent/samples.jsonl",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap_or(0) > 0 {
+        seen.push_str(&line);
+        if line.contains("listening on http://") {
+            break;
+        }
+        line.clear();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.contains("listening on http://127.0.0.1:")
+            || seen.contains("listening on http://[::1]:"),
+        "{seen}"
+    );
+}

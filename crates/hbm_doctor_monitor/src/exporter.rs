@@ -303,12 +303,28 @@ fn respond(
     stream.flush()
 }
 
+/// Connections served at once; more are answered 503 at once.
+const MAX_CONNECTIONS: usize = 64;
+/// The whole request head must arrive within this (an idle or trickling client is cut off).
+const HEADER_DEADLINE: Duration = Duration::from_secs(2);
+
 fn handle(mut stream: TcpStream, shared: &Shared, host: &str) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let deadline = std::time::Instant::now() + HEADER_DEADLINE;
     let mut buf = [0u8; 8192];
     let mut len = 0;
     while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return respond(
+                &mut stream,
+                "408 Request Timeout",
+                "text/plain",
+                b"request head not received in time\n",
+                "",
+            );
+        }
+        stream.set_read_timeout(Some(left))?;
         if len == buf.len() {
             return respond(
                 &mut stream,
@@ -362,12 +378,38 @@ fn handle(mut stream: TcpStream, shared: &Shared, host: &str) -> std::io::Result
     }
 }
 
-/// Serves until the listener fails; one connection at a time.
+/// Serves until the listener fails: each connection on its own thread (at most
+/// [`MAX_CONNECTIONS`] at once), so an idle or slow client never delays a scrape.
 pub fn serve(listener: TcpListener, shared: Shared, host: String) -> std::io::Result<()> {
+    let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let host = Arc::new(host);
     for stream in listener.incoming() {
         match stream {
-            Ok(s) => {
-                let _ = handle(s, &shared, &host);
+            Ok(mut s) => {
+                use std::sync::atomic::Ordering::SeqCst;
+                if active.load(SeqCst) >= MAX_CONNECTIONS {
+                    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = respond(
+                        &mut s,
+                        "503 Service Unavailable",
+                        "text/plain",
+                        b"too many connections\n",
+                        "Retry-After: 1\r\n",
+                    );
+                    continue;
+                }
+                active.fetch_add(1, SeqCst);
+                let (shared, host, done) =
+                    (Arc::clone(&shared), Arc::clone(&host), Arc::clone(&active));
+                let spawned = std::thread::Builder::new()
+                    .name("exporter-connection".into())
+                    .spawn(move || {
+                        let _ = handle(s, &shared, &host);
+                        done.fetch_sub(1, SeqCst);
+                    });
+                if spawned.is_err() {
+                    active.fetch_sub(1, SeqCst);
+                }
             }
             Err(e)
                 if matches!(

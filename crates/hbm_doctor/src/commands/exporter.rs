@@ -21,11 +21,23 @@ pub struct ExporterArgs {
     #[command(flatten)]
     pub sources: SourceArgs,
     /// Address to serve on; a port of 0 picks a free one (printed on stderr).
-    #[arg(long, default_value = "127.0.0.1:9842", value_name = "ADDR:PORT")]
+    #[arg(long, default_value = "127.0.0.1:9842", value_name = "ADDR:PORT", value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Sampling interval: 1s, 500ms, 5s.
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
+}
+
+/// `127.0.0.1:9842`, `[::1]:9842` or a host name such as `localhost:9842` (its first address).
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    s.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("`{s}` is not an address to listen on: write HOST:PORT, e.g. 127.0.0.1:9842 or localhost:9842"))
 }
 
 /// Runs `exporter`.
