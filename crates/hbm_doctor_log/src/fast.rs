@@ -70,7 +70,7 @@ impl Shape {
 /// Reads the warning on the line that starts at `start` in `buf`, whose leftmost anchor (of
 /// `shape`) was found at `hit`. Returns what it says and where its text ends (the newline, or
 /// the end of `buf` when `eof`). `None`: not a warning this path knows, or not a plain one.
-#[inline]
+#[cfg(test)]
 pub(crate) fn recognise(
     buf: &[u8],
     start: usize,
@@ -78,6 +78,18 @@ pub(crate) fn recognise(
     shape: Shape,
     eof: bool,
 ) -> Option<(Fast, usize)> {
+    recognise_nums(buf, start, hit, shape, eof).map(|(f, end, _)| (f, end))
+}
+
+/// [`recognise`], and the line's [`Nums`] when its shape alone decides how it reads (a remat
+/// warning after a glog prefix with every size's exact count).
+fn recognise_nums(
+    buf: &[u8],
+    start: usize,
+    hit: usize,
+    shape: Shape,
+    eof: bool,
+) -> Option<(Fast, usize, Option<Nums>)> {
     if shape == Shape::None {
         return None;
     }
@@ -89,8 +101,8 @@ pub(crate) fn recognise(
     if shape == Shape::Remat {
         if let Some(g) = glog.filter(|&g| expect(rest, g, REMAT_HEAD).is_some()) {
             // The usual line: the walk over the message finds its end too.
-            let (fast, end) = remat(rest, g, hit, eof)?;
-            return Some((fast, start + end));
+            let (fast, end, nums) = remat_nums(rest, g, hit, eof)?;
+            return Some((fast, start + end, nums));
         }
     }
     let text_end = match memchr::memchr(b'\n', &rest[hit..]) {
@@ -113,14 +125,118 @@ pub(crate) fn recognise(
     };
     if glog == Some(head) {
         // The cleaner strips a glog prefix whole.
-        return Some((fast, start + text_end));
+        return Some((fast, start + text_end, None));
     }
     // Other text before the message: no anchor in it, nothing the cleaner must split, and no
     // chance that a terminal wrap joins this line to the one before.
     let prefix = &line[..head];
     let plain = prefix.trim_ascii().is_empty()
         || (hit > head && !prefix.contains(&b'\\') && previous_line_is_closed(&buf[..start]));
-    plain.then_some((fast, start + text_end))
+    plain.then_some((fast, start + text_end, None))
+}
+
+/// Lines read recently, by shape: the line with every digit replaced by `0`. A remat warning
+/// whose shape is known (same text between its numbers, numbers of the same lengths) reads as
+/// that one did, so only its counts are parsed: one pass of eight-byte comparisons instead of
+/// the grammar. Shapes are kept by line length, a few at a time.
+#[derive(Debug, Default)]
+pub(crate) struct Shapes {
+    slots: [Option<Box<Learned>>; SLOTS],
+}
+
+const SLOTS: usize = 8;
+/// Longer lines are not kept.
+const MAX_LEN: usize = 512;
+
+#[derive(Debug)]
+struct Learned {
+    /// The line's length, without its newline.
+    len: usize,
+    /// Where its leftmost anchor lies.
+    hit: usize,
+    /// The shape: the line with every ASCII digit made `0`.
+    shape: Vec<u8>,
+    nums: Nums,
+}
+
+/// Whether `line` has `shape` (a branch-free loop the compiler turns into SIMD compares).
+#[inline]
+fn has_shape(line: &[u8], shape: &[u8]) -> bool {
+    if line.len() != shape.len() {
+        return false;
+    }
+    let mut diff = 0u8;
+    for (&b, &want) in line.iter().zip(shape) {
+        let b = if b.is_ascii_digit() { b'0' } else { b };
+        diff |= b ^ want;
+    }
+    diff == 0
+}
+
+impl Shapes {
+    /// [`recognise`], through the shapes seen before.
+    #[inline]
+    pub(crate) fn recognise(
+        &mut self,
+        buf: &[u8],
+        start: usize,
+        hit: usize,
+        shape: Shape,
+        eof: bool,
+    ) -> Option<(Fast, usize)> {
+        if shape == Shape::Remat {
+            if let Some(found) = self.known(buf, start, hit, eof) {
+                return Some(found);
+            }
+        }
+        let (fast, end, nums) = recognise_nums(buf, start, hit, shape, eof)?;
+        if let Some(nums) = nums {
+            let line = &buf[start..end];
+            if line.len() <= MAX_LEN {
+                let shape = line
+                    .iter()
+                    .map(|&b| if b.is_ascii_digit() { b'0' } else { b })
+                    .collect();
+                self.slots[line.len() % SLOTS] = Some(Box::new(Learned {
+                    len: line.len(),
+                    hit: hit - start,
+                    shape,
+                    nums,
+                }));
+            }
+        }
+        Some((fast, end))
+    }
+
+    fn known(&self, buf: &[u8], start: usize, hit: usize, eof: bool) -> Option<(Fast, usize)> {
+        let rest = &buf[start..];
+        let len = match memchr::memchr(b'\n', &rest[hit - start..]) {
+            Some(i) => hit - start + i,
+            None if eof => rest.len(),
+            None => return None,
+        };
+        let learned = self.slots[len % SLOTS].as_deref()?;
+        if learned.len != len || learned.hit != hit - start {
+            return None;
+        }
+        let line = &rest[..len];
+        if !has_shape(line, &learned.shape) {
+            return None;
+        }
+        let (nums, count) = learned.nums;
+        let value =
+            |(off, n): (usize, usize)| digits(line, off).filter(|d| d.1 == off + n).map(|d| d.0);
+        let remat = Remat {
+            target_bytes: value(nums[0])?,
+            reduced_to_bytes: value(nums[1])?,
+            original_bytes: if count == 3 {
+                Some(value(nums[2])?)
+            } else {
+                None
+            },
+        };
+        Some((Fast::Remat(remat), start + len))
+    }
 }
 
 /// Where the message starts, and what it says.
@@ -131,19 +247,47 @@ type Found = (usize, Fast);
 /// `head` to the newline (or the end of `text` when `eof`): the figures and where the text ends.
 #[inline]
 fn remat(text: &[u8], head: usize, hit: usize, eof: bool) -> Option<(Fast, usize)> {
+    remat_nums(text, head, hit, eof).map(|(f, end, _)| (f, end))
+}
+
+/// Offset and length of a run of digits.
+type Span = (usize, usize);
+
+/// Where a line's exact counts lie (offset and digits: target, reduced to, original) when all its
+/// sizes carry one: reading such a line depends on its shape only.
+type Nums = ([Span; 3], usize);
+
+/// [`remat`], and the line's [`Nums`] when it has them.
+#[inline]
+fn remat_nums(
+    text: &[u8],
+    head: usize,
+    hit: usize,
+    eof: bool,
+) -> Option<(Fast, usize, Option<Nums>)> {
     let line = text;
     let mut i = head + REMAT_HEAD.len();
-    let (target, mid) = size_at(line, i)?;
+    let mut nums = [(0, 0); 3];
+    let mut exact = true;
+    let (target, mid, e) = size_at_exact(line, i)?;
+    exact &= e.is_some();
+    nums[0] = e.unwrap_or_default();
     // The anchor found is this shape's own (` by r...`), or one in the prefix.
     if hit > head && mid + 4 != hit {
         return None;
     }
     i = expect(line, mid, REMAT_MID)?;
-    let (reduced, next) = size_at(line, i)?;
+    let (reduced, next, e) = size_at_exact(line, i)?;
+    exact &= e.is_some();
+    nums[1] = e.unwrap_or_default();
     i = next;
     let mut original = None;
+    let mut count = 2;
     if let Some(j) = expect(line, i, DOWN_FROM) {
-        let (o, next) = size_at(line, j)?;
+        let (o, next, e) = size_at_exact(line, j)?;
+        exact &= e.is_some();
+        nums[2] = e.unwrap_or_default();
+        count = 3;
         original = Some(o);
         i = next;
     }
@@ -164,6 +308,7 @@ fn remat(text: &[u8], head: usize, hit: usize, eof: bool) -> Option<(Fast, usize
             original_bytes: original,
         }),
         i,
+        exact.then_some((nums, count)),
     ))
 }
 
@@ -337,6 +482,13 @@ fn is_word(b: u8) -> bool {
 /// (thousands separators, lower-case units) are `None`: the slow path reads them.
 #[inline]
 fn size_at(line: &[u8], i: usize) -> Option<(u64, usize)> {
+    size_at_exact(line, i).map(|(v, end, _)| (v, end))
+}
+
+/// [`size_at`], and where the exact count in parentheses lies (offset, digits) when the value
+/// came from one: then whether the token is read depends on its shape only, not its digits.
+#[inline]
+fn size_at_exact(line: &[u8], i: usize) -> Option<(u64, usize, Option<Span>)> {
     let skip = |j: usize| {
         let n = digit_run(line, j);
         (n > 0).then_some(j + n)
@@ -384,7 +536,8 @@ fn size_at(line: &[u8], i: usize) -> Option<(u64, usize)> {
                 0
             };
             if unit > 0 && line.get(m + unit) == Some(&b')') {
-                return Some((exact, m + unit + 1));
+                let digits_end = if line[m - 1] == b' ' { m - 1 } else { m };
+                return Some((exact, m + unit + 1, Some((k + 1, digits_end - k - 1))));
             }
         }
     }
@@ -392,7 +545,7 @@ fn size_at(line: &[u8], i: usize) -> Option<(u64, usize)> {
     if number_end == unit_end {
         return None;
     }
-    Some((crate::size::parse_size(token)?, unit_end))
+    Some((crate::size::parse_size(token)?, unit_end, None))
 }
 
 /// How many bytes of `[0-9:.]` (a glog time) start at `i`, eight at a time.
@@ -576,6 +729,52 @@ mod tests {
                 "{line}: fast {r:?}, slow {pieces:?}"
             );
         }
+    }
+
+    #[test]
+    fn known_shapes_read_as_the_grammar_reads_them() {
+        // Lines of a few shapes, with digits changed (same lengths: the shape is known; other
+        // lengths: a new shape), each read through the cache and without it.
+        let mut shapes = Shapes::default();
+        let mut rng = 12345u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut taken = 0;
+        for round in 0..2000 {
+            let base = REMAT[round % REMAT.len()];
+            let mut line: Vec<u8> = base.bytes().collect();
+            for b in line.iter_mut() {
+                if b.is_ascii_digit() && next() % 3 == 0 {
+                    *b = b'0' + (next() % 10) as u8;
+                }
+            }
+            if round % 7 == 0 {
+                // A digit more or less somewhere: another shape.
+                let at = (next() as usize) % line.len();
+                if line[at].is_ascii_digit() {
+                    line.insert(at, b'7');
+                }
+            }
+            line.extend_from_slice(b"\nnext\n");
+            let text = &line[..];
+            let Some((start, pattern)) = crate::scan::anchors().find(text) else {
+                continue;
+            };
+            let shape = Shape::of(crate::scan::ANCHORS[pattern]);
+            let want = recognise(text, 0, start, shape, false);
+            assert_eq!(
+                shapes.recognise(text, 0, start, shape, false),
+                want,
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+            taken += usize::from(want.is_some());
+        }
+        assert!(taken > 1000, "{taken}");
     }
 
     #[test]
@@ -805,6 +1004,7 @@ mod bench {
             }
             start = end + 1;
         }
+        let mut shapes = super::Shapes::default();
         let t = std::time::Instant::now();
         let mut n = 0;
         // Groups of lines that stay in cache, each line different from the one before (as in
@@ -813,11 +1013,28 @@ mod bench {
             for _ in 0..50 {
                 for &(s, h, shape) in group {
                     n += usize::from(
+                        shapes
+                            .recognise(std::hint::black_box(&text), s, h, shape, false)
+                            .is_some(),
+                    );
+                }
+            }
+        }
+        let t2 = std::time::Instant::now();
+        let mut n2 = 0;
+        for group in lines.chunks(1000) {
+            for _ in 0..50 {
+                for &(s, h, shape) in group {
+                    n2 += usize::from(
                         super::recognise(std::hint::black_box(&text), s, h, shape, false).is_some(),
                     );
                 }
             }
         }
+        eprintln!(
+            "grammar alone: {:.1} ns per line ({n2})",
+            t2.elapsed().as_nanos() as f64 / (lines.len() * 50) as f64
+        );
         eprintln!(
             "{} lines x50, {} taken: {:.1} ns per line",
             lines.len(),

@@ -148,6 +148,8 @@ pub struct Scanner {
     /// Where in the buffer the raw line of the last fast-path remat warning lies, with its
     /// line: copied into the merger only before the buffer is dropped.
     fast_raw: Option<(usize, usize, u64)>,
+    /// Warning shapes read recently.
+    shapes: fast::Shapes,
     bytes_seen: u64,
     last_floor: usize,
 }
@@ -170,6 +172,7 @@ impl Scanner {
             merger: Merger::new(),
             fast_last_line: 0,
             fast_raw: None,
+            shapes: fast::Shapes::default(),
             bytes_seen: 0,
             last_floor: 0,
         }
@@ -205,7 +208,9 @@ impl Scanner {
             }
             let line_start = memchr::memrchr(b'\n', &buf[..hit]).map_or(0, |i| i + 1);
             let shape = self.anchors.shapes[pattern];
-            if let Some((warning, text_end)) = fast::recognise(buf, line_start, hit, shape, eof) {
+            if let Some((warning, text_end)) =
+                self.shapes.recognise(buf, line_start, hit, shape, eof)
+            {
                 let line_end = (text_end + 1).min(buf.len());
                 pos = line_end;
                 if let Some(block) = &mut self.block {

@@ -178,3 +178,78 @@ fn allocator_warnings_are_counted_not_reported() {
         ]
     );
 }
+
+/// Warning lines of every kind, some damaged (a digit more, a character changed, a wrap), among
+/// noise and two real failures: streamed in chunks of any size, the result is that of one scan.
+#[test]
+fn damaged_warnings_stream_like_one_scan() {
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let kinds = [
+        "W1121 12:00:00.000000 1 hlo_rematerialization.cc:3231] Can't reduce memory use below 12.45GiB (13372150681 bytes) by rematerialization; only reduced to 15.25GiB (16374564352 bytes), down from 25.81GiB (27715962368 bytes) originally",
+        "Can't reduce memory use below 1.00GiB (1073741824 bytes) by rematerialization; only reduced to 2.00GiB (2147483648 bytes)",
+        "2019-01-01 12:00:00.000000: W tensorflow/core/common_runtime/bfc_allocator.cc:211] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.21GiB with freed_by_count=0. The caller indicates that this is not a failure, but may mean that there could be performance gains if more memory were available.",
+        "I0000 00:00:1.0 7 cuda_driver.cc:739] failed to allocate 2.12G (2282521344 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+        "I1121 12:00:00.000000 1 train.py:10] step 7 loss=1.25 tokens/s=12345",
+        "XLA::TPU rematerialization hbm reduction:  25.81G => 15.25G",
+    ];
+    let mut text = String::new();
+    for i in 0..2500 {
+        let mut line: Vec<u8> = kinds[next(kinds.len() as u64) as usize].bytes().collect();
+        match next(10) {
+            0 => {
+                let at = next(line.len() as u64) as usize;
+                line.insert(at, b'0' + next(10) as u8);
+            }
+            1 => {
+                let at = next(line.len() as u64) as usize;
+                line[at] = b" ;.(x]\\9"[next(8) as usize];
+            }
+            2 => {
+                let at = next(line.len() as u64) as usize;
+                line.insert(at, b'\n');
+            }
+            _ => {
+                for b in line.iter_mut() {
+                    if b.is_ascii_digit() && next(4) == 0 {
+                        *b = b'0' + next(10) as u8;
+                    }
+                }
+            }
+        }
+        text.push_str(&String::from_utf8_lossy(&line));
+        text.push('\n');
+        if i == 1200 || i == 2490 {
+            text.push_str(OOM);
+        }
+    }
+    let (events, warnings) = scan_all_with_warnings(text.as_bytes());
+    assert!(events.iter().filter(|e| e.fatal).count() >= 2, "{events:?}");
+    assert!(warnings.iter().map(|w| w.count).sum::<u64>() > 1000);
+    let bytes = text.as_bytes();
+    for round in 0..3 {
+        let mut scanner = Scanner::new();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut at = 0;
+        loop {
+            let chunk = 1 + next(if round == 0 { 4096 } else { 700_000 }) as usize;
+            let end = (at + chunk).min(bytes.len());
+            buf.extend_from_slice(&bytes[at..end]);
+            at = end;
+            let eof = at == bytes.len();
+            let consumed = scanner.scan(&buf, eof);
+            buf.drain(..consumed);
+            if eof {
+                break;
+            }
+        }
+        let (e, w) = scanner.finish_with_warnings();
+        assert_eq!(e, events, "round {round}");
+        assert_eq!(w, warnings, "round {round}");
+    }
+}
