@@ -248,3 +248,77 @@ fn hostile_live_range_sizes_are_refused() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn copy_dump(case: &str, tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hbm-doctor-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    for e in std::fs::read_dir(dump(case)).expect("dump").flatten() {
+        std::fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
+    }
+    dir
+}
+
+fn file_ending(dir: &std::path::Path, suffix: &str) -> PathBuf {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(suffix))
+        .expect("file")
+}
+
+/// Files of different compiles, a truncated buffer assignment, a file that is not a dump and a
+/// FIFO named like a dump file: each is said, never read silently as figures.
+#[test]
+fn dump_files_are_checked_against_each_other() {
+    // The buffer assignment of another compile beside this HLO: an error naming both files.
+    let dir = copy_dump("replicated_v5e", "mixed");
+    let other = file_ending(&dump("remat_v6e"), "-buffer-assignment.txt");
+    std::fs::copy(other, file_ending(&dir, "-buffer-assignment.txt")).expect("copy");
+    let out = bin().arg("analyze").arg(&dir).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not from the same compile"), "{err}");
+    assert_eq!(err.lines().count(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A buffer assignment cut in half: named in the notes.
+    let dir = copy_dump("aggregate_v5e", "cut");
+    let ba = file_ending(&dir, "-buffer-assignment.txt");
+    let text = std::fs::read_to_string(&ba).expect("read");
+    std::fs::write(&ba, &text[..text.len() / 2]).expect("write");
+    let out = bin()
+        .args(["analyze", "--format", "json"])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let notes = v["modules"][0]["notes"].to_string();
+    assert!(notes.contains("truncated"), "{notes}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Not a dump, though named like one: refused.
+    let dir = std::env::temp_dir().join(format!("hbm-doctor-notdump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("module_0000.jit_f.after_optimizations.txt"),
+        "these are my holiday notes\n".repeat(100),
+    )
+    .expect("write");
+    let out = bin().arg("analyze").arg(&dir).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an XLA dump"));
+    // A FIFO named like a dump file is skipped, not waited on.
+    let fifo = dir.join("module_0000.jit_f.after_optimizations-buffer-assignment.txt");
+    if std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let out = bin().arg("analyze").arg(&dir).output().expect("run");
+        assert_eq!(out.status.code(), Some(2));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

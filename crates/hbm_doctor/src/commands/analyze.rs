@@ -84,6 +84,10 @@ pub fn discover(path: &Path) -> Result<Vec<ModuleFiles>> {
         let Some((key, suffix)) = split_name(&name) else {
             continue;
         };
+        // A FIFO or a device named like a dump file would block the read: only regular files.
+        if !std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
         if only.as_deref().is_some_and(|o| o != key) {
             continue;
         }
@@ -206,6 +210,77 @@ fn check_live_range(
     Ok(())
 }
 
+/// The files of one module must come from one compile: the buffer assignment names instructions
+/// of the HLO text, and the memory-usage report cannot hold less than the buffer assignment
+/// assigns. A mismatch is an error naming the files; nothing that is not a dump is read as one.
+fn check_consistent(
+    f: &ModuleFiles,
+    hlo: Option<&hbm_doctor_hlo::hlo::HloModule<'_>>,
+    ba: Option<&hbm_doctor_hlo::buffer_assignment::BufferAssignment<'_>>,
+    rep: Option<&hbm_doctor_hlo::usage_report::UsageReport>,
+) -> Result<()> {
+    let show = |p: &Option<PathBuf>| {
+        p.as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    let empty_hlo = hlo.is_none_or(|m| m.computations.iter().all(|c| c.instructions.is_empty()));
+    let empty_ba = ba.is_none_or(|b| b.allocations.is_empty());
+    if empty_hlo && empty_ba && rep.is_none_or(|r| r.spaces.is_empty()) {
+        bail!(
+            "`{}` is not an XLA dump (no HLO instruction, no buffer allocation): pass the directory given to --xla_dump_to, with its *after_optimizations* files",
+            show(&f.hlo).max(show(&f.buffer_assignment))
+        );
+    }
+    if let (Some(m), Some(b)) = (hlo, ba) {
+        let names: std::collections::HashSet<&str> = m
+            .computations
+            .iter()
+            .flat_map(|c| c.instructions.iter().map(|i| i.name))
+            .collect();
+        let values: Vec<&str> = b
+            .allocations
+            .iter()
+            .flat_map(|a| a.values.iter().map(|v| v.name))
+            .take(2000)
+            .collect();
+        let missing = values.iter().filter(|v| !names.contains(*v)).count();
+        // Fusion bodies are not read, so a few names may be missing; most must be there.
+        if values.len() >= 10 && missing * 2 > values.len() {
+            bail!(
+                "`{}` and `{}` are not from the same compile: {missing} of the first {} values the buffer assignment names are not instructions of the HLO text; keep the files of one --xla_dump_to run together",
+                show(&f.buffer_assignment),
+                show(&f.hlo),
+                values.len()
+            );
+        }
+    }
+    if let (Some(b), Some(r)) = (ba, rep) {
+        let ba0 = b
+            .totals_by_color()
+            .into_iter()
+            .find(|(c, _)| *c == 0)
+            .map(|t| t.1);
+        let rep0 = r
+            .spaces
+            .iter()
+            .find(|s| s.color.unwrap_or(0) == 0)
+            .map(|s| s.total_bytes);
+        if let (Some(x), Some(y)) = (ba0, rep0) {
+            if x > y.saturating_add(y / 100) {
+                bail!(
+                    "`{}` assigns {} of HBM but `{}` reports {}: the files are not from the same compile; keep the files of one --xla_dump_to run together",
+                    show(&f.buffer_assignment),
+                    hbm_doctor_log::format_size(x),
+                    show(&f.usage_report),
+                    hbm_doctor_log::format_size(y)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Reads, parses and analyzes the modules; the budget check is left to the caller.
 pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<AnalyzeReport> {
     let mut texts = Vec::new();
@@ -262,9 +337,34 @@ pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<Ana
         let rep = rep.as_deref().map(|t| parse_usage_report(t).0);
         parsed.push((hlo, ba, lr, rep, notes));
     }
+    for (f, (hlo, ba, _, rep, _)) in files.iter().zip(&parsed) {
+        check_consistent(f, hlo.as_ref(), ba.as_ref(), rep.as_ref())?;
+    }
     let mut inputs = Vec::new();
     for (f, (hlo, ba, lr, rep, notes)) in files.iter().zip(&parsed) {
         let mut notes = notes.clone();
+        if let (Some(b), Some(r)) = (ba.as_ref(), rep.as_ref()) {
+            let ba0 = b
+                .totals_by_color()
+                .into_iter()
+                .find(|(c, _)| *c == 0)
+                .map(|t| t.1);
+            let rep0 = r
+                .spaces
+                .iter()
+                .find(|s| s.color.unwrap_or(0) == 0)
+                .map(|s| s.total_bytes);
+            if let (Some(x), Some(y)) = (ba0, rep0) {
+                if x < y {
+                    notes.push(format!(
+                        "`{}` holds {} of HBM allocations but the memory-usage report says {}: the buffer assignment looks cut short (truncated); its totals are not trusted over the report's",
+                        f.buffer_assignment.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+                        hbm_doctor_log::format_size(x),
+                        hbm_doctor_log::format_size(y)
+                    ));
+                }
+            }
+        }
         if ba.is_none() {
             notes.push("no *-buffer-assignment.txt: run with XLA_FLAGS=\"--xla_dump_to=DIR --xla_dump_hlo_as_text\" for exact figures".into());
         }
