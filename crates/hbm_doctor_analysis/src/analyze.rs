@@ -556,7 +556,10 @@ pub fn xla_live_range_peak(
     for r in &lr.ranges {
         let z = inst_size(r.name, r.index);
         events.push((r.start.saturating_mul(2), z));
-        events.push(((r.end + 1).saturating_mul(2) + 1, z));
+        events.push((
+            r.end.saturating_add(1).saturating_mul(2).saturating_add(1),
+            z,
+        ));
     }
     events.sort_unstable_by_key(|&(k, _)| k);
     let (mut usage, mut peak, mut peak_t) = (0i128, 0i128, None);
@@ -586,7 +589,10 @@ fn from_buffer_assignment(
     // both live: both are megabytes on 100k-instruction dumps.
     let insts_cell = std::cell::OnceCell::new();
     let ranges = RangeIndex::new(lr.map_or(&[][..], |l| &l.ranges[..]));
-    let max_t = lr.map_or(0, |l| l.max);
+    // Positions are bounded by what the live ranges can describe: a header or an interval
+    // claiming more (a corrupt file) is clamped, never allocated for.
+    let bound = lr.map_or(0, |l| (l.sequence.len().max(l.ranges.len()) as u64 + 1) * 4);
+    let max_t = lr.map_or(0, |l| l.max).min(bound);
     let mut colors: Vec<u32> = ba.allocations.iter().map(|a| a.color).collect();
     colors.sort_unstable();
     colors.dedup();
@@ -622,6 +628,8 @@ fn from_buffer_assignment(
                     unranged += 1;
                     continue;
                 };
+                let end = end.min(bound);
+                let start = start.min(end);
                 slots.push(Slot {
                     alloc: a.index,
                     offset: v.offset,

@@ -89,7 +89,7 @@ pub fn apply(
                 names.push(&o.name);
                 if let Some((st, en)) = o.live {
                     count[(st as usize).min(len)] += 1;
-                    count[(en as usize + 1).min(len)] -= 1;
+                    count[(en as usize).saturating_add(1).min(len)] -= 1;
                 }
             }
             let mut live = 0i64;
@@ -176,4 +176,36 @@ pub fn generic(s: &SpaceReport, name: &str) -> Option<Vec<(String, u32)>> {
         );
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::analyze::{analyze, AnalyzeOptions, ModuleInput};
+    use hbm_doctor_hlo::{buffer_assignment, live_range};
+
+    /// A live-range header or interval claiming far more positions than the file describes is
+    /// clamped by the analysis (the binary refuses such a file first; other callers stay safe).
+    #[test]
+    fn hostile_positions_are_clamped() {
+        let ba = "BufferAssignment:\nallocation 0: size 64, maybe-live-out:\n value: <1 a @0> (size=64,offset=0): f32[16]{0}\n\nTotal bytes used: 64 (64B)\n";
+        for lr in [
+            "HloLiveRange (max 4294967296):\n  InstructionSequence:\n    0:a\n  BufferLiveRange:\n    a{}:0-1\n",
+            "HloLiveRange (max 2):\n  InstructionSequence:\n    0:a\n  BufferLiveRange:\n    a{}:0-9223372036854775807\n",
+        ] {
+            let b = buffer_assignment::parse_buffer_assignment(ba).0;
+            let l = live_range::parse_live_range(lr).0;
+            let input = ModuleInput {
+                name: "m".into(),
+                hlo: None,
+                buffer_assignment: Some(&b),
+                live_range: Some(&l),
+                usage_report: None,
+                notes: Vec::new(),
+            };
+            let r = analyze(&[input], &AnalyzeOptions::default());
+            for s in &r.modules[0].memory_spaces {
+                assert!(s.timeline.len() < 1000, "{}", s.timeline.len());
+            }
+        }
+    }
 }
