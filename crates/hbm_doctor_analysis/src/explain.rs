@@ -337,11 +337,12 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         if category != Category::Arguments {
             rank!(if args_heavy { 2.0 } else { 0.2 }, arguments_exceed(&ctx));
         }
-        // Twice the device or more: no batch tweak closes that; the program needs more memory.
+        // Far past the device (2.5x or more): a batch tweak rarely closes that; the program
+        // needs more memory.
         let far_over = ctx
             .used
             .zip(ctx.limit)
-            .is_some_and(|(u, l)| u >= l.saturating_mul(2));
+            .is_some_and(|(u, l)| u.saturating_mul(2) >= l.saturating_mul(5));
         rank!(if far_over { 1.9 } else { 0.05 }, device_too_small(&ctx));
     }
     causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cause.cmp(&b.1.cause)));
@@ -1709,7 +1710,9 @@ fn hbm_cap(ctx: &Ctx<'_>) -> Option<Cause> {
         return None;
     }
     let l = ctx.limit?;
-    if chips::usable_match(l).is_some() {
+    // Older compilers printed the physical size (8G on a v2 core, 16G on a v3 core).
+    let physical = [8u64, 16, 32, 95, 96, 192].iter().any(|&g| l == g << 30);
+    if chips::usable_match(l).is_some() || physical {
         return None;
     }
     const MIB256: u64 = 256 << 20;

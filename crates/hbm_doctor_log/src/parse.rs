@@ -529,10 +529,46 @@ pub(crate) fn headline_text(flat: &str) -> String {
     first.trim().to_string()
 }
 
+/// A sentence that talks about an OOM (a PR description, an explanation, a changelog), not the
+/// error itself: long, written by a person ("we are seeing", "if the config..."), and with no
+/// status or exception text.
+fn talks_about_an_oom(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    if line.split_whitespace().count() < 12
+        || lower.contains("error:")
+        || lower.contains("exception:")
+        || lower.contains("resource_exhausted:")
+        || lower.contains("resource exhausted:")
+    {
+        return false;
+    }
+    [
+        " we ",
+        "we are ",
+        "we're ",
+        "for example",
+        "if the ",
+        "if we ",
+        "with this change",
+        " you can ",
+        " should ",
+    ]
+    .iter()
+    .any(|m| {
+        lower.contains(m)
+            || lower
+                .trim_start_matches(['-', '*', ' '])
+                .starts_with(m.trim_start())
+    })
+}
+
 /// Tries every family on `flat` (a line and the three after it). Returns the piece and how many
 /// characters of `flat` the headline used.
 fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
     let first_line_len = flat.find('\n').unwrap_or(flat.len());
+    if talks_about_an_oom(&flat[..first_line_len]) {
+        return None;
+    }
     // The match must start on the first line, or the next line is the real start.
     let on_first = |m: regex::Match<'_>| m.start() <= first_line_len;
 
