@@ -11,7 +11,8 @@ use std::io::Write;
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let dir = std::path::PathBuf::from(args.get(1).map_or("tests/corpus/trend/gen", String::as_str));
+    let dir =
+        std::path::PathBuf::from(args.get(1).map_or("tests/corpus/trend/gen", String::as_str));
     let per: u64 = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(2);
     let max_rows: u64 = args.get(3).and_then(|v| v.parse().ok()).unwrap_or(1500);
     let first: u64 = args.get(4).and_then(|v| v.parse().ok()).unwrap_or(1);

@@ -303,7 +303,12 @@ fn acf_at(v: &[f64], lag: usize) -> f64 {
     if e <= 0.0 {
         return 0.0;
     }
-    r[..n - lag].iter().zip(&r[lag..]).map(|(p, q)| p * q).sum::<f64>() / e
+    r[..n - lag]
+        .iter()
+        .zip(&r[lag..])
+        .map(|(p, q)| p * q)
+        .sum::<f64>()
+        / e
 }
 
 fn near(markers: &[Marker], axis: Axis, x: f64, tol: f64) -> Option<MarkerKind> {
