@@ -464,7 +464,7 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
         .unwrap_or(0);
     a.warmup_until = Some(x_first + warm);
     let template = a.clone();
-    let full = analyze_from(seg, &wins[start..], markers, p, a, true);
+    let full = analyze_from(seg, &wins[start..], markers, p, a, 2);
     if matches!(full.verdict, Verdict::Leak | Verdict::InsufficientData) {
         return full;
     }
@@ -498,7 +498,7 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
         if floors.len() < p.k_min || mann_kendall(&floors).p_up < p.alpha {
             continue;
         }
-        let mut b = analyze_from(seg, sub, markers, p, template.clone(), false);
+        let mut b = analyze_from(seg, sub, markers, p, template.clone(), 0);
         if b.verdict == Verdict::Leak {
             b.growth_since = Some(b.growth_since.unwrap_or(sub[0].x0));
             b.recent_scale = Some(1.0 / frac as f64);
@@ -514,7 +514,7 @@ fn analyze_from(
     markers: &[Marker],
     p: &Params,
     mut a: Analysis,
-    allow_warmup_cut: bool,
+    warmup_cuts: u8,
 ) -> Analysis {
     let limit = seg.limit.map(|l| l as f64);
     if base.len() < p.k_min {
@@ -639,12 +639,13 @@ fn analyze_from(
         }
     }
     if let Some((c, d)) = step {
-        if d > 0.0 && c * 8 <= k && allow_warmup_cut {
-            // An early rise that then stays flat: the warm-up. Cut it and judge the rest.
+        if d > 0.0 && c * 8 <= k && warmup_cuts > 0 {
+            // An early rise that then stays flat: the warm-up. Cut it and judge the rest (twice
+            // at most: a slow warm-up's tail, cut once, can show as a second early rise).
             let cut_x = aw[c].x0;
             let start = base.iter().position(|w| w.x0 >= cut_x).unwrap_or(0);
             a.warmup_until = Some(cut_x);
-            return analyze_from(seg, &base[start..], markers, p, a, false);
+            return analyze_from(seg, &base[start..], markers, p, a, warmup_cuts - 1);
         }
     }
 
