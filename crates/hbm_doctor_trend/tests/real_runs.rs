@@ -145,3 +145,37 @@ fn isolated_spikes_in_a_sparse_series_are_each_reported() {
         assert!(x.above_bytes as f64 > 0.05 * L, "{x:?}");
     }
 }
+
+#[test]
+fn a_new_pid_is_a_new_process() {
+    // A leak restarted from a checkpoint 500 steps back: the pid column (CSV) or glog's thread
+    // id (JAX log) says a new process began; rows of the two writers interleave a little.
+    let first = series(0.01, 4, 10, 6000);
+    let second = series(0.01, 4, 10, 9000);
+    let mut t = String::from("step,pid,bytes_in_use,bytes_limit\n");
+    let mut log = String::new();
+    for (s, v) in &first {
+        t.push_str(&format!("{s},4242,{},{}\n", *v as u64, L as u64));
+        log.push_str(&format!(
+            "I1121 10:00:00.000000 4242 train.py:212] step {s}, memory: {{'bytes_in_use': {}, 'bytes_limit': {}}}\n",
+            *v as u64, L as u64
+        ));
+    }
+    for (s, v) in &second {
+        let s = s + 5500;
+        t.push_str(&format!("{s},5313,{},{}\n", *v as u64, L as u64));
+        log.push_str(&format!(
+            "I1121 12:00:00.000000 5313 train.py:212] step {s}, memory: {{'bytes_in_use': {}, 'bytes_limit': {}}}\n",
+            *v as u64, L as u64
+        ));
+    }
+    for (name, text) in [("mem.csv", t), ("train.log", log)] {
+        let mut c = Collected::default();
+        hbm_doctor_trend::read_all(&mut c, "", name, text.as_bytes());
+        let rep = report(&c, &Params::default());
+        let s = &rep.series[0];
+        assert_eq!(s.restarts, 1, "{name}");
+        assert_eq!(s.first_step, Some(5500), "{name}");
+        assert_eq!(s.verdict, "leak", "{name}: {:?}", s.reason);
+    }
+}
