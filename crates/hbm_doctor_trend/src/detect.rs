@@ -579,7 +579,20 @@ fn analyze_from(
     let x: Vec<f64> = aw.iter().map(|w| w.x).collect();
     let f: Vec<f64> = aw.iter().map(|w| w.floor).collect();
     let swings: Vec<f64> = aw.iter().map(|w| (w.ceil - w.floor).max(0.0)).collect();
-    let mk = mann_kendall(&f);
+    let mut mk = mann_kendall(&f);
+    let mut exact = false;
+    if k < p.k_min {
+        // Few whole-period floors: the exact distribution of S (no ties), not the normal
+        // approximation, which cannot reach alpha below 8 values.
+        let mut sorted = f.clone();
+        sorted.sort_by(f64::total_cmp);
+        if sorted.windows(2).all(|w| w[0] != w[1]) {
+            if let Some(pe) = stats::mann_kendall_exact_p(k, mk.s) {
+                mk.p_up = pe;
+                exact = true;
+            }
+        }
+    }
     let ts = theil_sen(&x, &f, mk.var, p.alpha);
     let ts95 = theil_sen(&x, &f, mk.var, 0.025);
     let res: Vec<f64> = x
@@ -655,8 +668,11 @@ fn analyze_from(
     // A sawtooth seen through windows shorter than its period drops sharply once a period;
     // a leak's floors do not.
     let max_drop = diffs.iter().copied().fold(0.0f64, |m, d| m.max(-d));
+    // Sen's 99.9% bound needs 8 values or more to be finite; below, the exact test stands for
+    // it, with the 95% bound above zero.
+    let lo_ok = ts.lo > 0.0 || (exact && ts95.lo > 0.0);
     let leak = mk.p_up < p.alpha
-        && ts.lo > 0.0
+        && lo_ok
         && rise >= g1
         && step.is_none()
         && (max_drop < 0.5 * rise || max_drop < 6.0 * sigma_d)
