@@ -424,14 +424,29 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
         short_trend(seg, &mut e);
         e
     };
-    if seg.samples < p.min_samples || wins.len() < p.k_min {
+    // The sample minimum follows the data: a series sampled every k steps over a long enough
+    // span (1200 steps, 30 minutes) is judged from half the samples (each analysis window
+    // still holds 3 or more).
+    let (x_first, x_last) = wins
+        .first()
+        .zip(wins.last())
+        .map_or((0.0, 0.0), |(a, b)| (a.x0, b.x1));
+    let long = match seg.axis {
+        Axis::Step => x_last - x_first >= 1200.0,
+        Axis::Time => x_last - x_first >= 1800.0,
+        Axis::Ordinal => false,
+    };
+    let min_samples = if long {
+        (p.min_samples / 2).max(3 * p.k_min as u64)
+    } else {
+        p.min_samples
+    };
+    if seg.samples < min_samples || wins.len() < p.k_min {
         return short(&format!(
             "{} samples: at least {} are needed",
-            seg.samples, p.min_samples
+            seg.samples, min_samples
         ));
     }
-    let x_first = wins[0].x0;
-    let x_last = wins[wins.len() - 1].x1;
     let span = x_last - x_first;
     if span <= 0.0 {
         return short("all samples at the same step or time");

@@ -121,6 +121,9 @@ pub enum Scenario {
     TorchLog(Option<LeakSize>),
     /// A JAX log of a leaking run restarted from a checkpoint (glog's thread id changes).
     JaxLogRestart(LeakSize),
+    /// A short run (1.5k-4k steps) sampled every 20-50 steps: 30-200 samples; leaking when
+    /// `Some`.
+    ShortSparse(Option<LeakSize>),
 }
 
 /// The scenario table of BENCHMARKS.md: (name, scenario).
@@ -172,6 +175,9 @@ pub fn table() -> Vec<(&'static str, Scenario)> {
         ("PyTorch/XLA log, flat", TorchLog(None)),
         ("PyTorch/XLA log, leak", TorchLog(Some(Small))),
         ("JAX log, leak + restart", JaxLogRestart(Medium)),
+        ("short sparse run, flat", ShortSparse(None)),
+        ("short sparse run, warm-up", ShortSparse(None)),
+        ("short sparse run, leak", ShortSparse(Some(Large))),
     ]
 }
 
@@ -388,7 +394,7 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             size = Some(s);
             leaking.push(0);
         }
-        Swapped(s) | BadValues(s) | Shuffled(s) | JaxLog(s) | TorchLog(s) => {
+        Swapped(s) | BadValues(s) | Shuffled(s) | JaxLog(s) | TorchLog(s) | ShortSparse(s) => {
             if let Some(s) = s {
                 size = Some(s);
                 leaking.push(r.int(0, n as u64 - 1) as usize);
@@ -398,6 +404,16 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             if let Some(s) = s {
                 size = Some(s);
                 leaking.push(r.int(0, n as u64 - 1) as usize);
+            }
+        }
+    }
+    if matches!(sc, ShortSparse(_)) {
+        plan.steps = r.int(1500, 4000);
+        plan.every = r.pick(&[20, 25, 50]);
+        if name.contains("warm-up") {
+            for d in devs.iter_mut() {
+                d.warm_amp = r.range(0.05, 0.12);
+                d.warm_tau = r.range(50.0, 250.0);
             }
         }
     }
@@ -427,6 +443,9 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
         let end = (to_oom as f64 * r.range(0.6, 0.92)) as u64;
         let min_rise = (0.04 * l / d.rate) as u64;
         plan.steps = end.max(min_rise.min(to_oom * 9 / 10)).max(3000);
+        if matches!(sc, ShortSparse(_)) {
+            plan.steps = plan.steps.min(r.int(1500, 4000)).max(1500);
+        }
         if matches!(sc, LeakRestart { .. } | JaxLogRestart(_)) {
             // The last process must live long enough to be judged on its own.
             plan.steps = plan.steps.max(3 * min_rise / 2);
