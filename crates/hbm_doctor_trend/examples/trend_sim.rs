@@ -8,7 +8,13 @@
 //! ride on the period-100 sawtooth. Each run is 100k steps, evaluated every 1000 steps
 //! ("continuously"), with the detector of `hbm_doctor_trend::detect`.
 //!
-//! Usage: `cargo run --release -p hbm_doctor_trend --example trend_sim [RUNS_PER_SCENARIO]`
+//! Then series as real runs write them (`hbm_doctor_trend::simulate`: sparse and aliased,
+//! rows swapped, bad values, shuffled, restarts, several hosts, JAX and PyTorch/XLA logs),
+//! FILES_PER_SCENARIO files of each scenario read and judged as `hbm-doctor trend` does.
+//!
+//! Usage: `cargo run --release -p hbm_doctor_trend --example trend_sim [RUNS_PER_SCENARIO]
+//! [FILES_PER_SCENARIO]` (`TREND_SECTION=real`: the second part only; `TREND_DEBUG=1`: misses
+//! on stderr).
 
 use hbm_doctor_trend::detect::{analyze, Params, Verdict};
 use hbm_doctor_trend::store::{Sample, Series};
@@ -216,7 +222,7 @@ fn main() {
     let real_runs: u64 = std::env::args()
         .nth(2)
         .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+        .unwrap_or(30);
     if std::env::var("TREND_SECTION").is_ok_and(|s| s == "real") {
         realistic(real_runs);
         return;
@@ -336,6 +342,10 @@ fn main() {
                 pct(&mut errs_end, 0.9),
             );
         }
+    }
+    if real_runs > 0 {
+        println!();
+        realistic(real_runs);
     }
 }
 

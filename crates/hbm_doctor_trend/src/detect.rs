@@ -424,14 +424,29 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
         short_trend(seg, &mut e);
         e
     };
-    if seg.samples < p.min_samples || wins.len() < p.k_min {
+    // The sample minimum follows the data: a series sampled every k steps over a long enough
+    // span (1200 steps, 30 minutes) is judged from half the samples (each analysis window
+    // still holds 3 or more).
+    let (x_first, x_last) = wins
+        .first()
+        .zip(wins.last())
+        .map_or((0.0, 0.0), |(a, b)| (a.x0, b.x1));
+    let long = match seg.axis {
+        Axis::Step => x_last - x_first >= 1200.0,
+        Axis::Time => x_last - x_first >= 1800.0,
+        Axis::Ordinal => false,
+    };
+    let min_samples = if long {
+        (p.min_samples / 2).max(3 * p.k_min as u64)
+    } else {
+        p.min_samples
+    };
+    if seg.samples < min_samples || wins.len() < p.k_min {
         return short(&format!(
             "{} samples: at least {} are needed",
-            seg.samples, p.min_samples
+            seg.samples, min_samples
         ));
     }
-    let x_first = wins[0].x0;
-    let x_last = wins[wins.len() - 1].x1;
     let span = x_last - x_first;
     if span <= 0.0 {
         return short("all samples at the same step or time");
@@ -464,7 +479,7 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
         .unwrap_or(0);
     a.warmup_until = Some(x_first + warm);
     let template = a.clone();
-    let full = analyze_from(seg, &wins[start..], markers, p, a, true);
+    let full = analyze_from(seg, &wins[start..], markers, p, a, 2);
     if matches!(full.verdict, Verdict::Leak | Verdict::InsufficientData) {
         return full;
     }
@@ -498,7 +513,7 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
         if floors.len() < p.k_min || mann_kendall(&floors).p_up < p.alpha {
             continue;
         }
-        let mut b = analyze_from(seg, sub, markers, p, template.clone(), false);
+        let mut b = analyze_from(seg, sub, markers, p, template.clone(), 0);
         if b.verdict == Verdict::Leak {
             b.growth_since = Some(b.growth_since.unwrap_or(sub[0].x0));
             b.recent_scale = Some(1.0 / frac as f64);
@@ -514,7 +529,7 @@ fn analyze_from(
     markers: &[Marker],
     p: &Params,
     mut a: Analysis,
-    allow_warmup_cut: bool,
+    warmup_cuts: u8,
 ) -> Analysis {
     let limit = seg.limit.map(|l| l as f64);
     if base.len() < p.k_min {
@@ -579,7 +594,20 @@ fn analyze_from(
     let x: Vec<f64> = aw.iter().map(|w| w.x).collect();
     let f: Vec<f64> = aw.iter().map(|w| w.floor).collect();
     let swings: Vec<f64> = aw.iter().map(|w| (w.ceil - w.floor).max(0.0)).collect();
-    let mk = mann_kendall(&f);
+    let mut mk = mann_kendall(&f);
+    let mut exact = false;
+    if k < p.k_min {
+        // Few whole-period floors: the exact distribution of S (no ties), not the normal
+        // approximation, which cannot reach alpha below 8 values.
+        let mut sorted = f.clone();
+        sorted.sort_by(f64::total_cmp);
+        if sorted.windows(2).all(|w| w[0] != w[1]) {
+            if let Some(pe) = stats::mann_kendall_exact_p(k, mk.s) {
+                mk.p_up = pe;
+                exact = true;
+            }
+        }
+    }
     let ts = theil_sen(&x, &f, mk.var, p.alpha);
     let ts95 = theil_sen(&x, &f, mk.var, 0.025);
     let res: Vec<f64> = x
@@ -639,12 +667,13 @@ fn analyze_from(
         }
     }
     if let Some((c, d)) = step {
-        if d > 0.0 && c * 8 <= k && allow_warmup_cut {
-            // An early rise that then stays flat: the warm-up. Cut it and judge the rest.
+        if d > 0.0 && c * 8 <= k && warmup_cuts > 0 {
+            // An early rise that then stays flat: the warm-up. Cut it and judge the rest (twice
+            // at most: a slow warm-up's tail, cut once, can show as a second early rise).
             let cut_x = aw[c].x0;
             let start = base.iter().position(|w| w.x0 >= cut_x).unwrap_or(0);
             a.warmup_until = Some(cut_x);
-            return analyze_from(seg, &base[start..], markers, p, a, false);
+            return analyze_from(seg, &base[start..], markers, p, a, warmup_cuts - 1);
         }
     }
 
@@ -654,8 +683,11 @@ fn analyze_from(
     // A sawtooth seen through windows shorter than its period drops sharply once a period;
     // a leak's floors do not.
     let max_drop = diffs.iter().copied().fold(0.0f64, |m, d| m.max(-d));
+    // Sen's 99.9% bound needs 8 values or more to be finite; below, the exact test stands for
+    // it, with the 95% bound above zero.
+    let lo_ok = ts.lo > 0.0 || (exact && ts95.lo > 0.0);
     let leak = mk.p_up < p.alpha
-        && ts.lo > 0.0
+        && lo_ok
         && rise >= g1
         && step.is_none()
         && (max_drop < 0.5 * rise || max_drop < 6.0 * sigma_d)

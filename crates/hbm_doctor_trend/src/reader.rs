@@ -226,6 +226,7 @@ struct Csv {
     host: Option<usize>,
     limit: Option<usize>,
     peak: Option<usize>,
+    pid: Option<usize>,
     /// TensorBoard: values in a unit from the file name.
     scale: f64,
     cols: usize,
@@ -258,6 +259,7 @@ pub struct Reader {
     recording: bool,
     csv_valid: u64,
     csv_invalid: u64,
+    pid: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -286,6 +288,7 @@ struct Patterns {
     done: Regex,
     graph_inputs: Regex,
     metrics_step: Regex,
+    glog: Regex,
 }
 
 fn pats() -> &'static Patterns {
@@ -313,6 +316,7 @@ fn pats() -> &'static Patterns {
             done: r(r"(?i)\b(training (?:complete|completed|finished|done)|finished training|all done)\b"),
             graph_inputs: r(r"Number of Graph Inputs:\s*(\d+)"),
             metrics_step: r(r"^\[MetricsData; step=(\d+)\]"),
+            glog: r(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(\d+) "),
         }
     })
 }
@@ -332,6 +336,7 @@ struct RecLine {
     rss_bytes: Option<u64>,
     event: Option<String>,
     host_oom_killed: Option<bool>,
+    pid: Option<u64>,
     uncached_compiles: Option<u64>,
     live_data_handles: Option<i64>,
     live_xla_tensors: Option<i64>,
@@ -459,6 +464,7 @@ impl Reader {
             recording: false,
             csv_valid: 0,
             csv_invalid: 0,
+            pid: None,
         }
     }
 
@@ -697,13 +703,16 @@ impl Reader {
                     "torch_xla" | "metrics_file" => c.framework = Some(Framework::PytorchXla),
                     _ => {}
                 }
-                c.device(&host, &id, &source).series.push(Sample {
-                    step: r.step,
-                    ts: r.ts,
-                    used,
-                    limit: r.limit_bytes,
-                    peak: r.peak_bytes,
-                });
+                c.device(&host, &id, &source).series.push_from(
+                    Sample {
+                        step: r.step,
+                        ts: r.ts,
+                        used,
+                        limit: r.limit_bytes,
+                        peak: r.peak_bytes,
+                    },
+                    r.pid,
+                );
             }
             Some("process") => {
                 if let Some(rss) = r.rss_bytes {
@@ -790,6 +799,7 @@ impl Reader {
             host: find(&["host", "hostname"]),
             limit: find(&["bytes_limit", "limit_bytes"]),
             peak: find(&["peak_bytes_in_use", "peak_bytes"]),
+            pid: find(&["pid", "process_id"]),
             scale,
             cols: cols.len(),
         })
@@ -835,13 +845,17 @@ impl Reader {
             return true;
         }
         self.csv_valid += 1;
-        d.series.push(Sample {
-            step,
-            ts,
-            used: used as u64,
-            limit,
-            peak,
-        });
+        let pid = g(h.pid).and_then(|v| v.parse::<u64>().ok());
+        d.series.push_from(
+            Sample {
+                step,
+                ts,
+                used: used as u64,
+                limit,
+                peak,
+            },
+            pid,
+        );
         true
     }
 
@@ -953,6 +967,9 @@ impl Reader {
         if line_step.is_some() {
             self.step = line_step;
         }
+        // glog's prefix names the thread, the process's main thread for a training loop: a
+        // new one is a new process.
+        self.pid = p.glog.captures(line).and_then(|m| m[1].parse::<u64>().ok());
         let host = p
             .host_in_line
             .captures(line)
@@ -1069,13 +1086,16 @@ impl Reader {
                 .dev_in_line
                 .captures(line)
                 .map_or_else(|| "0".to_string(), |d| d[1].to_string());
-            c.device(&host, &dev, "log").series.push(Sample {
-                step: self.step,
-                ts: self.ts,
-                used,
-                limit,
-                peak: None,
-            });
+            c.device(&host, &dev, "log").series.push_from(
+                Sample {
+                    step: self.step,
+                    ts: self.ts,
+                    used,
+                    limit,
+                    peak: None,
+                },
+                self.pid,
+            );
             break;
         }
     }
@@ -1141,13 +1161,16 @@ impl Reader {
             } else {
                 "torch_xla"
             };
-            c.device(host, &dev, source).series.push(Sample {
-                step: self.step,
-                ts: self.ts,
-                used,
-                limit,
-                peak,
-            });
+            c.device(host, &dev, source).series.push_from(
+                Sample {
+                    step: self.step,
+                    ts: self.ts,
+                    used,
+                    limit,
+                    peak,
+                },
+                self.pid,
+            );
             any = true;
         }
         any

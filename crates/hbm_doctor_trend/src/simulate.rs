@@ -119,6 +119,11 @@ pub enum Scenario {
     JaxLog(Option<LeakSize>),
     /// A PyTorch/XLA training log.
     TorchLog(Option<LeakSize>),
+    /// A JAX log of a leaking run restarted from a checkpoint (glog's thread id changes).
+    JaxLogRestart(LeakSize),
+    /// A short run (1.5k-4k steps) sampled every 20-50 steps: 30-200 samples; leaking when
+    /// `Some`.
+    ShortSparse(Option<LeakSize>),
 }
 
 /// The scenario table of BENCHMARKS.md: (name, scenario).
@@ -169,6 +174,10 @@ pub fn table() -> Vec<(&'static str, Scenario)> {
         ("JAX log, leak", JaxLog(Some(Medium))),
         ("PyTorch/XLA log, flat", TorchLog(None)),
         ("PyTorch/XLA log, leak", TorchLog(Some(Small))),
+        ("JAX log, leak + restart", JaxLogRestart(Medium)),
+        ("short sparse run, flat", ShortSparse(None)),
+        ("short sparse run, warm-up", ShortSparse(None)),
+        ("short sparse run, leak", ShortSparse(Some(Large))),
     ]
 }
 
@@ -300,6 +309,14 @@ fn steps_to(d: &Dev, frac: f64, extra: f64, l: f64) -> u64 {
     (head / d.rate).max(0.0) as u64
 }
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a.max(1)
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 fn host_name(i: usize) -> String {
     format!("vm-{i}")
 }
@@ -373,11 +390,11 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             truth_nonleak = "step";
             accept_nonleak = vec!["step"];
         }
-        Leak(s) | Staircase(s) | LeakRestart { size: s, .. } => {
+        Leak(s) | Staircase(s) | LeakRestart { size: s, .. } | JaxLogRestart(s) => {
             size = Some(s);
             leaking.push(0);
         }
-        Swapped(s) | BadValues(s) | Shuffled(s) | JaxLog(s) | TorchLog(s) => {
+        Swapped(s) | BadValues(s) | Shuffled(s) | JaxLog(s) | TorchLog(s) | ShortSparse(s) => {
             if let Some(s) = s {
                 size = Some(s);
                 leaking.push(r.int(0, n as u64 - 1) as usize);
@@ -387,6 +404,16 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             if let Some(s) = s {
                 size = Some(s);
                 leaking.push(r.int(0, n as u64 - 1) as usize);
+            }
+        }
+    }
+    if matches!(sc, ShortSparse(_)) {
+        plan.steps = r.int(1500, 4000);
+        plan.every = r.pick(&[20, 25, 50]);
+        if name.contains("warm-up") {
+            for d in devs.iter_mut() {
+                d.warm_amp = r.range(0.05, 0.12);
+                d.warm_tau = r.range(50.0, 250.0);
             }
         }
     }
@@ -416,15 +443,18 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
         let end = (to_oom as f64 * r.range(0.6, 0.92)) as u64;
         let min_rise = (0.04 * l / d.rate) as u64;
         plan.steps = end.max(min_rise.min(to_oom * 9 / 10)).max(3000);
-        if matches!(sc, LeakRestart { .. }) {
+        if matches!(sc, ShortSparse(_)) {
+            plan.steps = plan.steps.min(r.int(1500, 4000)).max(1500);
+        }
+        if matches!(sc, LeakRestart { .. } | JaxLogRestart(_)) {
             // The last process must live long enough to be judged on its own.
             plan.steps = plan.steps.max(3 * min_rise / 2);
         }
     }
-    if matches!(sc, Restart { .. } | LeakRestart { .. }) {
+    if matches!(sc, Restart { .. } | LeakRestart { .. } | JaxLogRestart(_)) {
         let reset = matches!(
             sc,
-            Restart { reset: true } | LeakRestart { reset: true, .. }
+            Restart { reset: true } | LeakRestart { reset: true, .. } | JaxLogRestart(_)
         );
         let died = (plan.steps as f64 * r.range(0.25, 0.45)) as u64;
         let back = if reset { r.int(200, 2000).min(died) } else { 0 };
@@ -465,12 +495,13 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
         s.1 = every * r.int(1, 2);
     }
     let format = match sc {
-        JaxLog(_) => "jax_log",
+        JaxLog(_) | JaxLogRestart(_) => "jax_log",
         TorchLog(_) => "torch_log",
         _ => "csv",
     };
     // Samples: (order key, host, device, step, ts, value).
     struct Row {
+        pid: u64,
         h: usize,
         d: usize,
         step: u64,
@@ -488,6 +519,7 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             for (i, d) in devs.iter().enumerate() {
                 let v = plan.value(d, step, pos, &mut r);
                 rows.push(Row {
+                    pid: if restarted { 5313 } else { 4242 },
                     h: i / devs_per_host,
                     d: i % devs_per_host,
                     step,
@@ -514,11 +546,22 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
     let mut truths = Vec::new();
     for (i, d) in devs.iter().enumerate() {
         let leak = leaking.contains(&i);
-        let (verdict, accept) = if leak {
+        let (verdict, mut accept) = if leak {
             ("leak", vec!["leak"])
         } else {
             (truth_nonleak, accept_nonleak.clone())
         };
+        // The truth as sampled: every k steps sees the sawtooth at multiples of gcd(k, period)
+        // only (k a multiple of the period: one phase, no swing at all), and noise widens the
+        // swing a window shows (±2σ).
+        let g = gcd(every, d.saw_period) as f64;
+        let seen = d.saw_amp * (1.0 - g / d.saw_period as f64) + 4.0 * d.noise;
+        if !leak && verdict == "sawtooth" && seen < 0.06 && !accept.contains(&"stable") {
+            accept.push("stable");
+        }
+        if !leak && verdict == "stable" && seen >= 0.04 && !accept.contains(&"sawtooth") {
+            accept.push("sawtooth");
+        }
         let oom_step = leak.then(|| {
             let head = l * (1.0 - d.base - d.saw_amp - plan.eval_amp);
             last_process_start as f64 + head / d.rate
@@ -555,6 +598,7 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
         _ => r.uniform() < 0.6,
     };
     let epoch_time = r.uniform() < 0.3;
+    let with_pid = matches!(sc, Restart { .. } | LeakRestart { .. }) && r.uniform() < 0.5;
     let mut bad = 0u64;
     let mut lines: Vec<String> = Vec::new();
     let header;
@@ -577,6 +621,9 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             if n > 1 {
                 cols.push("device");
             }
+            if with_pid {
+                cols.push("pid");
+            }
             cols.push("bytes_in_use");
             cols.push("bytes_limit");
             header = cols.join(",");
@@ -590,6 +637,9 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
                 }
                 if n > 1 {
                     f.push(row.d.to_string());
+                }
+                if with_pid {
+                    f.push(row.pid.to_string());
                 }
                 let mut val = format!("{}", row.v.max(0.0) as u64);
                 if matches!(sc, BadValues(_)) && j % 7 == 3 {
@@ -623,8 +673,9 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
                 }
                 let t = format_time(rows[j - 1].ts);
                 let (hh, mm, ss) = (&t[11..13], &t[14..16], &t[17..19]);
+                let tid = rows[j - 1].pid;
                 lines.push(format!(
-                    "I{}{} {hh}:{mm}:{ss}.{:06} 140245 train.py:212] step {s}, loss={:.4}, memory: {{{}}}",
+                    "I{}{} {hh}:{mm}:{ss}.{:06} {tid} train.py:212] step {s}, loss={:.4}, memory: {{{}}}",
                     &t[5..7],
                     &t[8..10],
                     s % 1_000_000,
@@ -633,7 +684,7 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
                 ));
                 if plan.eval_every > 0 && s % plan.eval_every < every {
                     lines.push(format!(
-                        "I{}{} {hh}:{mm}:{ss}.000000 140245 train.py:240] running eval at step {s}",
+                        "I{}{} {hh}:{mm}:{ss}.000000 {tid} train.py:240] running eval at step {s}",
                         &t[5..7],
                         &t[8..10]
                     ));

@@ -230,6 +230,8 @@ pub enum Boundary {
     Marked,
     /// A pause in the times, and memory back below its level before it (a fresh warm-up).
     TimeGap,
+    /// Another process wrote the samples (a new pid).
+    NewProcess,
 }
 
 /// Samples a file's series holds as read, to be put in order before they are folded into
@@ -258,6 +260,12 @@ pub struct Series {
     pub reordered: u64,
     /// Duplicate samples merged (same step and value).
     pub duplicates: u64,
+    /// Process of each held sample: an index into `pids` plus one (0: not said).
+    raw_pid: Vec<u16>,
+    /// Process ids seen (at most 1024).
+    pids: Vec<u64>,
+    /// Process of the last sample streamed.
+    last_pid: u16,
     /// Median step between samples, once known (streaming tolerance for rows out of order).
     step_gap: Option<u64>,
     pending_break: bool,
@@ -314,13 +322,37 @@ impl Series {
 
     /// Adds one sample, starting a new segment on a restart.
     pub fn push(&mut self, s: Sample) {
+        self.push_from(s, None);
+    }
+
+    /// Adds one sample written by process `pid` (when the input says): a new pid is a new
+    /// process.
+    pub fn push_from(&mut self, s: Sample, pid: Option<u64>) {
         self.total_samples += 1;
+        let proc = match pid {
+            None => 0,
+            Some(p) => match self.pids.iter().position(|q| *q == p) {
+                Some(i) => i as u16 + 1,
+                None if self.pids.len() < 1024 => {
+                    self.pids.push(p);
+                    self.pids.len() as u16
+                }
+                None => 0,
+            },
+        };
         if self.buffered && self.raw.len() < RAW_CAP && self.step_gap.is_none() {
             self.raw.push(s);
+            self.raw_pid.push(proc);
             if self.raw.len() == RAW_CAP {
                 self.flush();
             }
             return;
+        }
+        if proc != 0 && self.last_pid != 0 && proc != self.last_pid && !self.segments.is_empty() {
+            self.pending_break = true;
+        }
+        if proc != 0 {
+            self.last_pid = proc;
         }
         self.stream(s);
     }
@@ -385,7 +417,57 @@ impl Series {
         if self.raw.is_empty() {
             return;
         }
-        let mut v = std::mem::take(&mut self.raw);
+        let v = std::mem::take(&mut self.raw);
+        let procs = std::mem::take(&mut self.raw_pid);
+        let n = v.len();
+        let mut distinct: Vec<u16> = procs.iter().copied().filter(|p| *p != 0).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let gap = if distinct.len() >= 2 {
+            // Several processes wrote the samples: each is a process of its own (rows without a
+            // pid go with the process of the row before), in the order they began.
+            let mut groups: Vec<(u16, Vec<Sample>)> = Vec::new();
+            let mut cur = procs.iter().copied().find(|p| *p != 0).unwrap_or(0);
+            for (s, p) in v.into_iter().zip(procs) {
+                if p != 0 {
+                    cur = p;
+                }
+                match groups.iter_mut().find(|g| g.0 == cur) {
+                    Some(g) => g.1.push(s),
+                    None => groups.push((cur, vec![s])),
+                }
+            }
+            if groups.iter().all(|g| g.1.iter().all(|s| s.ts.is_some())) {
+                let t0 = |g: &(u16, Vec<Sample>)| {
+                    g.1.iter()
+                        .filter_map(|s| s.ts)
+                        .fold(f64::INFINITY, f64::min)
+                };
+                groups.sort_by(|a, b| t0(a).total_cmp(&t0(b)));
+            }
+            self.last_pid = groups.last().map_or(0, |g| g.0);
+            let mut gap = 1;
+            for (i, (_, g)) in groups.into_iter().enumerate() {
+                gap = self.flush_part(g, (i > 0).then_some(Boundary::NewProcess));
+            }
+            gap
+        } else {
+            if let Some(&p) = distinct.first() {
+                if self.last_pid != 0 && p != self.last_pid && !self.segments.is_empty() {
+                    self.pending_break = true;
+                }
+                self.last_pid = p;
+            }
+            self.flush_part(v, None)
+        };
+        if n >= RAW_CAP {
+            self.step_gap = Some(gap);
+        }
+    }
+
+    /// Orders and folds the samples of one process (or of processes told apart by evidence
+    /// only); returns the median step between samples.
+    fn flush_part(&mut self, mut v: Vec<Sample>, first: Option<Boundary>) -> u64 {
         let n = v.len();
         let all_ts = v.iter().all(|s| s.ts.is_some());
         let with_step = v.iter().filter(|s| s.step.is_some()).count() * 10 >= n * 9;
@@ -472,7 +554,7 @@ impl Series {
         }
         let mut bounds: Vec<(usize, usize, Option<Boundary>)> = Vec::new();
         let mut a = 0;
-        let mut why = None;
+        let mut why = first;
         for &(i, b) in &cuts {
             bounds.push((a, i, why));
             a = i;
@@ -521,9 +603,7 @@ impl Series {
                 }
             }
         }
-        if n >= RAW_CAP {
-            self.step_gap = Some(gap);
-        }
+        gap
     }
 
     /// The series with every held sample folded (a copy when some are held).

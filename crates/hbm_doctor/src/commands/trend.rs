@@ -183,6 +183,25 @@ fn write_human(out: &mut impl Write, rep: &TrendReport) -> Result<()> {
                 s.restarts
             )?;
         }
+        let mut fixed = Vec::new();
+        if s.invalid_samples > 0 {
+            fixed.push(format!(
+                "{} bad value(s) skipped (NaN, infinite, negative or beyond any device)",
+                s.invalid_samples
+            ));
+        }
+        if s.reordered_samples > 0 {
+            fixed.push(format!(
+                "{} row(s) out of order put back in place",
+                s.reordered_samples
+            ));
+        }
+        if s.duplicate_samples > 0 {
+            fixed.push(format!("{} duplicate row(s) merged", s.duplicate_samples));
+        }
+        if !fixed.is_empty() {
+            writeln!(out, "  {}", fixed.join("; "))?;
+        }
         for c in &s.causes {
             writeln!(out, "  cause {}: {}", c.cause.as_str(), c.evidence)?;
             for a in &c.actions {
