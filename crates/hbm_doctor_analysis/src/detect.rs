@@ -18,16 +18,7 @@ fn pct(part: u64, whole: u64) -> String {
 }
 
 fn cause(kind: CauseKind, savings: Option<u64>, evidence: String, actions: Vec<String>) -> Cause {
-    Cause {
-        cause: kind,
-        savings_bytes: savings,
-        evidence,
-        actions,
-        snippets: Vec::new(),
-        sufficient: None,
-        what_if: None,
-        changes: Vec::new(),
-    }
+    Cause::new(kind, savings, evidence, actions)
 }
 
 fn snippet(framework: &str, code: &str) -> Snippet {

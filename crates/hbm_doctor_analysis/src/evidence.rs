@@ -202,16 +202,7 @@ fn entry(part: &str, bytes: u64, note: String) -> LedgerEntry {
 }
 
 fn cause(kind: CauseKind, savings: Option<u64>, evidence: String, actions: Vec<String>) -> Cause {
-    Cause {
-        cause: kind,
-        savings_bytes: savings,
-        evidence,
-        actions,
-        snippets: Vec::new(),
-        sufficient: None,
-        what_if: None,
-        changes: Vec::new(),
-    }
+    Cause::new(kind, savings, evidence, actions)
 }
 
 /// Fills the main event's missing figures from the device that failed.

@@ -142,6 +142,27 @@ pub struct Cause {
     pub changes: Vec<(String, u32)>,
 }
 
+impl Cause {
+    /// A cause with its savings, evidence and actions; no snippets, what-if or changes yet.
+    pub fn new(
+        cause: CauseKind,
+        savings_bytes: Option<u64>,
+        evidence: String,
+        actions: Vec<String>,
+    ) -> Cause {
+        Cause {
+            cause,
+            savings_bytes,
+            evidence,
+            actions,
+            snippets: Vec::new(),
+            sufficient: None,
+            what_if: None,
+            changes: Vec::new(),
+        }
+    }
+}
+
 /// A change applied to a dump's buffers without recompiling (extension field `what_if`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WhatIf {

@@ -190,16 +190,7 @@ pub struct Switch {
 }
 
 fn cause(kind: CauseKind, evidence: String, actions: Vec<String>) -> Cause {
-    Cause {
-        cause: kind,
-        savings_bytes: None,
-        evidence,
-        actions,
-        snippets: Vec::new(),
-        sufficient: None,
-        what_if: None,
-        changes: Vec::new(),
-    }
+    Cause::new(kind, None, evidence, actions)
 }
 
 fn gib(b: f64) -> String {

@@ -210,6 +210,21 @@ fn check_live_range(
     Ok(())
 }
 
+/// HBM (color 0) totals of the buffer assignment and of the memory-usage report, when both
+/// state one.
+fn hbm_totals(
+    ba: &hbm_doctor_hlo::buffer_assignment::BufferAssignment<'_>,
+    rep: &hbm_doctor_hlo::usage_report::UsageReport<'_>,
+) -> Option<(u64, u64)> {
+    let ba0 = ba.totals_by_color().into_iter().find(|(c, _)| *c == 0)?.1;
+    let rep0 = rep
+        .spaces
+        .iter()
+        .find(|s| s.color.unwrap_or(0) == 0)?
+        .total_bytes;
+    Some((ba0, rep0))
+}
+
 /// The files of one module must come from one compile: the buffer assignment names instructions
 /// of the HLO text, and the memory-usage report cannot hold less than the buffer assignment
 /// assigns. A mismatch is an error naming the files; nothing that is not a dump is read as one.
@@ -256,17 +271,7 @@ fn check_consistent(
         }
     }
     if let (Some(b), Some(r)) = (ba, rep) {
-        let ba0 = b
-            .totals_by_color()
-            .into_iter()
-            .find(|(c, _)| *c == 0)
-            .map(|t| t.1);
-        let rep0 = r
-            .spaces
-            .iter()
-            .find(|s| s.color.unwrap_or(0) == 0)
-            .map(|s| s.total_bytes);
-        if let (Some(x), Some(y)) = (ba0, rep0) {
+        if let Some((x, y)) = hbm_totals(b, r) {
             if x > y.saturating_add(y / 100) {
                 bail!(
                     "`{}` assigns {} of HBM but `{}` reports {}: the files are not from the same compile; keep the files of one --xla_dump_to run together",
@@ -344,17 +349,7 @@ pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<Ana
     for (f, (hlo, ba, lr, rep, notes)) in files.iter().zip(&parsed) {
         let mut notes = notes.clone();
         if let (Some(b), Some(r)) = (ba.as_ref(), rep.as_ref()) {
-            let ba0 = b
-                .totals_by_color()
-                .into_iter()
-                .find(|(c, _)| *c == 0)
-                .map(|t| t.1);
-            let rep0 = r
-                .spaces
-                .iter()
-                .find(|s| s.color.unwrap_or(0) == 0)
-                .map(|s| s.total_bytes);
-            if let (Some(x), Some(y)) = (ba0, rep0) {
+            if let Some((x, y)) = hbm_totals(b, r) {
                 if x < y {
                     notes.push(format!(
                         "`{}` holds {} of HBM allocations but the memory-usage report says {}: the buffer assignment looks cut short (truncated); its totals are not trusted over the report's",
