@@ -7,7 +7,7 @@
 //! buffer plus one block, whatever the size of the log. Lines are counted with SIMD `bytecount`.
 //!
 //! A hit whose line is a known non-fatal warning of the usual shape (a rematerialization
-//! shortfall, an allocator retry; see [`crate::fast`]) cuts no block: its numbers are read in
+//! shortfall, an allocator retry; see the `fast` module) cuts no block: its numbers are read in
 //! place and counted, so a log where one line in five is such a warning scans at the speed of
 //! one without. Pieces stream into a [`Merger`] as blocks close; warnings are summarised per kind.
 

@@ -379,7 +379,7 @@ fn handle(mut stream: TcpStream, shared: &Shared, host: &str) -> std::io::Result
 }
 
 /// Serves until the listener fails: each connection on its own thread (at most
-/// [`MAX_CONNECTIONS`] at once), so an idle or slow client never delays a scrape.
+/// `MAX_CONNECTIONS` at once), so an idle or slow client never delays a scrape.
 pub fn serve(listener: TcpListener, shared: Shared, host: String) -> std::io::Result<()> {
     let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let host = Arc::new(host);
