@@ -398,7 +398,7 @@ fn print_row(name: &str, files: u64, s: &hbm_doctor_trend::simulate::Score) {
         )
     };
     println!(
-        "| {name} | {files} | {} | {:.0}% | {} / {} / {} | {} | {} | {} | {fe} |",
+        "| {name} | {files} | {} | {:.1}% | {} / {} / {} | {} | {} | {} | {fe} |",
         s.devices,
         100.0 * s.right as f64 / s.devices.max(1) as f64,
         frac((s.leaks[0].0, s.leaks[0].1)),

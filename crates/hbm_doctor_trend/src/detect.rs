@@ -416,6 +416,83 @@ fn short_trend(seg: &Segment, a: &mut Analysis) {
 /// Analyses one process of one device. `markers` are the log's events (eval, checkpoint,
 /// compilation) for `spikes[].near`.
 pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
+    let (mut a, scanned_from) = analyze_inner(seg, markers, p);
+    // Spikes where the windows' ceiling was not measured (the warm-up, the part before a
+    // recent leak, a series too short to judge): a window whose maximum stands above both
+    // neighbourhoods (the median maxima of the 3 windows on each side) by the spike threshold.
+    let wins = &seg.windows;
+    let end = match scanned_from {
+        Some(x) => wins.iter().position(|w| w.x0 >= x).unwrap_or(wins.len()),
+        None => wins.len(),
+    };
+    if end >= 3 {
+        let limit = seg.limit.map(|l| l as f64);
+        let maxes: Vec<f64> = wins.iter().map(|w| w.max).collect();
+        let spike_abs = limit.map_or(p.spike_fraction * median(&maxes), |l| p.spike_fraction * l);
+        let d: Vec<f64> = maxes.windows(2).map(|w| w[1] - w[0]).collect();
+        // With a limit the contract's 8% of it; without, 6σ of the noise too (differences of
+        // maxima: an aliased sawtooth inflates them, which only the limit-less case pays).
+        let thr = if limit.is_some() {
+            spike_abs
+        } else {
+            spike_abs.max(6.0 * mad_sigma(&d) / std::f64::consts::SQRT_2)
+        };
+        let span = wins[wins.len() - 1].x1 - wins[0].x0;
+        let width = span / wins.len() as f64;
+        let tol = (3.0 * width).max(0.002 * span).max(match seg.axis {
+            Axis::Step => 20.0,
+            Axis::Time => 60.0,
+            Axis::Ordinal => 1.0,
+        });
+        let mut early: Vec<Spike> = Vec::new();
+        let mut cur: Option<(Window, f64)> = None;
+        // The last window is not isolated (it may begin a step).
+        for i in 1..end.min(wins.len() - 1) {
+            let left = median(&maxes[i.saturating_sub(3)..i]);
+            let right = median(&maxes[i + 1..(i + 4).min(wins.len())]);
+            let normal = left.max(right);
+            if maxes[i] - normal > thr {
+                cur = Some(match cur {
+                    Some((mut m, n)) => {
+                        m.merge(&wins[i]);
+                        (m, n.min(normal))
+                    }
+                    None => (wins[i], normal),
+                });
+            } else if let Some((m, n)) = cur.take() {
+                early.push(Spike {
+                    step: m.argmax_step,
+                    ts: m.argmax_ts,
+                    bytes: m.max as u64,
+                    above_bytes: (m.max - n).max(0.0) as u64,
+                    near: near(markers, seg.axis, m.argmax_x, tol),
+                });
+            }
+        }
+        if let Some((m, n)) = cur.take() {
+            if end < wins.len() - 1 {
+                early.push(Spike {
+                    step: m.argmax_step,
+                    ts: m.argmax_ts,
+                    bytes: m.max as u64,
+                    above_bytes: (m.max - n).max(0.0) as u64,
+                    near: near(markers, seg.axis, m.argmax_x, tol),
+                });
+            }
+        }
+        if !early.is_empty() {
+            early.append(&mut a.spikes);
+            a.spikes = early;
+            if matches!(a.verdict, Verdict::Stable | Verdict::Sawtooth) && !a.periodic_spikes {
+                a.verdict = Verdict::Spikes;
+            }
+        }
+    }
+    a
+}
+
+/// The analysis, and from where (x) its windows were searched for spikes (None: nowhere).
+fn analyze_inner(seg: &Segment, markers: &[Marker], p: &Params) -> (Analysis, Option<f64>) {
     let mut a = empty(seg, "");
     a.reason = None;
     let wins = &seg.windows;
@@ -442,22 +519,31 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
         p.min_samples
     };
     if seg.samples < min_samples || wins.len() < p.k_min {
-        return short(&format!(
-            "{} samples: at least {} are needed",
-            seg.samples, min_samples
-        ));
+        return (
+            short(&format!(
+                "{} samples: at least {} are needed",
+                seg.samples, min_samples
+            )),
+            None,
+        );
     }
     let span = x_last - x_first;
     if span <= 0.0 {
-        return short("all samples at the same step or time");
+        return (short("all samples at the same step or time"), None);
     }
     if seg.axis == Axis::Step && span < 1200.0 {
-        return short(&format!("{span:.0} steps: at least 1200 are needed"));
+        return (
+            short(&format!("{span:.0} steps: at least 1200 are needed")),
+            None,
+        );
     }
     if seg.axis == Axis::Time && span < 1800.0 {
-        return short(&format!(
-            "{span:.0} seconds: at least 30 minutes are needed"
-        ));
+        return (
+            short(&format!(
+                "{span:.0} seconds: at least 30 minutes are needed"
+            )),
+            None,
+        );
     }
     // Steps per second over the process.
     let (s0, s1) = seg.step_range();
@@ -480,8 +566,11 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
     a.warmup_until = Some(x_first + warm);
     let template = a.clone();
     let full = analyze_from(seg, &wins[start..], markers, p, a, 2);
+    let full_from = (full.verdict != Verdict::InsufficientData)
+        .then_some(full.warmup_until)
+        .flatten();
     if matches!(full.verdict, Verdict::Leak | Verdict::InsufficientData) {
-        return full;
+        return (full, full_from);
     }
     // Multi-scale: a leak that began mid-run is diluted by the flat part before it. Test the
     // most recent half and quarter of the process too, each judged as a whole by the same
@@ -517,10 +606,10 @@ pub fn analyze(seg: &Segment, markers: &[Marker], p: &Params) -> Analysis {
         if b.verdict == Verdict::Leak {
             b.growth_since = Some(b.growth_since.unwrap_or(sub[0].x0));
             b.recent_scale = Some(1.0 / frac as f64);
-            return b;
+            return (b, Some(sub[0].x0));
         }
     }
-    full
+    (full, full_from)
 }
 
 fn analyze_from(
@@ -781,7 +870,14 @@ fn analyze_from(
             j += 1;
         }
         let normal = normal_ceil[j];
-        if w.max > thr(j) {
+        // Hysteresis: an excursion begins above the threshold and lasts while it stays above
+        // half of it (a plateau whose noise crosses the threshold is one excursion, not two).
+        let above = if cur.is_some() {
+            w.max > normal + 0.5 * (thr(j) - normal)
+        } else {
+            w.max > thr(j)
+        };
+        if above {
             cur = Some(match cur {
                 Some((mut m, n)) => {
                     m.merge(w);
@@ -804,8 +900,19 @@ fn analyze_from(
     if spike_x.len() >= 4 {
         let gaps: Vec<f64> = spike_x.windows(2).map(|g| g[1] - g[0]).collect();
         let mg = median(&gaps);
-        let dev = median(&gaps.iter().map(|g| (g - mg).abs()).collect::<Vec<_>>());
-        a.periodic_spikes = mg > 0.0 && dev <= 0.1 * mg;
+        let devs: Vec<f64> = gaps.iter().map(|g| (g - mg).abs()).collect();
+        let dev = median(&devs);
+        // Regular: most gaps within 10% of their median, and at least 3 in 4 gaps a whole
+        // number of them within 15% (an excursion missed doubles a gap; 4 random spikes can
+        // have two gaps alike, not three).
+        let whole = gaps
+            .iter()
+            .filter(|g| {
+                let r = *g / mg;
+                r >= 0.85 && (r - r.round()).abs() <= 0.15
+            })
+            .count();
+        a.periodic_spikes = mg > 0.0 && dev <= 0.1 * mg && 4 * whole >= 3 * gaps.len();
     }
     a.spikes = spikes;
 

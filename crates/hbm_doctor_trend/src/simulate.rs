@@ -121,6 +121,9 @@ pub enum Scenario {
     TorchLog(Option<LeakSize>),
     /// A JAX log of a leaking run restarted from a checkpoint (glog's thread id changes).
     JaxLogRestart(LeakSize),
+    /// 1-4 isolated spikes anywhere in the run (2-98%: in the warm-up, at the end), on a leak
+    /// when `Some`.
+    SpikesAnywhere(Option<LeakSize>),
     /// A short run (1.5k-4k steps) sampled every 20-50 steps: 30-200 samples; leaking when
     /// `Some`.
     ShortSparse(Option<LeakSize>),
@@ -175,6 +178,8 @@ pub fn table() -> Vec<(&'static str, Scenario)> {
         ("PyTorch/XLA log, flat", TorchLog(None)),
         ("PyTorch/XLA log, leak", TorchLog(Some(Small))),
         ("JAX log, leak + restart", JaxLogRestart(Medium)),
+        ("spikes anywhere", SpikesAnywhere(None)),
+        ("spikes anywhere, on a leak", SpikesAnywhere(Some(Medium))),
         ("short sparse run, flat", ShortSparse(None)),
         ("short sparse run, warm-up", ShortSparse(None)),
         ("short sparse run, leak", ShortSparse(Some(Large))),
@@ -380,9 +385,13 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             truth_nonleak = "sawtooth";
             accept_nonleak = vec!["sawtooth", "stable"];
         }
-        Spikes => {
+        Spikes | SpikesAnywhere(None) => {
             truth_nonleak = "spikes";
             accept_nonleak = vec!["spikes"];
+        }
+        SpikesAnywhere(Some(s)) => {
+            size = Some(s);
+            leaking.push(0);
         }
         Step => {
             let at = (plan.steps as f64 * r.range(0.35, 0.7)) as u64;
@@ -478,6 +487,17 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
             let hi = plan.steps as f64 * (0.2 + 0.7 * (i + 1) as f64 / k as f64) - 1.0;
             let at = r.range(lo, hi) as u64;
             plan.spikes.push((at, 0, r.range(0.12, 0.25)));
+        }
+    }
+    if matches!(sc, SpikesAnywhere(_)) {
+        let k = r.int(1, 4);
+        let mut at: Vec<u64> = (0..k)
+            .map(|_| (plan.steps as f64 * r.range(0.02, 0.98)) as u64)
+            .collect();
+        at.sort_unstable();
+        at.dedup_by(|a, b| a.abs_diff(*b) < plan.steps / 20);
+        for a in at {
+            plan.spikes.push((a, 0, r.range(0.12, 0.25)));
         }
     }
     // Rows per device bounded.

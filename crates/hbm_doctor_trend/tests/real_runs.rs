@@ -179,3 +179,19 @@ fn a_new_pid_is_a_new_process() {
         assert_eq!(s.verdict, "leak", "{name}: {:?}", s.reason);
     }
 }
+
+#[test]
+fn spikes_in_the_warm_up_are_reported() {
+    // A spike at step 150 (inside the excluded warm-up) and one near the end, on a flat
+    // series sampled every 10 steps.
+    let mut rows = series(0.0, 4, 10, 12_000);
+    for (s, v) in rows.iter_mut() {
+        if *s == 150 || *s == 11_000 {
+            *v += 0.2 * L;
+        }
+    }
+    let s = &run(&csv(&rows)).series[0];
+    assert_eq!(s.verdict, "spikes", "{:?}", s.reason);
+    let got: Vec<u64> = s.spikes.iter().filter_map(|x| x.step).collect();
+    assert_eq!(got, vec![150, 11_000]);
+}
