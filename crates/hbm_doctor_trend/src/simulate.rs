@@ -371,7 +371,7 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
         Sawtooth => {
             for d in devs.iter_mut() {
                 d.saw_amp = r.range(0.08, 0.14);
-                d.saw_period = r.pick(&[2, 3, 4, 6, 8, 16]);
+                d.saw_period = r.pick(&[2, 3, 4, 6, 8, 16, 32, 48, 64]);
             }
             truth_nonleak = "sawtooth";
             accept_nonleak = vec!["sawtooth"];
