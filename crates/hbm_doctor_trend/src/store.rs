@@ -238,6 +238,13 @@ pub enum Boundary {
 /// windows; beyond, samples stream straight into the windows.
 pub const RAW_CAP: usize = 1 << 16;
 
+/// Samples held as read over all the series of an input (the per-series cap shrinks with the
+/// number of devices, to [`MIN_RAW_CAP`] at least): about 150 MB.
+pub const MAX_HELD: usize = 1 << 21;
+
+/// The smallest per-series cap.
+pub const MIN_RAW_CAP: usize = 4096;
+
 /// One device's series: the last two processes.
 #[derive(Debug, Clone, Default)]
 pub struct Series {
@@ -254,6 +261,9 @@ pub struct Series {
     pub buffered: bool,
     /// Samples read and not yet folded (buffered series).
     pub raw: Vec<Sample>,
+    /// Most samples held (0: [`RAW_CAP`]); set from the number of series sharing
+    /// [`MAX_HELD`].
+    pub raw_cap: usize,
     /// Values skipped as invalid (NaN, infinite, negative, beyond any device).
     pub invalid: u64,
     /// Samples that came out of order and were put back in place.
@@ -340,13 +350,22 @@ impl Series {
                 None => 0,
             },
         };
-        if self.buffered && self.raw.len() < RAW_CAP && self.step_gap.is_none() {
-            self.raw.push(s);
-            self.raw_pid.push(proc);
-            if self.raw.len() == RAW_CAP {
-                self.flush();
+        let cap = if self.raw_cap == 0 {
+            RAW_CAP
+        } else {
+            self.raw_cap
+        };
+        if self.buffered && self.step_gap.is_none() {
+            if self.raw.len() < cap {
+                self.raw.push(s);
+                self.raw_pid.push(proc);
+                if self.raw.len() >= cap {
+                    self.flush();
+                }
+                return;
             }
-            return;
+            // The cap shrank below what is held (more series share the budget).
+            self.flush();
         }
         if proc != 0 && self.last_pid != 0 && proc != self.last_pid && !self.segments.is_empty() {
             self.pending_break = true;
@@ -460,7 +479,12 @@ impl Series {
             }
             self.flush_part(v, None)
         };
-        if n >= RAW_CAP {
+        let cap = if self.raw_cap == 0 {
+            RAW_CAP
+        } else {
+            self.raw_cap
+        };
+        if n >= cap {
             self.step_gap = Some(gap);
         }
     }
@@ -780,5 +804,22 @@ mod tests {
         let seg = s.current().expect("segment");
         assert_eq!(seg.samples, 1200);
         assert_eq!(seg.step_range(), (Some(8000), Some(8000 + 1199 * 5)));
+    }
+
+    #[test]
+    fn beyond_the_held_samples_rows_stream_and_a_swap_is_no_restart() {
+        let mut s = Series::buffered();
+        s.raw_cap = MIN_RAW_CAP;
+        let mut rows = leak_rows(3 * MIN_RAW_CAP as u64, 5);
+        for i in (100..rows.len() - 1).step_by(333) {
+            rows.swap(i, i + 1);
+        }
+        for r in rows {
+            s.push(r);
+        }
+        let s = s.settled();
+        assert_eq!(s.restarts, 0);
+        assert_eq!(s.current().map(|c| c.samples), Some(3 * MIN_RAW_CAP as u64));
+        assert!(s.raw.is_empty());
     }
 }
