@@ -2,7 +2,7 @@
 //! (`bench/trend_sim.sh`) and the generated test set (`tests/corpus/trend/gen`, written by
 //! `examples/trend_corpus.rs`). Pure: it returns text, it writes nothing.
 //!
-//! A device's memory is base + warm-up + gradient-accumulation sawtooth (period 2-16 steps, so a
+//! A device's memory is base + warm-up + gradient-accumulation sawtooth (period 2-64 steps, so a
 //! series sampled every k steps sees it aliased) + eval plateaus + a leak (linear, or a staircase
 //! that steps up after each eval) + spikes + Gaussian noise (sometimes none: JAX's
 //! `bytes_in_use` is exact). The text is the contract's CSV, a JAX log (`memory_stats()` dicts) or
