@@ -565,7 +565,7 @@ fn analyze_inner(seg: &Segment, markers: &[Marker], p: &Params) -> (Analysis, Op
         .unwrap_or(0);
     a.warmup_until = Some(x_first + warm);
     let template = a.clone();
-    let full = analyze_from(seg, &wins[start..], markers, p, a, 2);
+    let full = analyze_from(seg, &wins[start..], markers, p, a, 2, true);
     let full_from = (full.verdict != Verdict::InsufficientData)
         .then_some(full.warmup_until)
         .flatten();
@@ -602,7 +602,7 @@ fn analyze_inner(seg: &Segment, markers: &[Marker], p: &Params) -> (Analysis, Op
         if floors.len() < p.k_min || mann_kendall(&floors).p_up < p.alpha {
             continue;
         }
-        let mut b = analyze_from(seg, sub, markers, p, template.clone(), 0);
+        let mut b = analyze_from(seg, sub, markers, p, template.clone(), 0, false);
         if b.verdict == Verdict::Leak {
             b.growth_since = Some(b.growth_since.unwrap_or(sub[0].x0));
             b.recent_scale = Some(1.0 / frac as f64);
@@ -619,6 +619,7 @@ fn analyze_from(
     p: &Params,
     mut a: Analysis,
     warmup_cuts: u8,
+    whole_periods: bool,
 ) -> Analysis {
     let limit = seg.limit.map(|l| l as f64);
     if base.len() < p.k_min {
@@ -641,7 +642,9 @@ fn analyze_from(
         let w = &base[0];
         let width = (base[base.len() - 1].x1 - w.x0) / base.len() as f64;
         a.period = Some(pb as f64 * width);
-        if base.len() / per < p.k_min && pb >= per0 {
+        // On the whole process only: the recent half or quarter (multi-scale) is tested more
+        // than once and keeps windows of 2 periods.
+        if whole_periods && base.len() / per < p.k_min && pb >= per0 {
             // A long period (evals every few thousand steps) in a short run. Windows shorter
             // than the period do when their floors no longer show it (the high part of the
             // cycle, an eval plateau, is shorter than a window): the shortest such.
@@ -762,7 +765,15 @@ fn analyze_from(
             let cut_x = aw[c].x0;
             let start = base.iter().position(|w| w.x0 >= cut_x).unwrap_or(0);
             a.warmup_until = Some(cut_x);
-            return analyze_from(seg, &base[start..], markers, p, a, warmup_cuts - 1);
+            return analyze_from(
+                seg,
+                &base[start..],
+                markers,
+                p,
+                a,
+                warmup_cuts - 1,
+                whole_periods,
+            );
         }
     }
 

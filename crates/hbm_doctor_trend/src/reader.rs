@@ -178,6 +178,7 @@ pub fn valid_bytes(v: f64, limit: Option<f64>) -> bool {
 
 impl Collected {
     fn device(&mut self, host: &str, dev: &str, source: &str) -> &mut DeviceSeries {
+        let n = self.devices.len().max(1);
         let d = self
             .devices
             .entry((host.to_string(), dev.to_string()))
@@ -185,6 +186,8 @@ impl Collected {
                 series: Series::buffered(),
                 source: None,
             });
+        d.series.raw_cap =
+            (crate::store::MAX_HELD / n).clamp(crate::store::MIN_RAW_CAP, crate::store::RAW_CAP);
         if d.source.is_none() {
             d.source = Some(source.to_string());
         }

@@ -2,7 +2,7 @@
 //! (`bench/trend_sim.sh`) and the generated test set (`tests/corpus/trend/gen`, written by
 //! `examples/trend_corpus.rs`). Pure: it returns text, it writes nothing.
 //!
-//! A device's memory is base + warm-up + gradient-accumulation sawtooth (period 2-16 steps, so a
+//! A device's memory is base + warm-up + gradient-accumulation sawtooth (period 2-64 steps, so a
 //! series sampled every k steps sees it aliased) + eval plateaus + a leak (linear, or a staircase
 //! that steps up after each eval) + spikes + Gaussian noise (sometimes none: JAX's
 //! `bytes_in_use` is exact). The text is the contract's CSV, a JAX log (`memory_stats()` dicts) or
@@ -371,7 +371,7 @@ pub fn case(name: &str, sc: Scenario, seed: u64, max_rows: u64) -> Case {
         Sawtooth => {
             for d in devs.iter_mut() {
                 d.saw_amp = r.range(0.08, 0.14);
-                d.saw_period = r.pick(&[2, 3, 4, 6, 8, 16]);
+                d.saw_period = r.pick(&[2, 3, 4, 6, 8, 16, 32, 48, 64]);
             }
             truth_nonleak = "sawtooth";
             accept_nonleak = vec!["sawtooth"];

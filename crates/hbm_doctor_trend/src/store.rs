@@ -238,6 +238,13 @@ pub enum Boundary {
 /// windows; beyond, samples stream straight into the windows.
 pub const RAW_CAP: usize = 1 << 16;
 
+/// Samples held as read over all the series of an input (the per-series cap shrinks with the
+/// number of devices, to [`MIN_RAW_CAP`] at least): about 150 MB.
+pub const MAX_HELD: usize = 1 << 21;
+
+/// The smallest per-series cap.
+pub const MIN_RAW_CAP: usize = 4096;
+
 /// One device's series: the last two processes.
 #[derive(Debug, Clone, Default)]
 pub struct Series {
@@ -254,6 +261,9 @@ pub struct Series {
     pub buffered: bool,
     /// Samples read and not yet folded (buffered series).
     pub raw: Vec<Sample>,
+    /// Most samples held (0: [`RAW_CAP`]); set from the number of series sharing
+    /// [`MAX_HELD`].
+    pub raw_cap: usize,
     /// Values skipped as invalid (NaN, infinite, negative, beyond any device).
     pub invalid: u64,
     /// Samples that came out of order and were put back in place.
@@ -340,13 +350,22 @@ impl Series {
                 None => 0,
             },
         };
-        if self.buffered && self.raw.len() < RAW_CAP && self.step_gap.is_none() {
-            self.raw.push(s);
-            self.raw_pid.push(proc);
-            if self.raw.len() == RAW_CAP {
-                self.flush();
+        let cap = if self.raw_cap == 0 {
+            RAW_CAP
+        } else {
+            self.raw_cap
+        };
+        if self.buffered && self.step_gap.is_none() {
+            if self.raw.len() < cap {
+                self.raw.push(s);
+                self.raw_pid.push(proc);
+                if self.raw.len() >= cap {
+                    self.flush();
+                }
+                return;
             }
-            return;
+            // The cap shrank below what is held (more series share the budget).
+            self.flush();
         }
         if proc != 0 && self.last_pid != 0 && proc != self.last_pid && !self.segments.is_empty() {
             self.pending_break = true;
@@ -407,7 +426,7 @@ impl Series {
     }
 
     /// Puts the held samples in order and folds them: rows are ordered by time when every
-    /// row has one, else kept as read; a restart is a step going back by more than a few
+    /// row has one and they are scrambled in time, else kept as read; a restart is a step going back by more than a few
     /// sampling intervals for good (the next rows stay back) when memory falls to its base
     /// level too or the step falls back far (50 intervals), a pause in the times with memory
     /// back below its level, or a dip below a quarter of the floor. Within a process rows are
@@ -460,7 +479,12 @@ impl Series {
             }
             self.flush_part(v, None)
         };
-        if n >= RAW_CAP {
+        let cap = if self.raw_cap == 0 {
+            RAW_CAP
+        } else {
+            self.raw_cap
+        };
+        if n >= cap {
             self.step_gap = Some(gap);
         }
     }
@@ -472,13 +496,21 @@ impl Series {
         let all_ts = v.iter().all(|s| s.ts.is_some());
         let with_step = v.iter().filter(|s| s.step.is_some()).count() * 10 >= n * 9;
         let limit = v.iter().rev().find_map(|s| s.limit);
+        // Rows scrambled in time (shuffled, reversed: more than 5% of times going back) are
+        // ordered by time. Rows nearly in order are kept as read: a time that restarts with
+        // the process (seconds since it began) must not interleave two processes, and the
+        // few rows out of order are put back by step below.
+        let mut by_time = false;
         if all_ts {
             let desc = v
                 .windows(2)
                 .filter(|w| w[1].ts.unwrap_or(0.0) < w[0].ts.unwrap_or(0.0))
                 .count();
-            self.reordered += desc as u64;
-            v.sort_by(|a, b| a.ts.unwrap_or(0.0).total_cmp(&b.ts.unwrap_or(0.0)));
+            if desc * 20 > n {
+                by_time = true;
+                self.reordered += desc as u64;
+                v.sort_by(|a, b| a.ts.unwrap_or(0.0).total_cmp(&b.ts.unwrap_or(0.0)));
+            }
         }
         let gaps: Vec<u64> = v
             .windows(2)
@@ -501,7 +533,7 @@ impl Series {
             .windows(2)
             .filter(|w| matches!((w[0].step, w[1].step), (Some(a), Some(b)) if b < a))
             .count();
-        let scrambled = with_step && !all_ts && descents * 20 > n;
+        let scrambled = with_step && !by_time && descents * 20 > n;
         if scrambled {
             self.reordered += descents as u64;
         } else {
@@ -566,7 +598,7 @@ impl Series {
             if with_step {
                 let before = part.clone();
                 part.sort_by_key(|s| s.step.unwrap_or(0));
-                if !scrambled && !all_ts {
+                if !scrambled && !by_time {
                     self.reordered +=
                         part.iter().zip(&before).filter(|(x, y)| x != y).count() as u64 / 2;
                 }
@@ -751,5 +783,43 @@ mod tests {
         assert_eq!(s.restarts, 1);
         assert_eq!(s.last_boundary, Some(Boundary::StepBack));
         assert_eq!(s.current().map(|c| c.samples), Some(1200));
+    }
+
+    #[test]
+    fn a_time_that_restarts_with_the_process_does_not_interleave_processes() {
+        // `time` is seconds since the process began: at the restart (back 1000 steps, memory
+        // at its base) both step and time go back.
+        let mut s = Series::buffered();
+        for r in leak_rows(1800, 5) {
+            s.push(r);
+        }
+        for (i, r) in leak_rows(1200, 5).into_iter().enumerate() {
+            s.push(Sample {
+                step: Some(8000 + i as u64 * 5),
+                ..r
+            });
+        }
+        let s = s.settled();
+        assert_eq!(s.restarts, 1);
+        let seg = s.current().expect("segment");
+        assert_eq!(seg.samples, 1200);
+        assert_eq!(seg.step_range(), (Some(8000), Some(8000 + 1199 * 5)));
+    }
+
+    #[test]
+    fn beyond_the_held_samples_rows_stream_and_a_swap_is_no_restart() {
+        let mut s = Series::buffered();
+        s.raw_cap = MIN_RAW_CAP;
+        let mut rows = leak_rows(3 * MIN_RAW_CAP as u64, 5);
+        for i in (100..rows.len() - 1).step_by(333) {
+            rows.swap(i, i + 1);
+        }
+        for r in rows {
+            s.push(r);
+        }
+        let s = s.settled();
+        assert_eq!(s.restarts, 0);
+        assert_eq!(s.current().map(|c| c.samples), Some(3 * MIN_RAW_CAP as u64));
+        assert!(s.raw.is_empty());
     }
 }
