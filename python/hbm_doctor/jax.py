@@ -53,6 +53,9 @@ __all__ = [
     "BatchSearch",
     "Generation",
     "GENERATIONS",
+    "MissingDependency",
+    "TargetError",
+    "chip_table",
     "Program",
     "Target",
     "fit",
@@ -63,39 +66,138 @@ __all__ = [
 GiB = 1 << 30
 
 # ---------------------------------------------------------------------------------------------
+# Dependencies: one line that says what to install
+# ---------------------------------------------------------------------------------------------
+
+
+class MissingDependency(ModuleNotFoundError):
+    """jax or libtpu (the TPU compiler) is not installed: the message says what to install."""
+
+
+def _require_jax_tpu() -> None:
+    """Raises :class:`MissingDependency` with one line when jax or libtpu is missing."""
+    import importlib.util  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    try:
+        import jax  # noqa: PLC0415
+    except ImportError:
+        raise MissingDependency(
+            f"hbm_doctor.jax needs jax with the TPU compiler: `{sys.executable} -m pip install 'jax[tpu]'` "
+            "(about 1 GiB; no TPU needed)"
+        ) from None
+    try:
+        found = importlib.util.find_spec("libtpu") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise MissingDependency(
+            f"jax {jax.__version__} is installed without libtpu, the TPU compiler fit runs: "
+            f"`{sys.executable} -m pip install 'jax[tpu]=={jax.__version__}'` (no TPU needed)"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
 # Targets
 # ---------------------------------------------------------------------------------------------
+
+# The chip facts (usable HBM per device as the compiler counts it, physical HBM per device) are
+# the Rust table's (crates/hbm_doctor_analysis/src/chips.rs, printed by `hbm-doctor chips
+# --format json`), so explain, analyze and fit agree. This copy is used only when the binary
+# cannot be run; test_package.py checks it equals the binary's.
+_BUILTIN_CHIPS: Dict[str, Tuple[int, int]] = {
+    # name: (physical bytes per device, usable bytes per device)
+    "v2": (8 * GiB, 8_031_043_584),
+    "v4-core": (16 * GiB, 16_373_514_240),
+    "v3": (16 * GiB, 16_621_830_144),
+    "v5e": (16 * GiB, 16_909_336_576),
+    "v4": (32 * GiB, 33_017_561_088),
+    "v6e": (32 * GiB, 33_550_237_696),
+    "v5p": (95 * GiB, 102_803_439_616),
+    "v7-core": (96 * GiB, 101_732_843_520),
+    "v7": (192 * GiB, 192 * GiB - 2 * GiB),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def chip_table() -> Dict[str, Tuple[int, int]]:
+    """``{name: (physical_bytes, usable_bytes)}`` per device, from ``hbm-doctor chips --format json``
+    (the built-in copy if the binary cannot run)."""
+    try:
+        proc = run_binary(["chips", "--format", "json"], ok_codes=(0,), timeout=30)
+        return {t["name"]: (int(t["physical_bytes"]), int(t["usable_bytes"])) for t in json.loads(proc.stdout)["tpus"]}
+    except Exception:  # no binary, or an old one without `chips`
+        return dict(_BUILTIN_CHIPS)
 
 
 @dataclass(frozen=True)
 class Generation:
-    """A TPU generation.
+    """A TPU generation as ``fit`` compiles for it.
 
-    ``hbm_per_chip_bytes`` is the vendor's HBM per chip (Cloud TPU documentation);
-    ``usable_bytes_per_device`` is what the compiler lets one device use, read off deviceless
-    compiles with jax 0.10.2 / libtpu 0.0.42.1 (``Used X of Y hbm``; docs/deviceless-tpu.md).
-    On v4 a deviceless compile sees each TensorCore as a device (2 per chip).
+    ``hbm_per_chip_bytes`` is the vendor's HBM per chip; ``usable_bytes_per_device`` is what the
+    compiler lets one JAX device use (the chip table's ``chip`` entry). ``devices_per_chip``: JAX
+    devices per chip as users see them on the TPU VM (v4 and v5p are megacore, one device per
+    chip; v2, v3 and v7 show each TensorCore as a device). ``counts_cores``: ``v4-8`` names 8
+    TensorCores (4 chips), ``v5e-8`` 8 chips.
     """
 
     name: str
-    kind: str
+    kind: str  # jax's device_kind
     hbm_per_chip_bytes: int
     usable_bytes_per_device: int
     devices_per_chip: int
-    counts_cores: bool  # `v4-8` / `v5p-8` count TensorCores (4 chips); `v5e-8` / `v6e-8` chips
+    counts_cores: bool
     dims: int
     accelerator_type: str  # TPU_ACCELERATOR_TYPE pattern
+    topology_prefix: str = ""  # what get_topology_desc calls it (tpu7x for v7)
+    chip_config: Optional[str] = None  # get_topology_desc(chip_config_name=...): megacore for v4
+    chip: str = ""  # the chip table's entry
+
+    @property
+    def topology_name(self) -> str:
+        return self.topology_prefix or self.name
 
 
-GENERATIONS: Dict[str, Generation] = {
-    "v4": Generation("v4", "TPU v4", 32 * GiB, 16_373_514_240, 2, True, 3, "v4-{n}"),
-    "v5e": Generation("v5e", "TPU v5 lite", 16 * GiB, 16_909_336_576, 1, False, 2, "v5litepod-{n}"),
-    "v5p": Generation("v5p", "TPU v5", 95 * GiB, 102_803_439_616, 1, True, 3, "v5p-{n}"),
-    "v6e": Generation("v6e", "TPU v6 lite", 32 * GiB, 33_550_237_696, 1, False, 2, "v6e-{n}"),
+# name, device_kind, devices per chip, counts TensorCores, topology dims, TPU_ACCELERATOR_TYPE,
+# topology prefix, chip config, chip-table entry
+_GEN_FACTS = [
+    ("v2", "TPU v2", 2, True, 2, "v2-{n}", "v2", None, "v2"),
+    ("v3", "TPU v3", 2, True, 2, "v3-{n}", "v3", None, "v3"),
+    ("v4", "TPU v4", 1, True, 3, "v4-{n}", "v4", "megacore", "v4"),
+    ("v5e", "TPU v5 lite", 1, False, 2, "v5litepod-{n}", "v5e", None, "v5e"),
+    ("v5p", "TPU v5", 1, True, 3, "v5p-{n}", "v5p", None, "v5p"),
+    ("v6e", "TPU v6 lite", 1, False, 2, "v6e-{n}", "v6e", None, "v6e"),
+    ("v7", "TPU7x", 2, True, 3, "tpu7x-{n}", "tpu7x", None, "v7-core"),
+]
+
+
+def _generations(table: Dict[str, Tuple[int, int]]) -> Dict[str, Generation]:
+    out = {}
+    for name, kind, per_chip, cores, dims, acc, prefix, cfg, chip in _GEN_FACTS:
+        physical, usable = table.get(chip) or _BUILTIN_CHIPS[chip]
+        out[name] = Generation(name, kind, physical * per_chip, usable, per_chip, cores, dims, acc, prefix, cfg, chip)
+    return out
+
+
+GENERATIONS: Dict[str, Generation] = _generations(chip_table())
+_ALIASES = {
+    "v5litepod": "v5e",
+    "v5lite": "v5e",
+    "v5lp": "v5e",
+    "trillium": "v6e",
+    "v6litepod": "v6e",
+    "v6lite": "v6e",
+    "v7x": "v7",
+    "7x": "v7",
+    "tpu7x": "v7",
+    "ironwood": "v7",
 }
-_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "trillium": "v6e", "v6litepod": "v6e"}
 _TOPO_2D = {4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
 _TOPO_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8", 512: "8x8x8"}
+
+
+class TargetError(ValueError):
+    """A target that does not name a TPU slice or topology; the message says what to type."""
 
 
 @dataclass
@@ -142,7 +244,7 @@ class Target:
         return Mesh(np.array(self.devices).reshape(tuple(sizes.values())), tuple(sizes))
 
 
-_TOPO_CACHE: Dict[str, Any] = {}
+_TOPO_CACHE: Dict[Tuple[str, Optional[str]], Any] = {}
 
 
 def _set_tpu_env(gen: Generation, chips: int) -> None:
@@ -157,54 +259,98 @@ def _set_tpu_env(gen: Generation, chips: int) -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
-def target(name: str) -> Target:
-    """Resolves ``"v5e-8"``, ``"v6e-4"``, ``"v5p-8"``, ``"v4-8"``, ``"v5e"`` or ``"v5e:2x4"``.
+def _slice_names(gen: Generation) -> str:
+    table = _TOPO_3D if gen.dims == 3 else _TOPO_2D
+    unit = 2 if gen.counts_cores else 1
+    return ", ".join(f"{gen.name}-{c * unit}" for c in [1, 2, *table])
 
-    ``v5e-N``/``v6e-N`` count chips; ``v4-N``/``v5p-N`` count TensorCores (N/2 chips), as Cloud
-    TPU names them. A bare generation is one chip. One- and two-chip targets compile on a 2x2
-    topology with a mesh over 1 or 2 of its devices.
+
+_TARGET_RE = re.compile(r"(?:tpu[-_ ]?)?(v?\d+[a-z]*|trillium|ironwood)(?:(?:[-_ ]?)(\d+)|:(.+))?")
+
+
+def parse_target(name: str) -> Tuple[Generation, Optional[int], Optional[str]]:
+    """``"v5e8"`` -> (v5e, 8, None); ``"v5e:2x4"`` -> (v5e, None, "2x4"); raises TargetError."""
+    raw = re.sub(r"\s+", " ", str(name).strip().lower())
+    m = _TARGET_RE.fullmatch(raw)
+    usage = "type a slice such as v5e-8, v6e-4, v5p-8, v4-8, v3-8, v7-8, or a topology such as v5e:2x4"
+    if not m:
+        raise TargetError(f"unknown target {name!r}: {usage}")
+    token = m.group(1)
+    gen_name = _ALIASES.get(token, token)
+    if not gen_name.startswith("v") and f"v{gen_name}" in GENERATIONS:
+        gen_name = f"v{gen_name}"
+    gen = GENERATIONS.get(gen_name)
+    if gen is None:
+        raise TargetError(f"unknown TPU generation {token!r} in {name!r}: use one of {', '.join(GENERATIONS)} ({usage})")
+    count = int(m.group(2)) if m.group(2) else None
+    topo = m.group(3).strip() if m.group(3) else None
+    if topo is not None and not re.fullmatch(r"\d+(x\d+){1,2}", topo):
+        raise TargetError(f"{name!r}: a topology is {gen.name}:AxB or {gen.name}:AxBxC, e.g. {gen.name}:{(_TOPO_3D if gen.dims == 3 else _TOPO_2D)[8]}")
+    return gen, count, topo
+
+
+def _topology_desc(gen: Generation, topo_name: str, name: str):
+    key = (topo_name, gen.chip_config)
+    if key not in _TOPO_CACHE:
+        from jax.experimental import topologies  # noqa: PLC0415
+
+        kw = {"chip_config_name": gen.chip_config} if gen.chip_config else {}
+        try:
+            _TOPO_CACHE[key] = topologies.get_topology_desc(topology_name=topo_name, platform="tpu", **kw)
+        except Exception as e:  # jax.errors.JaxRuntimeError: the compiler has no such topology
+            first = (str(e).strip().splitlines() or [""])[0][:160]
+            table = _TOPO_3D if gen.dims == 3 else _TOPO_2D
+            raise TargetError(
+                f"{name!r}: the TPU compiler has no {gen.name} topology {topo_name.split(':', 1)[1]} ({first}); "
+                f"use one of {', '.join(f'{gen.name}:{t}' for t in table.values())} or {_slice_names(gen)}"
+            ) from None
+    return _TOPO_CACHE[key]
+
+
+def target(name: str) -> Target:
+    """Resolves ``"v5e-8"``, ``"v6e-4"``, ``"v5p-8"``, ``"v4-8"``, ``"v3-8"``, ``"v7-8"``, ``"v5e"``
+    or ``"v5e:2x4"``.
+
+    ``v5e-N``/``v6e-N`` count chips; ``v2-N``/``v3-N``/``v4-N``/``v5p-N``/``v7-N`` count
+    TensorCores (N/2 chips), as Cloud TPU names them. A bare generation is one chip. Devices are
+    what JAX shows on the TPU VM: one per chip on v4 (megacore), v5e, v5p and v6e; one per
+    TensorCore on v2, v3 and v7. One- and two-chip targets compile on the smallest topology with
+    a mesh over the devices of 1 or 2 of its chips. ``v5e8``, ``v5e_8``, ``V5E-8``,
+    ``tpu-v5e-8`` and ``v5litepod-8`` are the same target.
+
+    Raises:
+        TargetError: (a ValueError) with what to type instead.
 
     Example:
         >>> t = target("v5e-8")      # doctest: +SKIP
         >>> t.topology, len(t.devices), t.usable_bytes
         ('v5e:2x4', 8, 16909336576)
     """
-    raw = name.strip().lower()
-    m = re.fullmatch(r"(?:tpu[-_ ]?)?([a-z0-9]+?)(?:([-:])(.+))?", raw)
-    if not m:
-        raise ValueError(f"unknown target {name!r}: use v4-8, v5e-8, v5p-8, v6e-8 or a topology like v5e:2x4")
-    gen_name = _ALIASES.get(m.group(1), m.group(1))
-    gen = GENERATIONS.get(gen_name)
-    if gen is None:
-        raise ValueError(f"unknown TPU generation {m.group(1)!r} in {name!r}: use one of {', '.join(GENERATIONS)}")
-    sep, rest = m.group(2), m.group(3)
-    if sep == ":":
-        topo_name = f"{gen.name}:{rest}"
-        dims = [int(x) for x in rest.split("x")]
-        chips = math.prod(dims)
+    gen, n, rest = parse_target(name)
+    prefix = gen.topology_name
+    if rest is not None:
+        topo_name = f"{prefix}:{rest}"
+        chips = math.prod(int(x) for x in rest.split("x"))
         take = None
     else:
-        n = int(rest) if rest else (2 if gen.counts_cores else 1)
-        chips = n // 2 if gen.counts_cores else n
-        if chips < 1 or (gen.counts_cores and n % 2):
-            raise ValueError(f"{name!r}: {gen.name}-N counts TensorCores, N must be even")
+        unit = 2 if gen.counts_cores else 1
+        n = n if n is not None else unit
+        chips = n // unit
+        if chips < 1 or n % unit:
+            raise TargetError(f"{name!r}: {gen.name}-N counts TensorCores (2 per chip), N must be even: use {_slice_names(gen)}")
         table = _TOPO_3D if gen.dims == 3 else _TOPO_2D
         if chips in (1, 2):
-            topo_name, take = f"{gen.name}:{table[4]}", chips * gen.devices_per_chip
+            topo_name, take = f"{prefix}:{table[4]}", chips * gen.devices_per_chip
         elif chips in table:
-            topo_name, take = f"{gen.name}:{table[chips]}", None
+            topo_name, take = f"{prefix}:{table[chips]}", None
         else:
-            raise ValueError(
-                f"{name!r}: no {gen.name} topology with {chips} chips; use one of "
-                + ", ".join(f"{gen.name}-{c * (2 if gen.counts_cores else 1)}" for c in [1, 2, *table])
-                + f", or a topology such as {gen.name}:{table[8]}"
+            raise TargetError(
+                f"{name!r}: no {gen.name} slice with {chips} chips; use one of {_slice_names(gen)}"
+                f", or a topology such as {gen.name}:{table[8]}"
             )
+    _require_jax_tpu()
     _set_tpu_env(gen, chips)
-    if topo_name not in _TOPO_CACHE:
-        from jax.experimental import topologies  # noqa: PLC0415
-
-        _TOPO_CACHE[topo_name] = topologies.get_topology_desc(topology_name=topo_name, platform="tpu")
-    devices = list(_TOPO_CACHE[topo_name].devices)
+    devices = list(_topology_desc(gen, topo_name, name).devices)
     if take is not None:
         devices = devices[:take]
     return Target(name=name, generation=gen, topology=topo_name, chips=chips, devices=devices)
