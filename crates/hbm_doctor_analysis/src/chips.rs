@@ -145,7 +145,9 @@ pub fn infer_tpu(limit: u64, reserved: Option<u64>) -> Option<(String, u64)> {
 pub fn tpus_that_fit(bytes: u64) -> Vec<String> {
     let mut out: Vec<&TpuGeneration> = TPUS
         .iter()
-        .filter(|t| t.usable_bytes >= bytes && !matches!(t.name, "v2" | "v3" | "v4-core" | "v7-core"))
+        .filter(|t| {
+            t.usable_bytes >= bytes && !matches!(t.name, "v2" | "v3" | "v4-core" | "v7-core")
+        })
         .collect();
     out.sort_by_key(|t| t.usable_bytes);
     out.into_iter()
