@@ -38,7 +38,9 @@ import math
 import os
 import re
 import shutil
+import sys
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -568,6 +570,9 @@ def _unjitted(fn):
     return getattr(fn, "__wrapped__", fn) if _is_jitted(fn) else fn
 
 
+_TRACE_LOCK = threading.RLock()
+
+
 def _compile(
     fn: Callable,
     abstract: Sequence[Any],
@@ -586,7 +591,10 @@ def _compile(
         return fn(*a, **k)
 
     t0 = time.perf_counter()
-    with _mesh_context(mesh), patch() if patch else contextlib.nullcontext(), warnings.catch_warnings():
+    # Tracing patches jax's modules (the remat fix) and sets the mesh: one trace at a time. The
+    # compile itself runs outside the lock, so fixes compile side by side (the compiler releases
+    # the GIL).
+    with _TRACE_LOCK, _mesh_context(mesh), patch() if patch else contextlib.nullcontext(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*donat.*")
         if not jit_kwargs and patch is None and _is_jitted(fn):
             traced = fn.trace(*abstract)  # already jitted: keep its donate_argnums, shardings...
@@ -897,7 +905,8 @@ class BatchSearch:
 # Fixes
 # ---------------------------------------------------------------------------------------------
 
-_REMAT_POLICIES = ("nothing_saveable", "dots_with_no_batch_dims_saveable")
+# Least recompute first: the first that fits is the one to use.
+_REMAT_POLICIES = ("dots_with_no_batch_dims_saveable", "nothing_saveable")
 _COMPILER_REMAT = {"xla_tpu_rematerialization_algo": "PEAK_PRIORITY", "xla_tpu_pre_fusion_remat": True}
 
 
@@ -973,16 +982,186 @@ def _to_bf16(abstract, param_argnums, mesh):
     return out, changed[0]
 
 
-def _microbatched(fn, k: int, batch_argnums: Sequence[int], abstract, mesh):
-    """``fn`` over ``k`` micro-batches of the leading dim of the batch arguments (lax.scan), for
-    measuring memory: float outputs are averaged (means of a loss, gradients, updated params),
-    outputs with the batch as leading dim are concatenated, others keep the last value.
+# Optimizer state: which leaves of the non-batch arguments are parameters, which the optimizer's
+# state. By name first (optax's ScaleByAdamState `mu`/`nu`, `momentum`, `trace`, a TrainState's
+# `opt_state`...), then by position: a later argument whose leaves all have the shapes of the first
+# non-batch argument's (the `step(params, opt_state, batch)` convention with unnamed moments).
+_OPT_NAMES = frozenset(
+    {
+        "opt_state",
+        "optimizer_state",
+        "optim_state",
+        "inner_state",
+        "mu",
+        "nu",
+        "mu_hat",
+        "nu_hat",
+        "momentum",
+        "trace",
+        "exp_avg",
+        "exp_avg_sq",
+        "moment1",
+        "moment2",
+        "velocity",
+        "sum_of_squares",
+        "accumulator",
+    }
+)
 
-    Returns (program, None) or (None, reason) when the split does not apply.
+
+def _path_names(path) -> List[str]:
+    out = []
+    for k in path:
+        for attr in ("key", "name"):
+            v = getattr(k, attr, None)
+            if isinstance(v, str):
+                out.append(v.lower())
+    return out
+
+
+def _is_float(x) -> bool:
+    import numpy as np  # noqa: PLC0415
+
+    return _is_array_like(x) and np.issubdtype(np.dtype(x.dtype), np.floating)
+
+
+def _state_roles(abstract, static, batch_argnums) -> Dict[Tuple[int, str], str]:
+    """``{(argnum, keystr(path)): "param" | "opt"}`` for the float leaves of the non-batch arguments."""
+    import jax  # noqa: PLC0415
+
+    roles: Dict[Tuple[int, str], str] = {}
+    first: Optional[set] = None
+    for i, arg in enumerate(abstract):
+        if i in static or i in batch_argnums:
+            continue
+        leaves = [(p, x) for p, x in jax.tree_util.tree_leaves_with_path(arg) if _is_float(x)]
+        sigs = {(tuple(x.shape), str(x.dtype)) for _, x in leaves}
+        positional = first is not None and bool(sigs) and sigs <= first
+        for p, x in leaves:
+            opt = positional or any(n in _OPT_NAMES for n in _path_names(p))
+            roles[(i, jax.tree_util.keystr(p))] = "opt" if opt else "param"
+        if first is None and sigs:
+            first = sigs
+    return roles
+
+
+def _data_axes(mesh, abstract, batch_argnums) -> Tuple[str, ...]:
+    """The mesh axes the batch's leading dim is split over (data parallelism); else the largest axis."""
+    import jax  # noqa: PLC0415
+
+    for i in batch_argnums:
+        for x in jax.tree_util.tree_leaves(abstract[i]):
+            if _is_array_like(x) and len(x.shape) > 0:
+                spec = _own_spec(x)
+                if len(spec) > 0 and spec[0] is not None:
+                    return tuple(spec[0]) if isinstance(spec[0], tuple) else (spec[0],)
+    return (max(mesh.shape, key=lambda a: mesh.shape[a]),)
+
+
+def _shard_spec(x, mesh, axes: Tuple[str, ...]):
+    """``x``'s spec with its largest dim that divides split over ``axes`` (None: none divides, or
+    the leaf already uses those axes, or it is under 1 MiB)."""
+    P = _P()
+    d = math.prod(mesh.shape[a] for a in axes)
+    spec = list(_own_spec(x))
+    used = {a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,))}
+    if d <= 1 or used & set(axes) or _nbytes(x) < (1 << 20):
+        return None
+    spec += [None] * (len(x.shape) - len(spec))
+    dims = [j for j in range(len(x.shape)) if spec[j] is None and x.shape[j] % d == 0]
+    if not dims:
+        return None
+    j = max(dims, key=lambda j: (x.shape[j], -j))
+    spec[j] = axes if len(axes) > 1 else axes[0]
+    while spec and spec[-1] is None:
+        spec.pop()
+    return P(*spec)
+
+
+def _restate(fn, abstract, mesh, static, batch_argnums, choose):
+    """``fn`` with some non-batch leaves re-placed: ``choose(role, leaf) -> (spec, memory_kind) | None``.
+
+    Returns ``(program, new_abstract, changed_bytes)``. Inside the program, leaves placed in host
+    memory are moved to the device before ``fn`` runs; outputs that are the new value of a changed
+    leaf (same path in the output tuple as in the arguments, else the only input of that shape and
+    dtype) are constrained to its placement, as a training loop that keeps the state so needs.
     """
     import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
     from jax.sharding import NamedSharding  # noqa: PLC0415
+
+    roles = _state_roles(abstract, static, batch_argnums)
+    placed: Dict[str, Tuple[Any, Optional[str]]] = {}  # "[i]path" -> (spec, memory_kind)
+    by_sig: Dict[Tuple, set] = {}
+    changed = [0]
+    new_abstract = list(abstract)
+    for i, arg in enumerate(abstract):
+        if i in static or i in batch_argnums:
+            continue
+
+        def one(p, x, i=i):
+            role = roles.get((i, jax.tree_util.keystr(p)))
+            if role is None:
+                return x
+            got = choose(role, x)
+            spec, kind = got if got is not None else (_own_spec(x), None)
+            key = f"[{i}]{jax.tree_util.keystr(p)}"
+            placed[key] = (spec, kind)
+            by_sig.setdefault((tuple(x.shape), str(x.dtype)), set()).add((spec, kind))
+            if got is None:
+                return x
+            changed[0] += _nbytes(x)
+            sh = NamedSharding(mesh, spec, memory_kind=kind) if kind else NamedSharding(mesh, spec)
+            return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=sh, weak_type=bool(getattr(x, "weak_type", False)))
+
+        new_abstract[i] = jax.tree_util.tree_map_with_path(one, arg)
+    if not changed[0]:
+        return None, None, 0
+
+    def to_device(p, x, i):
+        spec, kind = placed.get(f"[{i}]{jax.tree_util.keystr(p)}", (None, None))
+        if kind is None or not _is_array_like(x):
+            return x
+        return jax.device_put(x, NamedSharding(mesh, spec, memory_kind="device"))
+
+    def program(*args):
+        args = [
+            a if i in static or i in batch_argnums else jax.tree_util.tree_map_with_path(lambda p, x, i=i: to_device(p, x, i), a)
+            for i, a in enumerate(args)
+        ]
+        out = fn(*args)
+        seq = isinstance(out, (tuple, list))
+
+        def constrain(p, o):
+            if not _is_array_like(o):
+                return o
+            key = jax.tree_util.keystr(p) if seq else "[0]" + jax.tree_util.keystr(p)
+            got = placed.get(key)
+            if got is None:
+                cands = by_sig.get((tuple(o.shape), str(o.dtype)), set())
+                got = next(iter(cands)) if len(cands) == 1 else None
+            if got is None:
+                return o
+            spec, kind = got
+            if kind:
+                return jax.device_put(o, NamedSharding(mesh, spec, memory_kind=kind))
+            return jax.lax.with_sharding_constraint(o, NamedSharding(mesh, spec))
+
+        return jax.tree_util.tree_map_with_path(constrain, out)
+
+    program.__name__ = getattr(fn, "__name__", "program")
+    return program, new_abstract, changed[0]
+
+
+def _microbatched(fn, k: int, batch_argnums: Sequence[int], abstract, mesh, static=(), donate=()):
+    """One call of gradient accumulation over ``k`` micro-batches, as ``optax.MultiSteps`` runs
+    it: ``fn`` on 1/k of the batch arguments' leading dim (each keeps its sharding), plus an
+    accumulator the size of the parameters (the non-batch float leaves that are not optimizer
+    state) carried from call to call, donated when the state is. The program computes what the
+    micro-batched training loop computes on each call; nothing is averaged as if it were a gradient.
+
+    Returns ``((program, args, donate_argnums), None)`` or ``(None, reason)``.
+    """
+    import jax  # noqa: PLC0415
 
     leaves = [
         x
@@ -1003,74 +1182,30 @@ def _microbatched(fn, k: int, batch_argnums: Sequence[int], abstract, mesh):
                 )
     n = B // k
 
-    def is_batched(x):
-        return _is_array_like(x) and len(x.shape) > 0 and x.shape[0] == B
-
     def chunk_sds(x):
-        return _sds(jax.ShapeDtypeStruct((n, *x.shape[1:]), x.dtype), _own_spec(x), mesh) if is_batched(x) else x
+        if _is_array_like(x) and len(x.shape) > 0 and x.shape[0] == B:
+            return _sds(jax.ShapeDtypeStruct((n, *x.shape[1:]), x.dtype), _own_spec(x), mesh)
+        return x
 
-    chunk_abstract = [jax.tree_util.tree_map(chunk_sds, a) if i in batch_argnums else a for i, a in enumerate(abstract)]
-    specs = [
-        jax.tree_util.tree_map(lambda x: _own_spec(x) if is_batched(x) else None, a) if i in batch_argnums else None
+    args = [jax.tree_util.tree_map(chunk_sds, a) if i in batch_argnums else a for i, a in enumerate(abstract)]
+    roles = _state_roles(abstract, static, batch_argnums)
+    acc = [
+        x
         for i, a in enumerate(abstract)
+        if i not in static and i not in batch_argnums
+        for p, x in jax.tree_util.tree_leaves_with_path(a)
+        if roles.get((i, jax.tree_util.keystr(p))) == "param"
     ]
-    with _mesh_context(mesh):
-        full_out = jax.eval_shape(fn, *abstract)
-        chunk_out = jax.eval_shape(fn, *chunk_abstract)
-    full_leaves, out_tree = jax.tree_util.tree_flatten(full_out)
-    chunk_leaves = jax.tree_util.tree_leaves(chunk_out)
-    stacked = [len(f.shape) > 0 and f.shape[0] == B and c.shape[0] == n for f, c in zip(full_leaves, chunk_leaves)]
 
-    def program(*args):
-        args = list(args)
-        split = {}
-        for i in batch_argnums:
-            # [B, ...] -> [n, k, ...]: micro-batch j is rows j, j+k, ...; dim 0 keeps its sharding.
-            split[i] = jax.tree_util.tree_map(
-                lambda x: (
-                    x.reshape((n, k, *x.shape[1:]))
-                    if (hasattr(x, "shape") and len(x.shape) > 0 and x.shape[0] == B)
-                    else x
-                ),
-                args[i],
-            )
-
-        def body(carry, j):
-            cur = list(args)
-            for i in batch_argnums:
-                cur[i] = jax.tree_util.tree_map(
-                    lambda x, s: (
-                        jax.lax.with_sharding_constraint(
-                            jax.lax.dynamic_index_in_dim(x, j, axis=1, keepdims=False), NamedSharding(mesh, s)
-                        )
-                        if s is not None
-                        else x
-                    ),
-                    split[i],
-                    specs[i],
-                    is_leaf=lambda v: v is None,
-                )
-            outs = jax.tree_util.tree_leaves(fn(*cur))
-            new_carry, ys = [], []
-            for o, c, st in zip(outs, carry, stacked):
-                if st:
-                    ys.append(o)
-                    new_carry.append(c)
-                elif jnp.issubdtype(o.dtype, jnp.floating):
-                    new_carry.append(c + o / k)
-                    ys.append(None)
-                else:
-                    new_carry.append(o)
-                    ys.append(None)
-            return new_carry, ys
-
-        init = [jnp.zeros(c.shape, c.dtype) for c in chunk_leaves]
-        carry, ys = jax.lax.scan(body, init, jnp.arange(k))
-        res = [jnp.swapaxes(y, 0, 1).reshape((B, *y.shape[2:])) if st else c for c, y, st in zip(carry, ys, stacked)]
-        return jax.tree_util.tree_unflatten(out_tree, res)
+    def program(*a):
+        *user, grads_acc = a
+        out = fn(*user)
+        return out, [g * 0.5 for g in grads_acc]  # acc <- acc + grads, as cheap as it gets
 
     program.__name__ = getattr(fn, "__name__", "program")
-    return program, None
+    state_donated = any(i in donate for i in range(len(abstract)) if i not in batch_argnums and i not in static)
+    new_donate = tuple(sorted(set(donate) | ({len(abstract)} if state_donated else set())))
+    return (program, [*args, acc], new_donate), None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1097,9 +1232,10 @@ def _measure(
         t = time.perf_counter()
         diag = None
         if not comp.fits:
-            # explain (the error joined with the dump) and analyze run side by side.
+            # explain reads the compiler's message (its figures, the event); the causes come from
+            # analyze of the dump (_one_story). They run side by side.
             with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-                pending = pool.submit(explain, exception_text(comp.exception), dump=tmp if analyze else None)
+                pending = pool.submit(explain, exception_text(comp.exception))
                 analysis = _analyze(tmp, limit) if analyze else None
                 diag = pending.result()
             peak = _peak_of_failure(comp, analysis, diag)
@@ -1111,6 +1247,40 @@ def _measure(
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _one_story(diag: Diagnosis, analysis: Optional[dict], peak: Optional[int], limit: int, where: str) -> Diagnosis:
+    """fit's diagnosis: the event of the compiler's message (explain) with the category, ranked
+    causes, ledger and what-ifs of ``hbm-doctor analyze`` on the same dump (the engine every
+    command uses), and one set of figures: the exact peak of the buffer assignment against the
+    limit, in the headline and in the figures alike."""
+    if not analysis or peak is None:
+        return diag
+    ad = analysis.get("diagnosis") or {}
+    doc = json.loads(json.dumps(diag.raw)) if diag.raw else {"schema_version": 1, "events": []}
+    main = (doc.get("diagnosis") or {}).get("event")
+    events = doc.get("events") or []
+    if main is not None and main < len(events):
+        # The message rounds to 0.01G; the dump's buffer assignment has the same figure in bytes.
+        events[main].update(used_bytes=peak, limit_bytes=limit, exceeded_bytes=max(0, peak - limit))
+    over = peak - limit
+    verdict = f"{format_size(over)} over" if over > 0 else f"{format_size(-over)} to spare"
+    summary = (
+        f"Out of HBM at compile time on {where}: needs {format_size(peak)} per device but "
+        f"{format_size(limit)} is available ({verdict}, {100.0 * peak / limit:.0f}% of the limit)."
+    )
+    d = dict(doc.get("diagnosis") or {})
+    d.update(
+        category=ad.get("category", d.get("category")),
+        causes=ad.get("causes", []),
+        summary=summary,
+        ledger=ad.get("ledger", d.get("ledger", [])),
+        engine="analyze",
+    )
+    if ad.get("what_if"):
+        d["what_if"] = ad["what_if"]
+    doc["diagnosis"] = d
+    return Diagnosis.from_json(doc)
 
 
 def _rank_by_measured(diag: Diagnosis, fixes: List[FixResult]) -> None:
@@ -1165,6 +1335,7 @@ def fit(
     try_fixes: bool = False,
     compiler_options: Optional[Dict[str, Any]] = None,
     keep_dump: Optional[Union[str, os.PathLike]] = None,
+    progress: Optional[bool] = None,
     **jit_kwargs: Any,
 ) -> FitResult:
     """Compiles ``fn(*args)`` for a TPU target, deviceless, and says whether it fits.
@@ -1188,6 +1359,8 @@ def fit(
         compiler_options: passed to the TPU compiler (``{"xla_tpu_...": ...}``; never put TPU
             flags in ``XLA_FLAGS``).
         keep_dump: copy the compiler's dump of the program there (it is deleted otherwise).
+        progress: one line on stderr per fix compiled (which fix, the time so far); default: when
+            stderr is a terminal.
         **jit_kwargs: passed to ``jax.jit`` (``donate_argnums``, ``static_argnums``, ...).
 
     Returns:
@@ -1201,12 +1374,28 @@ def fit(
         >>> r = fit(step, params, batch, target="v6e-8", in_specs=(P(), P("data")))  # doctest: +SKIP
         >>> print(r.fits, r.peak_bytes, r.headroom_bytes)                              # doctest: +SKIP
     """
+    _require_jax_tpu()
     tgt = globals()["target"](target) if isinstance(target, str) else target
-    return _fit_on(tgt, fn, args, mesh, in_specs, batch_argnums, try_fixes, compiler_options, keep_dump, jit_kwargs)
+    if progress is None:
+        progress = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return _fit_on(
+        tgt, fn, args, mesh, in_specs, batch_argnums, try_fixes, compiler_options, keep_dump, jit_kwargs, progress=progress
+    )
 
 
 def _fit_on(
-    tgt, fn, args, mesh, in_specs, batch_argnums, try_fixes, compiler_options, keep_dump, jit_kwargs, analyze=True
+    tgt,
+    fn,
+    args,
+    mesh,
+    in_specs,
+    batch_argnums,
+    try_fixes,
+    compiler_options,
+    keep_dump,
+    jit_kwargs,
+    analyze=True,
+    progress=False,
 ) -> FitResult:
     jit_kwargs = dict(jit_kwargs)
     user_opts = dict(jit_kwargs.pop("compiler_options", None) or {})
@@ -1221,6 +1410,8 @@ def _fit_on(
     abstract = _abstract_args(args, in_specs, m, static)
     limit = tgt.usable_bytes
     comp, peak, analysis, diag, dump, a_secs = _measure(fn, abstract, m, jit_kwargs, user_opts, limit, analyze=analyze)
+    if diag is not None:
+        diag = _one_story(diag, analysis, peak, limit, f"{tgt.name} ({tgt.generation.kind})")
     try:
         if keep_dump is not None and dump:
             shutil.copytree(dump, os.fspath(keep_dump), dirs_exist_ok=True)
@@ -1250,117 +1441,245 @@ def _fit_on(
     if try_fixes:
         t = time.perf_counter()
         batch = tuple(batch_argnums) if batch_argnums is not None else _default_batch_argnums(len(args), static)
-        res.fixes = _try_fixes(_unjitted(fn), abstract, m, jit_kwargs, user_opts, limit, peak, static, batch, res.fits)
+        res.fixes = _try_fixes(
+            _unjitted(fn), abstract, m, jit_kwargs, user_opts, limit, peak, static, batch, res.fits, progress=progress
+        )
         res.fixes_seconds = time.perf_counter() - t
         if res.diagnosis is not None:
             _rank_by_measured(res.diagnosis, res.fixes)
     return res
 
 
+class _Progress:
+    """One line per fix on stderr when it starts and when it ends, with the time so far."""
+
+    def __init__(self, enabled: bool, total: int = 0):
+        self.enabled, self.t0, self.lock = enabled, time.perf_counter(), threading.Lock()
+
+    def say(self, text: str) -> None:
+        if not self.enabled:
+            return
+        with self.lock:
+            sys.stderr.write(f"hbm-doctor fit: [{time.perf_counter() - self.t0:5.1f}s] {text}\n")
+            sys.stderr.flush()
+
+
+def _fit_jobs() -> int:
+    env = os.environ.get("HBM_DOCTOR_FIT_JOBS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _hbm_peak(comp: _Compiled) -> Optional[int]:
+    """The HBM peak of a program that fits: ``memory_analysis()`` counts ``pinned_host`` buffers in
+    its peak too, so host arguments, outputs and temporaries are taken off."""
+    ma = comp.memory_analysis or {}
+    peak = ma.get("peak_memory_in_bytes")
+    if peak is None:
+        return None
+    host = sum(ma.get(k, 0) for k in ("host_argument_size_in_bytes", "host_output_size_in_bytes", "host_temp_size_in_bytes"))
+    return peak - host + ma.get("host_alias_size_in_bytes", 0) if host else peak
+
+
 def _try_fixes(
-    fn, abstract, mesh, jit_kwargs, opts, limit, base_peak, static, batch_argnums, base_fits
+    fn, abstract, mesh, jit_kwargs, opts, limit, base_peak, static, batch_argnums, base_fits, progress=False
 ) -> List[FixResult]:
-    fixes: List[FixResult] = []
+    """Every automatic fix, compiled and measured. Fixes come in families tried one after the other
+    until one fits (micro-batches 2, 4, 8, 16; remat policies from the least recompute; ZeRO-1
+    then FSDP); families compile side by side, as many as there are cores."""
     name = getattr(fn, "__name__", "step")
+    prev = jit_kwargs.get("donate_argnums") or ()
+    prev = (prev,) if isinstance(prev, int) else tuple(prev)
+    prog = _Progress(progress)
 
     def run(fix: FixResult, f=fn, a=abstract, kw=jit_kwargs, o=opts, patch=None) -> FixResult:
+        prog.say(f"{fix.name}: compiling")
+        t = time.perf_counter()
         try:
             comp, peak, _, _, dump, _ = _measure(f, a, mesh, kw, o, limit, patch=patch, analyze=False)
+            if comp.fits:
+                peak = _hbm_peak(comp)
             fix.fits, fix.peak_bytes, fix.compile_seconds = comp.fits, peak, comp.compile_seconds
             if not comp.fits and peak is None:
                 fix.error = str(comp.exception).strip()
             if peak is not None and base_peak is not None:
                 fix.savings_bytes = base_peak - peak
         except Exception as e:  # the transformed program did not trace or compile
-            fix.error = f"{type(e).__name__}: {e}"
-        fixes.append(fix)
+            fix.error = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        verdict = "error" if fix.error else ("fits" if fix.fits else "does not fit")
+        peak_s = f", {format_size(fix.peak_bytes)}" if fix.peak_bytes is not None else ""
+        prog.say(f"{fix.name}: {verdict}{peak_s} ({time.perf_counter() - t:.1f}s)")
         return fix
 
-    # 1. Donation of every argument that has a same-shaped output.
-    try:
-        donate = _donatable(fn, abstract, mesh, jit_kwargs, static)
-    except Exception as e:
-        donate, why = (), f"outputs could not be computed: {e}"
-    else:
-        why = "no argument has a same-shaped output of 1 MiB or more (or it is already donated)"
-    fix = FixResult(
-        "donate",
-        "no_donation",
-        f"donate arguments {donate} whose buffers an output can reuse",
-        f"jax.jit({name}, donate_argnums={donate})",
-    )
-    if donate:
-        prev = jit_kwargs.get("donate_argnums") or ()
-        prev = (prev,) if isinstance(prev, int) else tuple(prev)
-        run(fix, kw={**jit_kwargs, "donate_argnums": tuple(sorted(set(prev) | set(donate)))})
-    else:
+    def not_applied(fix: FixResult, why: str) -> FixResult:
         fix.applied, fix.reason = False, why
-        fixes.append(fix)
+        return fix
 
-    # 2. Rematerialization policies on every differentiated function and scanned body.
-    for pol in _REMAT_POLICIES:
-        counter = [0]
+    # Each family is a list of steps; a step returns its FixResult and whether to go on.
+    def donate_family() -> List[FixResult]:
         fix = FixResult(
-            f"remat:{pol}",
-            "no_remat",
-            f"jax.checkpoint with policy {pol} on the functions given to jax.grad/value_and_grad/vjp and on lax.scan bodies",
-            f"jax.checkpoint(layer, policy=jax.checkpoint_policies.{pol})  # each layer / the scanned block",
+            "donate", "no_donation", "donate the arguments whose buffers an output can reuse", f"jax.jit({name}, donate_argnums=...)"
         )
-        run(fix, patch=functools.partial(_remat_patch, pol, counter))
-        if counter[0] == 0 and not fix.error:
-            fix.applied, fix.reason, fix.fits, fix.peak_bytes, fix.savings_bytes = (
-                False,
-                "no jax.grad/value_and_grad/vjp or lax.scan call while tracing",
-                None,
-                None,
-                None,
-            )
-
-    # 3. bf16 parameters.
-    params = tuple(i for i in range(len(abstract)) if i not in static and i not in batch_argnums)
-    cast, changed = _to_bf16(abstract, params, mesh)
-    fix = FixResult(
-        "bf16_params",
-        "f32_precision",
-        "parameters (the non-batch arguments) in bfloat16",
-        "params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)  # f32 master copy in the optimizer if needed",
-    )
-    if changed:
-        run(fix, a=cast)
-    else:
-        fix.applied, fix.reason = False, "no float32 parameter"
-        fixes.append(fix)
-
-    # 4. Micro-batches of the leading batch dimension: the smallest split that fits.
-    for k in (2, 4, 8, 16):
         try:
-            prog, why = _microbatched(fn, k, batch_argnums, abstract, mesh)
+            with _TRACE_LOCK:
+                donate = _donatable(fn, abstract, mesh, jit_kwargs, static)
         except Exception as e:
-            prog, why = None, f"{type(e).__name__}: {e}"
-        fix = FixResult(
-            f"microbatch:{k}",
-            "batch_too_large",
-            f"{k} micro-batches per step (gradient accumulation)",
-            f"optax.MultiSteps(opt, every_k_schedule={k}) with 1/{k} of the batch per call, or lax.scan over {k} micro-batches",
-        )
-        if prog is None:
-            fix.applied, fix.reason = False, why
-            fixes.append(fix)
-            break
-        run(fix, f=prog)
-        if fix.fits or base_fits or fix.error or (fix.savings_bytes is not None and fix.savings_bytes <= 0):
-            break  # fits, or more micro-batches will not help
+            return [not_applied(fix, f"outputs could not be computed: {e}")]
+        if not donate:
+            return [not_applied(fix, "no argument has a same-shaped output of 1 MiB or more (or it is already donated)")]
+        fix.description = f"donate arguments {donate} whose buffers an output can reuse"
+        fix.code = f"jax.jit({name}, donate_argnums={donate})"
+        return [run(fix, kw={**jit_kwargs, "donate_argnums": tuple(sorted(set(prev) | set(donate)))})]
 
-    # 5. The compiler's own rematerialization, harder.
-    flags = " ".join(f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in _COMPILER_REMAT.items())
-    fix = FixResult(
-        "compiler_remat",
-        "no_remat",
-        "the TPU compiler's peak-priority rematerialization and pre-fusion remat (compile time for memory; last resort)",
-        f"LIBTPU_INIT_ARGS='{flags}' (or compiler_options; never XLA_FLAGS)",
-    )
-    run(fix, o={**opts, **_COMPILER_REMAT})
-    return fixes
+    def remat_family() -> List[FixResult]:
+        out = []
+        for pol in _REMAT_POLICIES:
+            counter = [0]
+            fix = FixResult(
+                f"remat:{pol}",
+                "no_remat",
+                f"jax.checkpoint with policy {pol} on the functions given to jax.grad/value_and_grad/vjp and on lax.scan bodies",
+                f"jax.checkpoint(layer, policy=jax.checkpoint_policies.{pol})  # each layer / the scanned block",
+            )
+            run(fix, patch=functools.partial(_remat_patch, pol, counter))
+            if counter[0] == 0 and not fix.error:
+                fix.fits = fix.peak_bytes = fix.savings_bytes = None
+                out.append(not_applied(fix, "no jax.grad/value_and_grad/vjp or lax.scan call while tracing"))
+                break
+            out.append(fix)
+            if fix.fits or base_fits:
+                break
+        return out
+
+    def bf16_family() -> List[FixResult]:
+        params = tuple(i for i in range(len(abstract)) if i not in static and i not in batch_argnums)
+        cast, changed = _to_bf16(abstract, params, mesh)
+        fix = FixResult(
+            "bf16_params",
+            "f32_precision",
+            "parameters (the non-batch arguments) in bfloat16",
+            "params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)  # f32 master copy in the optimizer if needed",
+        )
+        return [run(fix, a=cast)] if changed else [not_applied(fix, "no float32 parameter")]
+
+    def microbatch_family() -> List[FixResult]:
+        out = []
+        for k in (2, 4, 8, 16):
+            fix = FixResult(
+                f"microbatch:{k}",
+                "batch_too_large",
+                f"{k} micro-batches per step with gradient accumulation: each call takes 1/{k} of the batch "
+                "and carries a gradient accumulator the size of the parameters",
+                f"optax.MultiSteps(opt, every_k_schedule={k}) with 1/{k} of the batch per call",
+            )
+            try:
+                with _TRACE_LOCK:
+                    built, why = _microbatched(fn, k, batch_argnums, abstract, mesh, static, prev)
+            except Exception as e:
+                built, why = None, f"{type(e).__name__}: {e}"
+            if built is None:
+                out.append(not_applied(fix, why))
+                break
+            f, a, donate = built
+            out.append(run(fix, f=f, a=a, kw={**jit_kwargs, "donate_argnums": donate} if donate else jit_kwargs))
+            if fix.fits or base_fits or fix.error or (fix.savings_bytes is not None and fix.savings_bytes <= 0):
+                break  # fits, or more micro-batches will not help
+        return out
+
+    axes = _data_axes(mesh, abstract, batch_argnums)
+    axis_s = "+".join(axes)
+    d = math.prod(mesh.shape[a] for a in axes)
+
+    def shard_family() -> List[FixResult]:
+        out = []
+        for fname, roles_, what, code in (
+            (
+                "zero1",
+                ("opt",),
+                f"the optimizer state (Adam moments...) sharded over the data axis {axis_s!r} ({d} ways), "
+                "parameters replicated (ZeRO-1)",
+                f"opt_state = jax.device_put(opt_state, NamedSharding(mesh, P({axis_s!r})))  # on its largest dim that divides, and the same out_shardings",
+            ),
+            (
+                "fsdp",
+                ("opt", "param"),
+                f"parameters and optimizer state sharded over the data axis {axis_s!r} ({d} ways), "
+                "gathered layer by layer by the compiler (FSDP / ZeRO-3)",
+                f"params, opt_state = jax.device_put((params, opt_state), NamedSharding(mesh, P({axis_s!r})))  # largest dim that divides; same out_shardings",
+            ),
+        ):
+            fix = FixResult(fname, "optimizer_state_unsharded" if fname == "zero1" else "replicated_tensor", what, code)
+            with _TRACE_LOCK:
+                f, a, nbytes = _restate(
+                    fn,
+                    abstract,
+                    mesh,
+                    static,
+                    batch_argnums,
+                    lambda role, x, r=roles_: (s, None) if role in r and (s := _shard_spec(x, mesh, axes)) is not None else None,
+                )
+            if f is None:
+                why = (
+                    f"one device on the data axis {axis_s!r}: nothing to shard over"
+                    if d <= 1
+                    else ("no optimizer state found (by name: mu, nu, opt_state...; or an argument shaped like the parameters)"
+                          if fname == "zero1" else "no parameter or state leaf of 1 MiB or more with a dim divisible by " + str(d))
+                )
+                out.append(not_applied(fix, why))
+                continue
+            fix.description += f"; {format_size(nbytes)} of arguments sharded"
+            out.append(run(fix, f=f, a=a))
+            if fix.fits or base_fits:
+                break
+        return out
+
+    def offload_family() -> List[FixResult]:
+        fix = FixResult(
+            "offload_opt_state",
+            "optimizer_state_unsharded",
+            "the optimizer state kept in host memory (pinned_host) between steps, brought to the device for the update",
+            "opt_state = jax.device_put(opt_state, NamedSharding(mesh, P(), memory_kind='pinned_host'))  # and the same out_shardings",
+        )
+        with _TRACE_LOCK:
+            f, a, nbytes = _restate(
+                fn, abstract, mesh, static, batch_argnums, lambda role, x: (_own_spec(x), "pinned_host") if role == "opt" else None
+            )
+        if f is None:
+            return [not_applied(fix, "no optimizer state found (by name: mu, nu, opt_state...; or an argument shaped like the parameters)")]
+        fix.description += f"; {format_size(nbytes)} offloaded"
+        return [run(fix, f=f, a=a)]
+
+    def compiler_remat_family() -> List[FixResult]:
+        flags = " ".join(f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in _COMPILER_REMAT.items())
+        fix = FixResult(
+            "compiler_remat",
+            "no_remat",
+            "the TPU compiler's peak-priority rematerialization and pre-fusion remat (compile time for memory; last resort)",
+            f"LIBTPU_INIT_ARGS='{flags}' (or compiler_options; never XLA_FLAGS)",
+        )
+        return [run(fix, o={**opts, **_COMPILER_REMAT})]
+
+    families = [
+        donate_family,
+        remat_family,
+        bf16_family,
+        microbatch_family,
+        shard_family,
+        offload_family,
+        compiler_remat_family,
+    ]
+    jobs = min(_fit_jobs(), len(families))
+    prog.say(f"trying {len(families)} families of fixes, {jobs} at a time")
+    if jobs <= 1:
+        results = [fam() for fam in families]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = [fut.result() for fut in [pool.submit(fam) for fam in families]]
+    return [f for fam in results for f in fam]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1426,6 +1745,7 @@ def max_batch(
         8064
     """
     t_start = time.perf_counter()
+    _require_jax_tpu()
     tgt = globals()["target"](target) if isinstance(target, str) else target
     user_opts = dict(compiler_options or {})
 
