@@ -287,7 +287,8 @@ def parse_target(name: str) -> Tuple[Generation, Optional[int], Optional[str]]:
     count = int(m.group(2)) if m.group(2) else None
     topo = m.group(3).strip() if m.group(3) else None
     if topo is not None and not re.fullmatch(r"\d+(x\d+){1,2}", topo):
-        raise TargetError(f"{name!r}: a topology is {gen.name}:AxB or {gen.name}:AxBxC, e.g. {gen.name}:{(_TOPO_3D if gen.dims == 3 else _TOPO_2D)[8]}")
+        example = (_TOPO_3D if gen.dims == 3 else _TOPO_2D)[8]
+        raise TargetError(f"{name!r}: use a topology such as {gen.name}:{example} ({gen.name}:AxB or AxBxC)")
     return gen, count, topo
 
 
@@ -1081,7 +1082,7 @@ def _shard_spec(x, mesh, axes: Tuple[str, ...]):
 def _restate(fn, abstract, mesh, static, batch_argnums, choose):
     """``fn`` with some non-batch leaves re-placed: ``choose(role, leaf) -> (spec, memory_kind) | None``.
 
-    Returns ``(program, new_abstract, changed_bytes)``. Inside the program, leaves placed in host
+    Returns ``(program, new_abstract, changed_bytes, out_shardings)``. Inside the program, leaves placed in host
     memory are moved to the device before ``fn`` runs; outputs that are the new value of a changed
     leaf (same path in the output tuple as in the arguments, else the only input of that shape and
     dtype) are constrained to its placement, as a training loop that keeps the state so needs.
@@ -1115,7 +1116,7 @@ def _restate(fn, abstract, mesh, static, batch_argnums, choose):
 
         new_abstract[i] = jax.tree_util.tree_map_with_path(one, arg)
     if not changed[0]:
-        return None, None, 0
+        return None, None, 0, None
 
     def to_device(p, x, i):
         spec, kind = placed.get(f"[{i}]{jax.tree_util.keystr(p)}", (None, None))
@@ -1128,28 +1129,30 @@ def _restate(fn, abstract, mesh, static, batch_argnums, choose):
             a if i in static or i in batch_argnums else jax.tree_util.tree_map_with_path(lambda p, x, i=i: to_device(p, x, i), a)
             for i, a in enumerate(args)
         ]
-        out = fn(*args)
-        seq = isinstance(out, (tuple, list))
+        return fn(*args)
 
-        def constrain(p, o):
-            if not _is_array_like(o):
-                return o
-            key = jax.tree_util.keystr(p) if seq else "[0]" + jax.tree_util.keystr(p)
-            got = placed.get(key)
-            if got is None:
-                cands = by_sig.get((tuple(o.shape), str(o.dtype)), set())
-                got = next(iter(cands)) if len(cands) == 1 else None
-            if got is None:
-                return o
-            spec, kind = got
-            if kind:
-                return jax.device_put(o, NamedSharding(mesh, spec, memory_kind=kind))
-            return jax.lax.with_sharding_constraint(o, NamedSharding(mesh, spec))
+    # The new state keeps its placement: out_shardings, as a training loop that keeps the state so
+    # passes them (None: the compiler chooses, for outputs that are not the new state).
+    with _mesh_context(mesh):
+        out = jax.eval_shape(program, *new_abstract)
+    seq = isinstance(out, (tuple, list))
 
-        return jax.tree_util.tree_map_with_path(constrain, out)
+    def out_sharding(p, o):
+        if not _is_array_like(o):
+            return None
+        key = jax.tree_util.keystr(p) if seq else "[0]" + jax.tree_util.keystr(p)
+        got = placed.get(key)
+        if got is None:
+            cands = by_sig.get((tuple(o.shape), str(o.dtype)), set())
+            got = next(iter(cands)) if len(cands) == 1 else None
+        if got is None:
+            return None
+        spec, kind = got
+        return NamedSharding(mesh, spec, memory_kind=kind) if kind else NamedSharding(mesh, spec)
 
+    out_shardings = jax.tree_util.tree_map_with_path(out_sharding, out)
     program.__name__ = getattr(fn, "__name__", "program")
-    return program, new_abstract, changed[0]
+    return program, new_abstract, changed[0], out_shardings
 
 
 def _microbatched(fn, k: int, batch_argnums: Sequence[int], abstract, mesh, static=(), donate=()):
@@ -1614,7 +1617,7 @@ def _try_fixes(
         ):
             fix = FixResult(fname, "optimizer_state_unsharded" if fname == "zero1" else "replicated_tensor", what, code)
             with _TRACE_LOCK:
-                f, a, nbytes = _restate(
+                f, a, nbytes, out_sh = _restate(
                     fn,
                     abstract,
                     mesh,
@@ -1632,7 +1635,7 @@ def _try_fixes(
                 out.append(not_applied(fix, why))
                 continue
             fix.description += f"; {format_size(nbytes)} of arguments sharded"
-            out.append(run(fix, f=f, a=a))
+            out.append(run(fix, f=f, a=a, kw={**jit_kwargs, "out_shardings": out_sh}))
             if fix.fits or base_fits:
                 break
         return out
@@ -1645,13 +1648,13 @@ def _try_fixes(
             "opt_state = jax.device_put(opt_state, NamedSharding(mesh, P(), memory_kind='pinned_host'))  # and the same out_shardings",
         )
         with _TRACE_LOCK:
-            f, a, nbytes = _restate(
+            f, a, nbytes, out_sh = _restate(
                 fn, abstract, mesh, static, batch_argnums, lambda role, x: (_own_spec(x), "pinned_host") if role == "opt" else None
             )
         if f is None:
             return [not_applied(fix, "no optimizer state found (by name: mu, nu, opt_state...; or an argument shaped like the parameters)")]
         fix.description += f"; {format_size(nbytes)} offloaded"
-        return [run(fix, f=f, a=a)]
+        return [run(fix, f=f, a=a, kw={**jit_kwargs, "out_shardings": out_sh})]
 
     def compiler_remat_family() -> List[FixResult]:
         flags = " ".join(f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in _COMPILER_REMAT.items())
