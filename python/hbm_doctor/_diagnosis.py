@@ -105,6 +105,7 @@ class Cause:
     measured_savings_bytes: Optional[int] = None
     measured_fits: Optional[bool] = None
     fix: Optional[str] = None
+    what_if: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "Cause":
@@ -118,6 +119,7 @@ class Cause:
             measured_savings_bytes=d.get("measured_savings_bytes"),
             measured_fits=d.get("measured_fits"),
             fix=d.get("fix"),
+            what_if=d.get("what_if"),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -129,6 +131,8 @@ class Cause:
             "snippets": self.snippets,
             "sufficient": self.sufficient,
         }
+        if self.what_if is not None:
+            d["what_if"] = self.what_if
         if self.fix is not None:
             d.update(measured_savings_bytes=self.measured_savings_bytes, measured_fits=self.measured_fits, fix=self.fix)
         return d

@@ -153,6 +153,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 2
     except Exception as e:  # a bug in the user's program, or a compile error that is not an OOM
+        if type(e).__name__ in ("TargetError", "MissingDependency"):  # already one line that says what to do
+            sys.stderr.write(f"hbm-doctor: error: {e}\n")
+            return 2
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         sys.stderr.write(f"hbm-doctor: error: {type(e).__name__}: {first}\n")
         if os.environ.get("HBM_DOCTOR_DEBUG"):
@@ -162,13 +165,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _run(a) -> int:
-    try:
-        import jax  # noqa: F401, PLC0415
-    except ImportError:
-        raise UsageError(
-            f"{sys.executable} has no jax: `{sys.executable} -m pip install 'jax[tpu]'` (deviceless TPU compiles need only the wheel), or pass --python"
-        ) from None
     from hbm_doctor import jax as hj  # noqa: PLC0415
+
+    try:
+        hj._require_jax_tpu()
+        hj.parse_target(a.target)  # a typo is reported before the script is imported
+    except (hj.MissingDependency, hj.TargetError) as e:
+        hint = ", or pass --python" if isinstance(e, hj.MissingDependency) else ""
+        raise UsageError(f"{e}{hint}") from None
 
     obj = load_target(a.program)
     jit_kwargs: Dict[str, Any] = {}
@@ -229,6 +233,7 @@ def _run(a) -> int:
         try_fixes=a.try_fixes,
         compiler_options=opts,
         keep_dump=a.keep_dump,
+        progress=a.try_fixes and os.environ.get("HBM_DOCTOR_PROGRESS", "1") != "0",
         **jit_kwargs,
     )
     _print(res, a.format)

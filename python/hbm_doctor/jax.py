@@ -38,7 +38,9 @@ import math
 import os
 import re
 import shutil
+import sys
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -53,6 +55,9 @@ __all__ = [
     "BatchSearch",
     "Generation",
     "GENERATIONS",
+    "MissingDependency",
+    "TargetError",
+    "chip_table",
     "Program",
     "Target",
     "fit",
@@ -63,39 +68,138 @@ __all__ = [
 GiB = 1 << 30
 
 # ---------------------------------------------------------------------------------------------
+# Dependencies: one line that says what to install
+# ---------------------------------------------------------------------------------------------
+
+
+class MissingDependency(ModuleNotFoundError):
+    """jax or libtpu (the TPU compiler) is not installed: the message says what to install."""
+
+
+def _require_jax_tpu() -> None:
+    """Raises :class:`MissingDependency` with one line when jax or libtpu is missing."""
+    import importlib.util  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    try:
+        import jax  # noqa: PLC0415
+    except ImportError:
+        raise MissingDependency(
+            f"hbm_doctor.jax needs jax with the TPU compiler: `{sys.executable} -m pip install 'jax[tpu]'` "
+            "(about 1 GiB; no TPU needed)"
+        ) from None
+    try:
+        found = importlib.util.find_spec("libtpu") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise MissingDependency(
+            f"jax {jax.__version__} is installed without libtpu, the TPU compiler fit runs: "
+            f"`{sys.executable} -m pip install 'jax[tpu]=={jax.__version__}'` (no TPU needed)"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
 # Targets
 # ---------------------------------------------------------------------------------------------
+
+# The chip facts (usable HBM per device as the compiler counts it, physical HBM per device) are
+# the Rust table's (crates/hbm_doctor_analysis/src/chips.rs, printed by `hbm-doctor chips
+# --format json`), so explain, analyze and fit agree. This copy is used only when the binary
+# cannot be run; test_package.py checks it equals the binary's.
+_BUILTIN_CHIPS: Dict[str, Tuple[int, int]] = {
+    # name: (physical bytes per device, usable bytes per device)
+    "v2": (8 * GiB, 8_031_043_584),
+    "v4-core": (16 * GiB, 16_373_514_240),
+    "v3": (16 * GiB, 16_621_830_144),
+    "v5e": (16 * GiB, 16_909_336_576),
+    "v4": (32 * GiB, 33_017_561_088),
+    "v6e": (32 * GiB, 33_550_237_696),
+    "v5p": (95 * GiB, 102_803_439_616),
+    "v7-core": (96 * GiB, 101_732_843_520),
+    "v7": (192 * GiB, 192 * GiB - 2 * GiB),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def chip_table() -> Dict[str, Tuple[int, int]]:
+    """``{name: (physical_bytes, usable_bytes)}`` per device, from ``hbm-doctor chips --format json``
+    (the built-in copy if the binary cannot run)."""
+    try:
+        proc = run_binary(["chips", "--format", "json"], ok_codes=(0,), timeout=30)
+        return {t["name"]: (int(t["physical_bytes"]), int(t["usable_bytes"])) for t in json.loads(proc.stdout)["tpus"]}
+    except Exception:  # no binary, or an old one without `chips`
+        return dict(_BUILTIN_CHIPS)
 
 
 @dataclass(frozen=True)
 class Generation:
-    """A TPU generation.
+    """A TPU generation as ``fit`` compiles for it.
 
-    ``hbm_per_chip_bytes`` is the vendor's HBM per chip (Cloud TPU documentation);
-    ``usable_bytes_per_device`` is what the compiler lets one device use, read off deviceless
-    compiles with jax 0.10.2 / libtpu 0.0.42.1 (``Used X of Y hbm``; docs/deviceless-tpu.md).
-    On v4 a deviceless compile sees each TensorCore as a device (2 per chip).
+    ``hbm_per_chip_bytes`` is the vendor's HBM per chip; ``usable_bytes_per_device`` is what the
+    compiler lets one JAX device use (the chip table's ``chip`` entry). ``devices_per_chip``: JAX
+    devices per chip as users see them on the TPU VM (v4 and v5p are megacore, one device per
+    chip; v2, v3 and v7 show each TensorCore as a device). ``counts_cores``: ``v4-8`` names 8
+    TensorCores (4 chips), ``v5e-8`` 8 chips.
     """
 
     name: str
-    kind: str
+    kind: str  # jax's device_kind
     hbm_per_chip_bytes: int
     usable_bytes_per_device: int
     devices_per_chip: int
-    counts_cores: bool  # `v4-8` / `v5p-8` count TensorCores (4 chips); `v5e-8` / `v6e-8` chips
+    counts_cores: bool
     dims: int
     accelerator_type: str  # TPU_ACCELERATOR_TYPE pattern
+    topology_prefix: str = ""  # what get_topology_desc calls it (tpu7x for v7)
+    chip_config: Optional[str] = None  # get_topology_desc(chip_config_name=...): megacore for v4
+    chip: str = ""  # the chip table's entry
+
+    @property
+    def topology_name(self) -> str:
+        return self.topology_prefix or self.name
 
 
-GENERATIONS: Dict[str, Generation] = {
-    "v4": Generation("v4", "TPU v4", 32 * GiB, 16_373_514_240, 2, True, 3, "v4-{n}"),
-    "v5e": Generation("v5e", "TPU v5 lite", 16 * GiB, 16_909_336_576, 1, False, 2, "v5litepod-{n}"),
-    "v5p": Generation("v5p", "TPU v5", 95 * GiB, 102_803_439_616, 1, True, 3, "v5p-{n}"),
-    "v6e": Generation("v6e", "TPU v6 lite", 32 * GiB, 33_550_237_696, 1, False, 2, "v6e-{n}"),
+# name, device_kind, devices per chip, counts TensorCores, topology dims, TPU_ACCELERATOR_TYPE,
+# topology prefix, chip config, chip-table entry
+_GEN_FACTS = [
+    ("v2", "TPU v2", 2, True, 2, "v2-{n}", "v2", None, "v2"),
+    ("v3", "TPU v3", 2, True, 2, "v3-{n}", "v3", None, "v3"),
+    ("v4", "TPU v4", 1, True, 3, "v4-{n}", "v4", "megacore", "v4"),
+    ("v5e", "TPU v5 lite", 1, False, 2, "v5litepod-{n}", "v5e", None, "v5e"),
+    ("v5p", "TPU v5", 1, True, 3, "v5p-{n}", "v5p", None, "v5p"),
+    ("v6e", "TPU v6 lite", 1, False, 2, "v6e-{n}", "v6e", None, "v6e"),
+    ("v7", "TPU7x", 2, True, 3, "tpu7x-{n}", "tpu7x", None, "v7-core"),
+]
+
+
+def _generations(table: Dict[str, Tuple[int, int]]) -> Dict[str, Generation]:
+    out = {}
+    for name, kind, per_chip, cores, dims, acc, prefix, cfg, chip in _GEN_FACTS:
+        physical, usable = table.get(chip) or _BUILTIN_CHIPS[chip]
+        out[name] = Generation(name, kind, physical * per_chip, usable, per_chip, cores, dims, acc, prefix, cfg, chip)
+    return out
+
+
+GENERATIONS: Dict[str, Generation] = _generations(chip_table())
+_ALIASES = {
+    "v5litepod": "v5e",
+    "v5lite": "v5e",
+    "v5lp": "v5e",
+    "trillium": "v6e",
+    "v6litepod": "v6e",
+    "v6lite": "v6e",
+    "v7x": "v7",
+    "7x": "v7",
+    "tpu7x": "v7",
+    "ironwood": "v7",
 }
-_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "trillium": "v6e", "v6litepod": "v6e"}
 _TOPO_2D = {4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
 _TOPO_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8", 512: "8x8x8"}
+
+
+class TargetError(ValueError):
+    """A target that does not name a TPU slice or topology; the message says what to type."""
 
 
 @dataclass
@@ -142,7 +246,7 @@ class Target:
         return Mesh(np.array(self.devices).reshape(tuple(sizes.values())), tuple(sizes))
 
 
-_TOPO_CACHE: Dict[str, Any] = {}
+_TOPO_CACHE: Dict[Tuple[str, Optional[str]], Any] = {}
 
 
 def _set_tpu_env(gen: Generation, chips: int) -> None:
@@ -157,54 +261,99 @@ def _set_tpu_env(gen: Generation, chips: int) -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
-def target(name: str) -> Target:
-    """Resolves ``"v5e-8"``, ``"v6e-4"``, ``"v5p-8"``, ``"v4-8"``, ``"v5e"`` or ``"v5e:2x4"``.
+def _slice_names(gen: Generation) -> str:
+    table = _TOPO_3D if gen.dims == 3 else _TOPO_2D
+    unit = 2 if gen.counts_cores else 1
+    return ", ".join(f"{gen.name}-{c * unit}" for c in [1, 2, *table])
 
-    ``v5e-N``/``v6e-N`` count chips; ``v4-N``/``v5p-N`` count TensorCores (N/2 chips), as Cloud
-    TPU names them. A bare generation is one chip. One- and two-chip targets compile on a 2x2
-    topology with a mesh over 1 or 2 of its devices.
+
+_TARGET_RE = re.compile(r"(?:tpu[-_ ]?)?(v?\d+[a-z]*|trillium|ironwood)(?:(?:[-_ ]?)(\d+)|:(.+))?")
+
+
+def parse_target(name: str) -> Tuple[Generation, Optional[int], Optional[str]]:
+    """``"v5e8"`` -> (v5e, 8, None); ``"v5e:2x4"`` -> (v5e, None, "2x4"); raises TargetError."""
+    raw = re.sub(r"\s+", " ", str(name).strip().lower())
+    m = _TARGET_RE.fullmatch(raw)
+    usage = "type a slice such as v5e-8, v6e-4, v5p-8, v4-8, v3-8, v7-8, or a topology such as v5e:2x4"
+    if not m:
+        raise TargetError(f"unknown target {name!r}: {usage}")
+    token = m.group(1)
+    gen_name = _ALIASES.get(token, token)
+    if not gen_name.startswith("v") and f"v{gen_name}" in GENERATIONS:
+        gen_name = f"v{gen_name}"
+    gen = GENERATIONS.get(gen_name)
+    if gen is None:
+        raise TargetError(f"unknown TPU generation {token!r} in {name!r}: use one of {', '.join(GENERATIONS)} ({usage})")
+    count = int(m.group(2)) if m.group(2) else None
+    topo = m.group(3).strip() if m.group(3) else None
+    if topo is not None and not re.fullmatch(r"\d+(x\d+){1,2}", topo):
+        example = (_TOPO_3D if gen.dims == 3 else _TOPO_2D)[8]
+        raise TargetError(f"{name!r}: use a topology such as {gen.name}:{example} ({gen.name}:AxB or AxBxC)")
+    return gen, count, topo
+
+
+def _topology_desc(gen: Generation, topo_name: str, name: str):
+    key = (topo_name, gen.chip_config)
+    if key not in _TOPO_CACHE:
+        from jax.experimental import topologies  # noqa: PLC0415
+
+        kw = {"chip_config_name": gen.chip_config} if gen.chip_config else {}
+        try:
+            _TOPO_CACHE[key] = topologies.get_topology_desc(topology_name=topo_name, platform="tpu", **kw)
+        except Exception as e:  # jax.errors.JaxRuntimeError: the compiler has no such topology
+            first = (str(e).strip().splitlines() or [""])[0][:160]
+            table = _TOPO_3D if gen.dims == 3 else _TOPO_2D
+            raise TargetError(
+                f"{name!r}: the TPU compiler has no {gen.name} topology {topo_name.split(':', 1)[1]} ({first}); "
+                f"use one of {', '.join(f'{gen.name}:{t}' for t in table.values())} or {_slice_names(gen)}"
+            ) from None
+    return _TOPO_CACHE[key]
+
+
+def target(name: str) -> Target:
+    """Resolves ``"v5e-8"``, ``"v6e-4"``, ``"v5p-8"``, ``"v4-8"``, ``"v3-8"``, ``"v7-8"``, ``"v5e"``
+    or ``"v5e:2x4"``.
+
+    ``v5e-N``/``v6e-N`` count chips; ``v2-N``/``v3-N``/``v4-N``/``v5p-N``/``v7-N`` count
+    TensorCores (N/2 chips), as Cloud TPU names them. A bare generation is one chip. Devices are
+    what JAX shows on the TPU VM: one per chip on v4 (megacore), v5e, v5p and v6e; one per
+    TensorCore on v2, v3 and v7. One- and two-chip targets compile on the smallest topology with
+    a mesh over the devices of 1 or 2 of its chips. ``v5e8``, ``v5e_8``, ``V5E-8``,
+    ``tpu-v5e-8`` and ``v5litepod-8`` are the same target.
+
+    Raises:
+        TargetError: (a ValueError) with what to type instead.
 
     Example:
         >>> t = target("v5e-8")      # doctest: +SKIP
         >>> t.topology, len(t.devices), t.usable_bytes
         ('v5e:2x4', 8, 16909336576)
     """
-    raw = name.strip().lower()
-    m = re.fullmatch(r"(?:tpu[-_ ]?)?([a-z0-9]+?)(?:([-:])(.+))?", raw)
-    if not m:
-        raise ValueError(f"unknown target {name!r}: use v4-8, v5e-8, v5p-8, v6e-8 or a topology like v5e:2x4")
-    gen_name = _ALIASES.get(m.group(1), m.group(1))
-    gen = GENERATIONS.get(gen_name)
-    if gen is None:
-        raise ValueError(f"unknown TPU generation {m.group(1)!r} in {name!r}: use one of {', '.join(GENERATIONS)}")
-    sep, rest = m.group(2), m.group(3)
-    if sep == ":":
-        topo_name = f"{gen.name}:{rest}"
-        dims = [int(x) for x in rest.split("x")]
-        chips = math.prod(dims)
+    gen, n, rest = parse_target(name)
+    prefix = gen.topology_name
+    if rest is not None:
+        topo_name = f"{prefix}:{rest}"
+        chips = math.prod(int(x) for x in rest.split("x"))
         take = None
     else:
-        n = int(rest) if rest else (2 if gen.counts_cores else 1)
-        chips = n // 2 if gen.counts_cores else n
-        if chips < 1 or (gen.counts_cores and n % 2):
-            raise ValueError(f"{name!r}: {gen.name}-N counts TensorCores, N must be even")
+        unit = 2 if gen.counts_cores else 1
+        n = n if n is not None else unit
+        chips = n // unit
+        if chips < 1 or n % unit:
+            raise TargetError(f"{name!r}: {gen.name}-N counts TensorCores (2 per chip), N must be even: use {_slice_names(gen)}")
         table = _TOPO_3D if gen.dims == 3 else _TOPO_2D
         if chips in (1, 2):
-            topo_name, take = f"{gen.name}:{table[4]}", chips * gen.devices_per_chip
+            topo_name, take = f"{prefix}:{table[4]}", chips * gen.devices_per_chip
         elif chips in table:
-            topo_name, take = f"{gen.name}:{table[chips]}", None
+            topo_name, take = f"{prefix}:{table[chips]}", None
         else:
-            raise ValueError(
-                f"{name!r}: no {gen.name} topology with {chips} chips; use one of "
-                + ", ".join(f"{gen.name}-{c * (2 if gen.counts_cores else 1)}" for c in [1, 2, *table])
-                + f", or a topology such as {gen.name}:{table[8]}"
+            raise TargetError(
+                f"{name!r}: no {gen.name} slice with {chips} chips; use one of {_slice_names(gen)}"
+                f", or a topology such as {gen.name}:{table[8]}"
             )
+    _require_jax_tpu()
     _set_tpu_env(gen, chips)
-    if topo_name not in _TOPO_CACHE:
-        from jax.experimental import topologies  # noqa: PLC0415
-
-        _TOPO_CACHE[topo_name] = topologies.get_topology_desc(topology_name=topo_name, platform="tpu")
-    devices = list(_TOPO_CACHE[topo_name].devices)
+    devices = list(_topology_desc(gen, topo_name, name).devices)
     if take is not None:
         devices = devices[:take]
     return Target(name=name, generation=gen, topology=topo_name, chips=chips, devices=devices)
@@ -422,6 +571,9 @@ def _unjitted(fn):
     return getattr(fn, "__wrapped__", fn) if _is_jitted(fn) else fn
 
 
+_TRACE_LOCK = threading.RLock()
+
+
 def _compile(
     fn: Callable,
     abstract: Sequence[Any],
@@ -440,7 +592,10 @@ def _compile(
         return fn(*a, **k)
 
     t0 = time.perf_counter()
-    with _mesh_context(mesh), patch() if patch else contextlib.nullcontext(), warnings.catch_warnings():
+    # Tracing patches jax's modules (the remat fix) and sets the mesh: one trace at a time. The
+    # compile itself runs outside the lock, so fixes compile side by side (the compiler releases
+    # the GIL).
+    with _TRACE_LOCK, _mesh_context(mesh), patch() if patch else contextlib.nullcontext(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*donat.*")
         if not jit_kwargs and patch is None and _is_jitted(fn):
             traced = fn.trace(*abstract)  # already jitted: keep its donate_argnums, shardings...
@@ -751,7 +906,8 @@ class BatchSearch:
 # Fixes
 # ---------------------------------------------------------------------------------------------
 
-_REMAT_POLICIES = ("nothing_saveable", "dots_with_no_batch_dims_saveable")
+# Least recompute first: the first that fits is the one to use.
+_REMAT_POLICIES = ("dots_with_no_batch_dims_saveable", "nothing_saveable")
 _COMPILER_REMAT = {"xla_tpu_rematerialization_algo": "PEAK_PRIORITY", "xla_tpu_pre_fusion_remat": True}
 
 
@@ -827,16 +983,188 @@ def _to_bf16(abstract, param_argnums, mesh):
     return out, changed[0]
 
 
-def _microbatched(fn, k: int, batch_argnums: Sequence[int], abstract, mesh):
-    """``fn`` over ``k`` micro-batches of the leading dim of the batch arguments (lax.scan), for
-    measuring memory: float outputs are averaged (means of a loss, gradients, updated params),
-    outputs with the batch as leading dim are concatenated, others keep the last value.
+# Optimizer state: which leaves of the non-batch arguments are parameters, which the optimizer's
+# state. By name first (optax's ScaleByAdamState `mu`/`nu`, `momentum`, `trace`, a TrainState's
+# `opt_state`...), then by position: a later argument whose leaves all have the shapes of the first
+# non-batch argument's (the `step(params, opt_state, batch)` convention with unnamed moments).
+_OPT_NAMES = frozenset(
+    {
+        "opt_state",
+        "optimizer_state",
+        "optim_state",
+        "inner_state",
+        "mu",
+        "nu",
+        "mu_hat",
+        "nu_hat",
+        "momentum",
+        "trace",
+        "exp_avg",
+        "exp_avg_sq",
+        "moment1",
+        "moment2",
+        "velocity",
+        "sum_of_squares",
+        "accumulator",
+    }
+)
 
-    Returns (program, None) or (None, reason) when the split does not apply.
+
+def _path_names(path) -> List[str]:
+    out = []
+    for k in path:
+        for attr in ("key", "name"):
+            v = getattr(k, attr, None)
+            if isinstance(v, str):
+                out.append(v.lower())
+    return out
+
+
+def _is_float(x) -> bool:
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    return _is_array_like(x) and bool(jnp.issubdtype(x.dtype, jnp.floating))  # bfloat16 too
+
+
+def _state_roles(abstract, static, batch_argnums) -> Dict[Tuple[int, str], str]:
+    """``{(argnum, keystr(path)): "param" | "opt"}`` for the float leaves of the non-batch arguments."""
+    import jax  # noqa: PLC0415
+
+    roles: Dict[Tuple[int, str], str] = {}
+    first: Optional[set] = None
+    for i, arg in enumerate(abstract):
+        if i in static or i in batch_argnums:
+            continue
+        leaves = [(p, x) for p, x in jax.tree_util.tree_leaves_with_path(arg) if _is_float(x)]
+        sigs = {(tuple(x.shape), str(x.dtype)) for _, x in leaves}
+        positional = first is not None and bool(sigs) and sigs <= first
+        for p, x in leaves:
+            opt = positional or any(n in _OPT_NAMES for n in _path_names(p))
+            roles[(i, jax.tree_util.keystr(p))] = "opt" if opt else "param"
+        if first is None and sigs:
+            first = sigs
+    return roles
+
+
+def _data_axes(mesh, abstract, batch_argnums) -> Tuple[str, ...]:
+    """The mesh axes the batch's leading dim is split over (data parallelism); else the largest axis."""
+    import jax  # noqa: PLC0415
+
+    for i in batch_argnums:
+        for x in jax.tree_util.tree_leaves(abstract[i]):
+            if _is_array_like(x) and len(x.shape) > 0:
+                spec = _own_spec(x)
+                if len(spec) > 0 and spec[0] is not None:
+                    return tuple(spec[0]) if isinstance(spec[0], tuple) else (spec[0],)
+    return (max(mesh.shape, key=lambda a: mesh.shape[a]),)
+
+
+def _shard_spec(x, mesh, axes: Tuple[str, ...]):
+    """``x``'s spec with its largest dim that divides split over ``axes`` (None: none divides, or
+    the leaf already uses those axes, or it is under 1 MiB)."""
+    P = _P()
+    d = math.prod(mesh.shape[a] for a in axes)
+    spec = list(_own_spec(x))
+    used = {a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,))}
+    if d <= 1 or used & set(axes) or _nbytes(x) < (1 << 20):
+        return None
+    spec += [None] * (len(x.shape) - len(spec))
+    dims = [j for j in range(len(x.shape)) if spec[j] is None and x.shape[j] % d == 0]
+    if not dims:
+        return None
+    j = max(dims, key=lambda j: (x.shape[j], -j))
+    spec[j] = axes if len(axes) > 1 else axes[0]
+    while spec and spec[-1] is None:
+        spec.pop()
+    return P(*spec)
+
+
+def _restate(fn, abstract, mesh, static, batch_argnums, choose):
+    """``fn`` with some non-batch leaves re-placed: ``choose(role, leaf) -> (spec, memory_kind) | None``.
+
+    Returns ``(program, new_abstract, changed_bytes, out_shardings)``. Inside the program, leaves placed in host
+    memory are moved to the device before ``fn`` runs; outputs that are the new value of a changed
+    leaf (same path in the output tuple as in the arguments, else the only input of that shape and
+    dtype) are constrained to its placement, as a training loop that keeps the state so needs.
     """
     import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
     from jax.sharding import NamedSharding  # noqa: PLC0415
+
+    roles = _state_roles(abstract, static, batch_argnums)
+    placed: Dict[str, Tuple[Any, Optional[str]]] = {}  # "[i]path" -> (spec, memory_kind)
+    by_sig: Dict[Tuple, set] = {}
+    changed = [0]
+    new_abstract = list(abstract)
+    for i, arg in enumerate(abstract):
+        if i in static or i in batch_argnums:
+            continue
+
+        def one(p, x, i=i):
+            role = roles.get((i, jax.tree_util.keystr(p)))
+            if role is None:
+                return x
+            got = choose(role, x)
+            spec, kind = got if got is not None else (_own_spec(x), None)
+            key = f"[{i}]{jax.tree_util.keystr(p)}"
+            placed[key] = (spec, kind)
+            by_sig.setdefault((tuple(x.shape), str(x.dtype)), set()).add((spec, kind))
+            if got is None:
+                return x
+            changed[0] += _nbytes(x)
+            sh = NamedSharding(mesh, spec, memory_kind=kind) if kind else NamedSharding(mesh, spec)
+            return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=sh, weak_type=bool(getattr(x, "weak_type", False)))
+
+        new_abstract[i] = jax.tree_util.tree_map_with_path(one, arg)
+    if not changed[0]:
+        return None, None, 0, None
+
+    def to_device(p, x, i):
+        spec, kind = placed.get(f"[{i}]{jax.tree_util.keystr(p)}", (None, None))
+        if kind is None or not _is_array_like(x):
+            return x
+        return jax.device_put(x, NamedSharding(mesh, spec, memory_kind="device"))
+
+    def program(*args):
+        args = [
+            a if i in static or i in batch_argnums else jax.tree_util.tree_map_with_path(lambda p, x, i=i: to_device(p, x, i), a)
+            for i, a in enumerate(args)
+        ]
+        return fn(*args)
+
+    # The new state keeps its placement: out_shardings, as a training loop that keeps the state so
+    # passes them (None: the compiler chooses, for outputs that are not the new state).
+    with _mesh_context(mesh):
+        out = jax.eval_shape(program, *new_abstract)
+    seq = isinstance(out, (tuple, list))
+
+    def out_sharding(p, o):
+        if not _is_array_like(o):
+            return None
+        key = jax.tree_util.keystr(p) if seq else "[0]" + jax.tree_util.keystr(p)
+        got = placed.get(key)
+        if got is None:
+            cands = by_sig.get((tuple(o.shape), str(o.dtype)), set())
+            got = next(iter(cands)) if len(cands) == 1 else None
+        if got is None:
+            return None
+        spec, kind = got
+        return NamedSharding(mesh, spec, memory_kind=kind) if kind else NamedSharding(mesh, spec)
+
+    out_shardings = jax.tree_util.tree_map_with_path(out_sharding, out)
+    program.__name__ = getattr(fn, "__name__", "program")
+    return program, new_abstract, changed[0], out_shardings
+
+
+def _microbatched(fn, k: int, batch_argnums: Sequence[int], abstract, mesh, static=(), donate=()):
+    """One call of gradient accumulation over ``k`` micro-batches, as ``optax.MultiSteps`` runs
+    it: ``fn`` on 1/k of the batch arguments' leading dim (each keeps its sharding), plus an
+    accumulator the size of the parameters (the non-batch float leaves that are not optimizer
+    state) carried from call to call, donated when the state is. The program computes what the
+    micro-batched training loop computes on each call; nothing is averaged as if it were a gradient.
+
+    Returns ``((program, args, donate_argnums), None)`` or ``(None, reason)``.
+    """
+    import jax  # noqa: PLC0415
 
     leaves = [
         x
@@ -857,74 +1185,30 @@ def _microbatched(fn, k: int, batch_argnums: Sequence[int], abstract, mesh):
                 )
     n = B // k
 
-    def is_batched(x):
-        return _is_array_like(x) and len(x.shape) > 0 and x.shape[0] == B
-
     def chunk_sds(x):
-        return _sds(jax.ShapeDtypeStruct((n, *x.shape[1:]), x.dtype), _own_spec(x), mesh) if is_batched(x) else x
+        if _is_array_like(x) and len(x.shape) > 0 and x.shape[0] == B:
+            return _sds(jax.ShapeDtypeStruct((n, *x.shape[1:]), x.dtype), _own_spec(x), mesh)
+        return x
 
-    chunk_abstract = [jax.tree_util.tree_map(chunk_sds, a) if i in batch_argnums else a for i, a in enumerate(abstract)]
-    specs = [
-        jax.tree_util.tree_map(lambda x: _own_spec(x) if is_batched(x) else None, a) if i in batch_argnums else None
+    args = [jax.tree_util.tree_map(chunk_sds, a) if i in batch_argnums else a for i, a in enumerate(abstract)]
+    roles = _state_roles(abstract, static, batch_argnums)
+    acc = [
+        x
         for i, a in enumerate(abstract)
+        if i not in static and i not in batch_argnums
+        for p, x in jax.tree_util.tree_leaves_with_path(a)
+        if roles.get((i, jax.tree_util.keystr(p))) == "param"
     ]
-    with _mesh_context(mesh):
-        full_out = jax.eval_shape(fn, *abstract)
-        chunk_out = jax.eval_shape(fn, *chunk_abstract)
-    full_leaves, out_tree = jax.tree_util.tree_flatten(full_out)
-    chunk_leaves = jax.tree_util.tree_leaves(chunk_out)
-    stacked = [len(f.shape) > 0 and f.shape[0] == B and c.shape[0] == n for f, c in zip(full_leaves, chunk_leaves)]
 
-    def program(*args):
-        args = list(args)
-        split = {}
-        for i in batch_argnums:
-            # [B, ...] -> [n, k, ...]: micro-batch j is rows j, j+k, ...; dim 0 keeps its sharding.
-            split[i] = jax.tree_util.tree_map(
-                lambda x: (
-                    x.reshape((n, k, *x.shape[1:]))
-                    if (hasattr(x, "shape") and len(x.shape) > 0 and x.shape[0] == B)
-                    else x
-                ),
-                args[i],
-            )
-
-        def body(carry, j):
-            cur = list(args)
-            for i in batch_argnums:
-                cur[i] = jax.tree_util.tree_map(
-                    lambda x, s: (
-                        jax.lax.with_sharding_constraint(
-                            jax.lax.dynamic_index_in_dim(x, j, axis=1, keepdims=False), NamedSharding(mesh, s)
-                        )
-                        if s is not None
-                        else x
-                    ),
-                    split[i],
-                    specs[i],
-                    is_leaf=lambda v: v is None,
-                )
-            outs = jax.tree_util.tree_leaves(fn(*cur))
-            new_carry, ys = [], []
-            for o, c, st in zip(outs, carry, stacked):
-                if st:
-                    ys.append(o)
-                    new_carry.append(c)
-                elif jnp.issubdtype(o.dtype, jnp.floating):
-                    new_carry.append(c + o / k)
-                    ys.append(None)
-                else:
-                    new_carry.append(o)
-                    ys.append(None)
-            return new_carry, ys
-
-        init = [jnp.zeros(c.shape, c.dtype) for c in chunk_leaves]
-        carry, ys = jax.lax.scan(body, init, jnp.arange(k))
-        res = [jnp.swapaxes(y, 0, 1).reshape((B, *y.shape[2:])) if st else c for c, y, st in zip(carry, ys, stacked)]
-        return jax.tree_util.tree_unflatten(out_tree, res)
+    def program(*a):
+        *user, grads_acc = a
+        out = fn(*user)
+        return out, [g * 0.5 for g in grads_acc]  # acc <- acc + grads, as cheap as it gets
 
     program.__name__ = getattr(fn, "__name__", "program")
-    return program, None
+    state_donated = any(i in donate for i in range(len(abstract)) if i not in batch_argnums and i not in static)
+    new_donate = tuple(sorted(set(donate) | ({len(abstract)} if state_donated else set())))
+    return (program, [*args, acc], new_donate), None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -951,9 +1235,10 @@ def _measure(
         t = time.perf_counter()
         diag = None
         if not comp.fits:
-            # explain (the error joined with the dump) and analyze run side by side.
+            # explain reads the compiler's message (its figures, the event); the causes come from
+            # analyze of the dump (_one_story). They run side by side.
             with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-                pending = pool.submit(explain, exception_text(comp.exception), dump=tmp if analyze else None)
+                pending = pool.submit(explain, exception_text(comp.exception))
                 analysis = _analyze(tmp, limit) if analyze else None
                 diag = pending.result()
             peak = _peak_of_failure(comp, analysis, diag)
@@ -965,6 +1250,40 @@ def _measure(
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _one_story(diag: Diagnosis, analysis: Optional[dict], peak: Optional[int], limit: int, where: str) -> Diagnosis:
+    """fit's diagnosis: the event of the compiler's message (explain) with the category, ranked
+    causes, ledger and what-ifs of ``hbm-doctor analyze`` on the same dump (the engine every
+    command uses), and one set of figures: the exact peak of the buffer assignment against the
+    limit, in the headline and in the figures alike."""
+    if not analysis or peak is None:
+        return diag
+    ad = analysis.get("diagnosis") or {}
+    doc = json.loads(json.dumps(diag.raw)) if diag.raw else {"schema_version": 1, "events": []}
+    main = (doc.get("diagnosis") or {}).get("event")
+    events = doc.get("events") or []
+    if main is not None and main < len(events):
+        # The message rounds to 0.01G; the dump's buffer assignment has the same figure in bytes.
+        events[main].update(used_bytes=peak, limit_bytes=limit, exceeded_bytes=max(0, peak - limit))
+    over = peak - limit
+    verdict = f"{format_size(over)} over" if over > 0 else f"{format_size(-over)} to spare"
+    summary = (
+        f"Out of HBM at compile time on {where}: needs {format_size(peak)} per device but "
+        f"{format_size(limit)} is available ({verdict}, {100.0 * peak / limit:.0f}% of the limit)."
+    )
+    d = dict(doc.get("diagnosis") or {})
+    d.update(
+        category=ad.get("category", d.get("category")),
+        causes=ad.get("causes", []),
+        summary=summary,
+        ledger=ad.get("ledger", d.get("ledger", [])),
+        engine="analyze",
+    )
+    if ad.get("what_if"):
+        d["what_if"] = ad["what_if"]
+    doc["diagnosis"] = d
+    return Diagnosis.from_json(doc)
 
 
 def _rank_by_measured(diag: Diagnosis, fixes: List[FixResult]) -> None:
@@ -1019,6 +1338,7 @@ def fit(
     try_fixes: bool = False,
     compiler_options: Optional[Dict[str, Any]] = None,
     keep_dump: Optional[Union[str, os.PathLike]] = None,
+    progress: Optional[bool] = None,
     **jit_kwargs: Any,
 ) -> FitResult:
     """Compiles ``fn(*args)`` for a TPU target, deviceless, and says whether it fits.
@@ -1042,6 +1362,8 @@ def fit(
         compiler_options: passed to the TPU compiler (``{"xla_tpu_...": ...}``; never put TPU
             flags in ``XLA_FLAGS``).
         keep_dump: copy the compiler's dump of the program there (it is deleted otherwise).
+        progress: one line on stderr per fix compiled (which fix, the time so far); default: when
+            stderr is a terminal.
         **jit_kwargs: passed to ``jax.jit`` (``donate_argnums``, ``static_argnums``, ...).
 
     Returns:
@@ -1055,12 +1377,28 @@ def fit(
         >>> r = fit(step, params, batch, target="v6e-8", in_specs=(P(), P("data")))  # doctest: +SKIP
         >>> print(r.fits, r.peak_bytes, r.headroom_bytes)                              # doctest: +SKIP
     """
+    _require_jax_tpu()
     tgt = globals()["target"](target) if isinstance(target, str) else target
-    return _fit_on(tgt, fn, args, mesh, in_specs, batch_argnums, try_fixes, compiler_options, keep_dump, jit_kwargs)
+    if progress is None:
+        progress = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return _fit_on(
+        tgt, fn, args, mesh, in_specs, batch_argnums, try_fixes, compiler_options, keep_dump, jit_kwargs, progress=progress
+    )
 
 
 def _fit_on(
-    tgt, fn, args, mesh, in_specs, batch_argnums, try_fixes, compiler_options, keep_dump, jit_kwargs, analyze=True
+    tgt,
+    fn,
+    args,
+    mesh,
+    in_specs,
+    batch_argnums,
+    try_fixes,
+    compiler_options,
+    keep_dump,
+    jit_kwargs,
+    analyze=True,
+    progress=False,
 ) -> FitResult:
     jit_kwargs = dict(jit_kwargs)
     user_opts = dict(jit_kwargs.pop("compiler_options", None) or {})
@@ -1075,6 +1413,8 @@ def _fit_on(
     abstract = _abstract_args(args, in_specs, m, static)
     limit = tgt.usable_bytes
     comp, peak, analysis, diag, dump, a_secs = _measure(fn, abstract, m, jit_kwargs, user_opts, limit, analyze=analyze)
+    if diag is not None:
+        diag = _one_story(diag, analysis, peak, limit, f"{tgt.name} ({tgt.generation.kind})")
     try:
         if keep_dump is not None and dump:
             shutil.copytree(dump, os.fspath(keep_dump), dirs_exist_ok=True)
@@ -1104,117 +1444,249 @@ def _fit_on(
     if try_fixes:
         t = time.perf_counter()
         batch = tuple(batch_argnums) if batch_argnums is not None else _default_batch_argnums(len(args), static)
-        res.fixes = _try_fixes(_unjitted(fn), abstract, m, jit_kwargs, user_opts, limit, peak, static, batch, res.fits)
+        res.fixes = _try_fixes(
+            _unjitted(fn), abstract, m, jit_kwargs, user_opts, limit, peak, static, batch, res.fits, progress=progress
+        )
         res.fixes_seconds = time.perf_counter() - t
         if res.diagnosis is not None:
             _rank_by_measured(res.diagnosis, res.fixes)
     return res
 
 
+class _Progress:
+    """One line per fix on stderr when it starts and when it ends, with the time so far."""
+
+    def __init__(self, enabled: bool, total: int = 0):
+        self.enabled, self.t0, self.lock = enabled, time.perf_counter(), threading.Lock()
+
+    def say(self, text: str) -> None:
+        if not self.enabled:
+            return
+        with self.lock:
+            sys.stderr.write(f"hbm-doctor fit: [{time.perf_counter() - self.t0:5.1f}s] {text}\n")
+            sys.stderr.flush()
+
+
+def _fit_jobs() -> int:
+    """Fix families compiled at a time: ``$HBM_DOCTOR_FIT_JOBS``, else one per 4 cores the process
+    may use (the TPU compiler runs several threads per compile: on 2 cores, two compiles side by
+    side took 1.5x longer than one after the other)."""
+    env = os.environ.get("HBM_DOCTOR_FIT_JOBS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // 4)
+
+
+def _hbm_peak(comp: _Compiled) -> Optional[int]:
+    """The HBM peak of a program that fits: ``memory_analysis()`` counts ``pinned_host`` buffers in
+    its peak too, so host arguments, outputs and temporaries are taken off."""
+    ma = comp.memory_analysis or {}
+    peak = ma.get("peak_memory_in_bytes")
+    if peak is None:
+        return None
+    host = sum(ma.get(k, 0) for k in ("host_argument_size_in_bytes", "host_output_size_in_bytes", "host_temp_size_in_bytes"))
+    return peak - host + ma.get("host_alias_size_in_bytes", 0) if host else peak
+
+
 def _try_fixes(
-    fn, abstract, mesh, jit_kwargs, opts, limit, base_peak, static, batch_argnums, base_fits
+    fn, abstract, mesh, jit_kwargs, opts, limit, base_peak, static, batch_argnums, base_fits, progress=False
 ) -> List[FixResult]:
-    fixes: List[FixResult] = []
+    """Every automatic fix, compiled and measured. Fixes come in families tried one after the other
+    until one fits (micro-batches 2, 4, 8, 16; remat policies from the least recompute; ZeRO-1
+    then FSDP); families compile side by side, as many as there are cores."""
     name = getattr(fn, "__name__", "step")
+    prev = jit_kwargs.get("donate_argnums") or ()
+    prev = (prev,) if isinstance(prev, int) else tuple(prev)
+    prog = _Progress(progress)
 
     def run(fix: FixResult, f=fn, a=abstract, kw=jit_kwargs, o=opts, patch=None) -> FixResult:
+        prog.say(f"{fix.name}: compiling")
+        t = time.perf_counter()
         try:
             comp, peak, _, _, dump, _ = _measure(f, a, mesh, kw, o, limit, patch=patch, analyze=False)
+            if comp.fits:
+                peak = _hbm_peak(comp)
             fix.fits, fix.peak_bytes, fix.compile_seconds = comp.fits, peak, comp.compile_seconds
             if not comp.fits and peak is None:
                 fix.error = str(comp.exception).strip()
             if peak is not None and base_peak is not None:
                 fix.savings_bytes = base_peak - peak
         except Exception as e:  # the transformed program did not trace or compile
-            fix.error = f"{type(e).__name__}: {e}"
-        fixes.append(fix)
+            fix.error = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        verdict = "error" if fix.error else ("fits" if fix.fits else "does not fit")
+        peak_s = f", {format_size(fix.peak_bytes)}" if fix.peak_bytes is not None else ""
+        prog.say(f"{fix.name}: {verdict}{peak_s} ({time.perf_counter() - t:.1f}s)")
         return fix
 
-    # 1. Donation of every argument that has a same-shaped output.
-    try:
-        donate = _donatable(fn, abstract, mesh, jit_kwargs, static)
-    except Exception as e:
-        donate, why = (), f"outputs could not be computed: {e}"
-    else:
-        why = "no argument has a same-shaped output of 1 MiB or more (or it is already donated)"
-    fix = FixResult(
-        "donate",
-        "no_donation",
-        f"donate arguments {donate} whose buffers an output can reuse",
-        f"jax.jit({name}, donate_argnums={donate})",
-    )
-    if donate:
-        prev = jit_kwargs.get("donate_argnums") or ()
-        prev = (prev,) if isinstance(prev, int) else tuple(prev)
-        run(fix, kw={**jit_kwargs, "donate_argnums": tuple(sorted(set(prev) | set(donate)))})
-    else:
+    def not_applied(fix: FixResult, why: str) -> FixResult:
         fix.applied, fix.reason = False, why
-        fixes.append(fix)
+        return fix
 
-    # 2. Rematerialization policies on every differentiated function and scanned body.
-    for pol in _REMAT_POLICIES:
-        counter = [0]
+    # Each family is a list of steps; a step returns its FixResult and whether to go on.
+    def donate_family() -> List[FixResult]:
         fix = FixResult(
-            f"remat:{pol}",
-            "no_remat",
-            f"jax.checkpoint with policy {pol} on the functions given to jax.grad/value_and_grad/vjp and on lax.scan bodies",
-            f"jax.checkpoint(layer, policy=jax.checkpoint_policies.{pol})  # each layer / the scanned block",
+            "donate", "no_donation", "donate the arguments whose buffers an output can reuse", f"jax.jit({name}, donate_argnums=...)"
         )
-        run(fix, patch=functools.partial(_remat_patch, pol, counter))
-        if counter[0] == 0 and not fix.error:
-            fix.applied, fix.reason, fix.fits, fix.peak_bytes, fix.savings_bytes = (
-                False,
-                "no jax.grad/value_and_grad/vjp or lax.scan call while tracing",
-                None,
-                None,
-                None,
-            )
-
-    # 3. bf16 parameters.
-    params = tuple(i for i in range(len(abstract)) if i not in static and i not in batch_argnums)
-    cast, changed = _to_bf16(abstract, params, mesh)
-    fix = FixResult(
-        "bf16_params",
-        "f32_precision",
-        "parameters (the non-batch arguments) in bfloat16",
-        "params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)  # f32 master copy in the optimizer if needed",
-    )
-    if changed:
-        run(fix, a=cast)
-    else:
-        fix.applied, fix.reason = False, "no float32 parameter"
-        fixes.append(fix)
-
-    # 4. Micro-batches of the leading batch dimension: the smallest split that fits.
-    for k in (2, 4, 8, 16):
         try:
-            prog, why = _microbatched(fn, k, batch_argnums, abstract, mesh)
+            with _TRACE_LOCK:
+                donate = _donatable(fn, abstract, mesh, jit_kwargs, static)
         except Exception as e:
-            prog, why = None, f"{type(e).__name__}: {e}"
-        fix = FixResult(
-            f"microbatch:{k}",
-            "batch_too_large",
-            f"{k} micro-batches per step (gradient accumulation)",
-            f"optax.MultiSteps(opt, every_k_schedule={k}) with 1/{k} of the batch per call, or lax.scan over {k} micro-batches",
-        )
-        if prog is None:
-            fix.applied, fix.reason = False, why
-            fixes.append(fix)
-            break
-        run(fix, f=prog)
-        if fix.fits or base_fits or fix.error or (fix.savings_bytes is not None and fix.savings_bytes <= 0):
-            break  # fits, or more micro-batches will not help
+            return [not_applied(fix, f"outputs could not be computed: {e}")]
+        if not donate:
+            return [not_applied(fix, "no argument has a same-shaped output of 1 MiB or more (or it is already donated)")]
+        fix.description = f"donate arguments {donate} whose buffers an output can reuse"
+        fix.code = f"jax.jit({name}, donate_argnums={donate})"
+        return [run(fix, kw={**jit_kwargs, "donate_argnums": tuple(sorted(set(prev) | set(donate)))})]
 
-    # 5. The compiler's own rematerialization, harder.
-    flags = " ".join(f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in _COMPILER_REMAT.items())
-    fix = FixResult(
-        "compiler_remat",
-        "no_remat",
-        "the TPU compiler's peak-priority rematerialization and pre-fusion remat (compile time for memory; last resort)",
-        f"LIBTPU_INIT_ARGS='{flags}' (or compiler_options; never XLA_FLAGS)",
-    )
-    run(fix, o={**opts, **_COMPILER_REMAT})
-    return fixes
+    def remat_family() -> List[FixResult]:
+        out = []
+        for pol in _REMAT_POLICIES:
+            counter = [0]
+            fix = FixResult(
+                f"remat:{pol}",
+                "no_remat",
+                f"jax.checkpoint with policy {pol} on the functions given to jax.grad/value_and_grad/vjp and on lax.scan bodies",
+                f"jax.checkpoint(layer, policy=jax.checkpoint_policies.{pol})  # each layer / the scanned block",
+            )
+            run(fix, patch=functools.partial(_remat_patch, pol, counter))
+            if counter[0] == 0 and not fix.error:
+                fix.fits = fix.peak_bytes = fix.savings_bytes = None
+                out.append(not_applied(fix, "no jax.grad/value_and_grad/vjp or lax.scan call while tracing"))
+                break
+            out.append(fix)
+            if fix.fits or base_fits:
+                break
+        return out
+
+    def bf16_family() -> List[FixResult]:
+        params = tuple(i for i in range(len(abstract)) if i not in static and i not in batch_argnums)
+        cast, changed = _to_bf16(abstract, params, mesh)
+        fix = FixResult(
+            "bf16_params",
+            "f32_precision",
+            "parameters (the non-batch arguments) in bfloat16",
+            "params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)  # f32 master copy in the optimizer if needed",
+        )
+        return [run(fix, a=cast)] if changed else [not_applied(fix, "no float32 parameter")]
+
+    def microbatch_family() -> List[FixResult]:
+        out = []
+        for k in (2, 4, 8, 16):
+            fix = FixResult(
+                f"microbatch:{k}",
+                "batch_too_large",
+                f"{k} micro-batches per step with gradient accumulation: each call takes 1/{k} of the batch "
+                "and carries a gradient accumulator the size of the parameters",
+                f"optax.MultiSteps(opt, every_k_schedule={k}) with 1/{k} of the batch per call",
+            )
+            try:
+                with _TRACE_LOCK:
+                    built, why = _microbatched(fn, k, batch_argnums, abstract, mesh, static, prev)
+            except Exception as e:
+                built, why = None, f"{type(e).__name__}: {e}"
+            if built is None:
+                out.append(not_applied(fix, why))
+                break
+            f, a, donate = built
+            out.append(run(fix, f=f, a=a, kw={**jit_kwargs, "donate_argnums": donate} if donate else jit_kwargs))
+            if fix.fits or base_fits or fix.error or (fix.savings_bytes is not None and fix.savings_bytes <= 0):
+                break  # fits, or more micro-batches will not help
+        return out
+
+    axes = _data_axes(mesh, abstract, batch_argnums)
+    axis_s = "+".join(axes)
+    d = math.prod(mesh.shape[a] for a in axes)
+
+    def shard_family() -> List[FixResult]:
+        out = []
+        for fname, roles_, what, code in (
+            (
+                "zero1",
+                ("opt",),
+                f"the optimizer state (Adam moments...) sharded over the data axis {axis_s!r} ({d} ways), "
+                "parameters replicated (ZeRO-1)",
+                f"opt_state = jax.device_put(opt_state, NamedSharding(mesh, P({axis_s!r})))  # on its largest dim that divides, and the same out_shardings",
+            ),
+            (
+                "fsdp",
+                ("opt", "param"),
+                f"parameters and optimizer state sharded over the data axis {axis_s!r} ({d} ways), "
+                "gathered layer by layer by the compiler (FSDP / ZeRO-3)",
+                f"params, opt_state = jax.device_put((params, opt_state), NamedSharding(mesh, P({axis_s!r})))  # largest dim that divides; same out_shardings",
+            ),
+        ):
+            fix = FixResult(fname, "optimizer_state_unsharded" if fname == "zero1" else "replicated_tensor", what, code)
+            with _TRACE_LOCK:
+                f, a, nbytes, out_sh = _restate(
+                    fn,
+                    abstract,
+                    mesh,
+                    static,
+                    batch_argnums,
+                    lambda role, x, r=roles_: (s, None) if role in r and (s := _shard_spec(x, mesh, axes)) is not None else None,
+                )
+            if f is None:
+                why = (
+                    f"one device on the data axis {axis_s!r}: nothing to shard over"
+                    if d <= 1
+                    else ("no optimizer state found (by name: mu, nu, opt_state...; or an argument shaped like the parameters)"
+                          if fname == "zero1" else "no parameter or state leaf of 1 MiB or more with a dim divisible by " + str(d))
+                )
+                out.append(not_applied(fix, why))
+                continue
+            fix.description += f"; {format_size(nbytes)} of arguments sharded"
+            out.append(run(fix, f=f, a=a, kw={**jit_kwargs, "out_shardings": out_sh}))
+            if fix.fits or base_fits:
+                break
+        return out
+
+    def offload_family() -> List[FixResult]:
+        fix = FixResult(
+            "offload_opt_state",
+            "optimizer_state_unsharded",
+            "the optimizer state kept in host memory (pinned_host) between steps, brought to the device for the update",
+            "opt_state = jax.device_put(opt_state, NamedSharding(mesh, P(), memory_kind='pinned_host'))  # and the same out_shardings",
+        )
+        with _TRACE_LOCK:
+            f, a, nbytes, out_sh = _restate(
+                fn, abstract, mesh, static, batch_argnums, lambda role, x: (_own_spec(x), "pinned_host") if role == "opt" else None
+            )
+        if f is None:
+            return [not_applied(fix, "no optimizer state found (by name: mu, nu, opt_state...; or an argument shaped like the parameters)")]
+        fix.description += f"; {format_size(nbytes)} offloaded"
+        return [run(fix, f=f, a=a, kw={**jit_kwargs, "out_shardings": out_sh})]
+
+    def compiler_remat_family() -> List[FixResult]:
+        flags = " ".join(f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in _COMPILER_REMAT.items())
+        fix = FixResult(
+            "compiler_remat",
+            "no_remat",
+            "the TPU compiler's peak-priority rematerialization and pre-fusion remat (compile time for memory; last resort)",
+            f"LIBTPU_INIT_ARGS='{flags}' (or compiler_options; never XLA_FLAGS)",
+        )
+        return [run(fix, o={**opts, **_COMPILER_REMAT})]
+
+    families = [
+        donate_family,
+        remat_family,
+        bf16_family,
+        microbatch_family,
+        shard_family,
+        offload_family,
+        compiler_remat_family,
+    ]
+    jobs = min(_fit_jobs(), len(families))
+    prog.say(f"trying {len(families)} families of fixes, {jobs} at a time")
+    if jobs <= 1:
+        results = [fam() for fam in families]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = [fut.result() for fut in [pool.submit(fam) for fam in families]]
+    return [f for fam in results for f in fam]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1280,6 +1752,7 @@ def max_batch(
         8064
     """
     t_start = time.perf_counter()
+    _require_jax_tpu()
     tgt = globals()["target"](target) if isinstance(target, str) else target
     user_opts = dict(compiler_options or {})
 

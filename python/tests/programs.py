@@ -105,3 +105,33 @@ def mlp_args(batch_per_device, width=4096, layers=4, devices=4):
 
 
 MLP_SPECS = (P(), P("data"))
+
+
+def adam_dp(params, opt_state, x):
+    """Pure data parallelism with Adam: f32 parameters and both moments replicated on every device
+    (the arguments alone are 3x the parameters), the batch sharded. Sharding the moments over the
+    data axis (ZeRO-1), or parameters and moments (FSDP), is what makes it fit.
+    """
+
+    def loss(ps):
+        h = x
+        for w in ps:
+            h = jnp.tanh(h @ w)
+        return jnp.mean(h * h)
+
+    g = jax.grad(loss)(params)
+    mu = [0.9 * m + 0.1 * gi for m, gi in zip(opt_state["mu"], g)]
+    nu = [0.999 * v + 0.001 * gi * gi for v, gi in zip(opt_state["nu"], g)]
+    new = [w - 1e-3 * m / (jnp.sqrt(v) + 1e-8) for w, m, v in zip(params, mu, nu)]
+    return new, {"mu": mu, "nu": nu}
+
+
+def adam_dp_args(layers=21, width=8192, batch_per_device=256, devices=4):
+    """21 f32 [8192, 8192] weights: 5.25G of parameters, 15.75G with the two moments (v5e: 15.75G)."""
+    ws = [jax.ShapeDtypeStruct((width, width), jnp.float32) for _ in range(layers)]
+    state = {"mu": list(ws), "nu": list(ws)}
+    x = jax.ShapeDtypeStruct((batch_per_device * devices, width), jnp.float32)
+    return ws, state, x
+
+
+ADAM_SPECS = (P(), P(), P("data"))

@@ -59,3 +59,17 @@ def test_sizes():
     assert hbm_doctor.format_size(19058917376) == "17.75G"
     assert hbm_doctor.parse_size("15.75GiB") == 16911433728
     assert hbm_doctor.parse_size("512M") == 512 << 20
+
+
+def test_chip_table_is_the_binarys():
+    """fit reads the chip facts from the Rust table (`hbm-doctor chips --format json`); the built-in
+    copy, used only without the binary, is the same."""
+    import json as _json
+
+    from hbm_doctor._diagnosis import run_binary
+    from hbm_doctor.jax import _BUILTIN_CHIPS, chip_table
+
+    doc = _json.loads(run_binary(["chips", "--format", "json"], ok_codes=(0,)).stdout)
+    table = {t["name"]: (t["physical_bytes"], t["usable_bytes"]) for t in doc["tpus"]}
+    assert table == chip_table() == _BUILTIN_CHIPS
+    assert table["v4"] == (32 << 30, 33_017_561_088) and table["v7-core"][1] == 101_732_843_520

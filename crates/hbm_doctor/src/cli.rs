@@ -102,6 +102,18 @@ pub enum Command {
     /// Write a self-contained offline HTML memory viewer of an XLA dump (chart, buffers at the
     /// peak, lifetimes, breakdown, diagnosis); `view BEFORE AFTER` shows what a change did.
     View(crate::commands::view::ViewArgs),
+    /// The TPU chip table (usable HBM per device as the compiler counts it); for the Python
+    /// package's `fit`, so Rust and Python read one table.
+    #[command(hide = true)]
+    Chips(ChipsArgs),
+}
+
+/// `hbm-doctor chips` (hidden).
+#[derive(Debug, Args)]
+pub struct ChipsArgs {
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = OutputFormat::Human)]
+    pub format: OutputFormat,
 }
 
 /// `hbm-doctor explain`.

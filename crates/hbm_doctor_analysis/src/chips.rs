@@ -64,6 +64,16 @@ pub const TPUS: &[TpuGeneration] = &[
         usable_bytes: 102_803_439_616,
     },
     TpuGeneration {
+        name: "v7-core",
+        long_name: "TPU v7 (Ironwood) TensorCore, one JAX device (two per chip)",
+        physical_bytes: 96 * GIB,
+        // A deviceless `tpu7x:2x2x1` compile (jax 0.10.2 / libtpu 0.0.42.1) shows 8 devices
+        // (2 per chip) and `exceeds available HBM (94.75G)`; the largest donated f32 program that
+        // compiles is 101,732,712,448 B, plus the 128 KiB the compiler keeps on every generation
+        // (the same bisection gives v5e's and v6e's figures above exactly).
+        usable_bytes: 101_732_843_520,
+    },
+    TpuGeneration {
         name: "v7",
         long_name: "TPU v7 (Ironwood)",
         physical_bytes: 192 * GIB,
@@ -135,7 +145,9 @@ pub fn infer_tpu(limit: u64, reserved: Option<u64>) -> Option<(String, u64)> {
 pub fn tpus_that_fit(bytes: u64) -> Vec<String> {
     let mut out: Vec<&TpuGeneration> = TPUS
         .iter()
-        .filter(|t| t.usable_bytes >= bytes && !matches!(t.name, "v2" | "v3" | "v4-core"))
+        .filter(|t| {
+            t.usable_bytes >= bytes && !matches!(t.name, "v2" | "v3" | "v4-core" | "v7-core")
+        })
         .collect();
     out.sort_by_key(|t| t.usable_bytes);
     out.into_iter()
@@ -197,5 +209,9 @@ mod tests {
         assert!(!tpus_that_fit(15 * GIB)
             .iter()
             .any(|t| t.starts_with("v4-core")));
+        // A deviceless `tpu7x:2x2x1` compile: one JAX device per TensorCore, 94.75G each.
+        let (name, physical) =
+            infer_tpu(hbm_doctor_log::parse_size("94.75G").expect("size"), None).expect("v7");
+        assert!(name.contains("v7") && physical == 96 * GIB, "{name}");
     }
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand; each returns its exit code.
 
 pub mod analyze;
+pub mod chips;
 pub mod explain;
 pub mod exporter;
 pub mod fit;
@@ -24,5 +25,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Fit(args) => fit::run(&args, &cli.global),
         Command::Trend(args) => trend::run(&args, &cli.global),
         Command::View(args) => view::run(&args, &cli.global),
+        Command::Chips(args) => chips::run(&args),
     }
 }
