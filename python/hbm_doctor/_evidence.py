@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from hbm_doctor._size import format_size
 
-__all__ = ["capture", "write", "capture_to_file", "evidence_path", "summary_lines", "ATTR"]
+__all__ = ["capture", "write", "capture_to_file", "evidence_path", "summary_lines", "read_summary", "ATTR"]
 
 SCHEMA_VERSION = 1
 ATTR = "__hbm_doctor_evidence__"  # set on the exception: the path of its evidence file
@@ -584,6 +584,8 @@ def capture_to_file(exc: BaseException, step: Optional[int] = None, stream: Any 
     existing = evidence_path(exc)
     if existing is not None or not enabled():
         return existing
+    if "jax" not in sys.modules and "torch_xla" not in sys.modules:
+        return None  # no framework in this process: nothing to read that the traceback lacks
     try:
         path = write(capture(exc, step))
     except Exception as e:
@@ -631,3 +633,12 @@ def summary_lines(doc: Dict[str, Any], limit: int = 3) -> List[str]:
         count = sum(a.get("count") or 0 for a in arrays)
         lines.append(f"{count:,} live arrays, {format_size(total)} over all devices")
     return lines
+
+
+def read_summary(path: str) -> List[str]:
+    """:func:`summary_lines` of an evidence file; empty when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return summary_lines(json.load(f))
+    except Exception:
+        return []
