@@ -186,6 +186,10 @@ _CONTAINERS = (list, tuple, dict, set, frozenset, deque)
 _SKIP = (types.FrameType, types.ModuleType, type, types.FunctionType, types.CellType, types.MethodType)
 
 
+_NOT_HOLDERS = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, str, bytes, int, float,
+                type(None))
+
+
 def _frames(exc: Optional[BaseException]) -> List[types.FrameType]:
     """Frames to read locals from, nearest to the failure first, without this package's own."""
     seen: Dict[int, types.FrameType] = {}
@@ -231,6 +235,7 @@ class _Namer:
         self.frames = frames
         self.modules = [m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)]
         self.module_dicts = {id(vars(m)): m for m in self.modules if hasattr(m, "__dict__")}
+        self._globals: Optional[Dict[int, Tuple[str, str, str]]] = None
 
     def names(self, wanted: Dict[int, Any]) -> Dict[int, Tuple[str, str, str]]:
         """id -> (name, scope, where) for the objects in ``wanted`` that a variable holds."""
@@ -244,14 +249,20 @@ class _Namer:
             for k, v in items:
                 if id(v) in wanted and id(v) not in found:
                     found[id(v)] = (k, "local", where)
-        for m in self.modules:
-            try:
-                items = list(vars(m).items())
-            except Exception:
-                continue
-            for k, v in items:
-                if id(v) in wanted and id(v) not in found and not k.startswith("__"):
-                    found[id(v)] = (k, "global", _module_where(m))
+        if self._globals is None:  # one pass over every module's globals, then lookups
+            self._globals = {}
+            for m in self.modules:
+                try:
+                    items = list(vars(m).items())
+                except Exception:
+                    continue
+                where = _module_where(m)
+                for k, v in items:
+                    if not isinstance(v, _NOT_HOLDERS) and not k.startswith("__"):
+                        self._globals.setdefault(id(v), (k, "global", where))
+        for i in wanted:
+            if i not in found and i in self._globals:
+                found[i] = self._globals[i]
         return found
 
 
