@@ -230,6 +230,7 @@ def fake_torch_xla(monkeypatch):
     met.metric_names = lambda: list(metrics)
     met.counter_value = counters.get
     met.metric_data = metrics.get
+    monkeypatch.delitem(sys.modules, "jax", raising=False)  # this process's JAX, if any, is not read
     root = types.ModuleType("torch_xla")
     for name, mod in [("torch_xla", root), ("torch_xla.core", types.ModuleType("torch_xla.core")),
                       ("torch_xla.core.xla_model", xm), ("torch_xla.debug", types.ModuleType("torch_xla.debug")),
@@ -245,8 +246,11 @@ def test_torch_xla_memory_and_metrics(fake_torch_xla):
     assert tx["metrics"]["UncachedCompile"] == 7 and tx["metrics"]["CompileTime"] == 7
     assert tx["metrics"]["TransferToDevice"] == 33 and tx["metrics"]["CreateDataHandles"] == 1200
     assert tx["metrics"]["DestroyDataHandles"] == 400
-    if doc["framework"] == "torch_xla":  # jax not imported in this test process
-        assert doc["devices"][0]["bytes_in_use"] == 15 << 30 and doc["devices"][0]["kind"] == "TPU"
+    assert doc["framework"] == "torch_xla" and doc["live_arrays"] == [] and doc["holders"] == []
+    assert doc["devices"] == [{"id": "0", "kind": "TPU", "platform": "tpu", "bytes_in_use": 15 << 30,
+                               "peak_bytes_in_use": 16 << 30, "bytes_limit": 16 << 30,
+                               "largest_free_block_bytes": None, "num_allocs": None}]
+    assert doc["exception"]["message"] == OOM and "errors" not in doc
 
 
 def test_torch_xla_older_memory_info(fake_torch_xla):
@@ -284,7 +288,8 @@ class FakeDevice:
         return {"bytes_in_use": self.used, "bytes_limit": 16 << 30, "peak_bytes_in_use": self.used}
 
 
-def test_sampler_keeps_the_last_snapshots_in_memory(tmp_path):
+def test_sampler_keeps_the_last_snapshots_in_memory(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
     dev = FakeDevice()
     s = sampler.Sampler(str(tmp_path / "s.jsonl"), devices=[dev], keep=5)
     for step in range(8):
@@ -354,8 +359,7 @@ def test_explain_falls_back_when_the_binary_has_no_evidence_flag(tmp_path, monke
         hbm_doctor.explain(OOM, evidence=ev)
 
 
-def test_ipython_extension_captures(tmp_path, monkeypatch, capsys):
-    pytest.importorskip("jax")
+def test_ipython_extension_captures(tmp_path, monkeypatch, capsys, fake_torch_xla):
     monkeypatch.setenv("HBM_DOCTOR_EVIDENCE_DIR", str(tmp_path))
     from test_hook import FakeShell
 
@@ -367,5 +371,6 @@ def test_ipython_extension_captures(tmp_path, monkeypatch, capsys):
         shell.handler(shell, type(e), e, e.__traceback__)
         path = _evidence.evidence_path(e)
     assert path is not None and path.startswith(str(tmp_path))
-    assert json.loads(open(path).read())["exception"]["message"] == OOM
+    doc = json.loads(open(path).read())
+    assert doc["exception"]["message"] == OOM and doc["torch_xla"]["memory_info"]["bytes_used"] == 15 << 30
     assert f"evidence of what held the memory: {path}" in capsys.readouterr().err
