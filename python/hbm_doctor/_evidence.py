@@ -157,9 +157,12 @@ def _jax_executables(jax: Any, deadline: float) -> List[Dict[str, Any]]:
             except Exception:
                 name = "?"
             by_name.setdefault(name, []).append(e)
+    jitted = _jitted_globals()
     out = []
     for name, execs in sorted(by_name.items(), key=lambda kv: -len(kv[1])):
         entry: Dict[str, Any] = {"name": name, "count": len(execs)}
+        if name in jitted:
+            entry["jit_cache_size"], entry["held_by"] = jitted[name]
         # get_compiled_memory_stats() can cost 100 ms on a large CPU program: the newest of each
         # name, while the budget lasts.
         if time.perf_counter() < deadline:
@@ -176,6 +179,28 @@ def _jax_executables(jax: Any, deadline: float) -> List[Dict[str, Any]]:
                 pass
         out.append(entry)
     return out[:100]
+
+
+def _jitted_globals() -> Dict[str, Tuple[int, Dict[str, str]]]:
+    """``jit_NAME`` -> (``_cache_size()``, the global holding it) for the jitted functions that
+    module globals hold (jit has no registry of its functions; locals and attributes are missed)."""
+    out: Dict[str, Tuple[int, Dict[str, str]]] = {}
+    for m in list(sys.modules.values()):
+        try:
+            items = list(vars(m).items())
+        except Exception:
+            continue
+        for k, v in items:
+            if type(v).__name__ != "PjitFunction":
+                continue
+            try:
+                name = "jit_" + getattr(v, "__name__", k)
+                size = int(v._cache_size())
+            except Exception:
+                continue
+            if name not in out or size > out[name][0]:
+                out[name] = (size, {"name": k, "scope": "global", "where": _module_where(m)})
+    return out
 
 
 # ---- who holds the arrays ---------------------------------------------------------------------

@@ -98,6 +98,8 @@ def test_new_executable_per_shape_is_counted(tmp_path):
     assert p.returncode == 1 and len(files) == 1, p.stderr
     ex = {e["name"]: e for e in docs[0]["executables"]}
     assert ex["jit_train_step"]["count"] == 5, ex
+    assert ex["jit_train_step"]["jit_cache_size"] == 5  # the function's own cache, found as a global
+    assert ex["jit_train_step"]["held_by"] == {"name": "train_step", "scope": "global", "where": "train.py"}
     assert ex["jit_train_step"]["output_bytes"] is not None
     assert "hbm-doctor:" in p.stderr and "plan:" not in p.stderr  # diagnose=False: the path only
 
