@@ -100,6 +100,7 @@ def test_new_executable_per_shape_is_counted(tmp_path):
     assert ex["jit_train_step"]["count"] == 5, ex
     assert ex["jit_train_step"]["jit_cache_size"] == 5  # the function's own cache, found as a global
     assert ex["jit_train_step"]["held_by"] == {"name": "train_step", "scope": "global", "where": "train.py"}
+    assert_documented(docs[0])
     assert ex["jit_train_step"]["output_bytes"] is not None
     assert "hbm-doctor:" in p.stderr and "plan:" not in p.stderr  # diagnose=False: the path only
 
@@ -128,6 +129,21 @@ def test_large_global_array_is_named(tmp_path):
     d = doc["devices"][0]
     assert d["id"] == "0" and d["platform"] == "cpu" and "bytes_in_use" in d  # CPU: no allocator stats
     assert doc["holders_search"]["complete"] is True
+    assert_documented(doc)
+
+
+def assert_documented(doc):
+    """Every field written is in docs/evidence.md's example (the format reference)."""
+    import re
+
+    from conftest import REPO
+
+    text = (REPO / "docs" / "evidence.md").read_text()
+    ref = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
+    assert set(doc) <= set(ref), set(doc) - set(ref)
+    for part in ("devices", "live_arrays", "holders", "executables"):
+        for row in doc[part]:
+            assert set(row) <= set(ref[part][0]), (part, set(row) - set(ref[part][0]))
 
 
 @needs_jax
