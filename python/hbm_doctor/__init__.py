@@ -3,7 +3,8 @@ it fits a TPU before you pay for one.
 
 The work is done by the ``hbm-doctor`` binary that this package ships (maturin
 ``bindings = "bin"``, like ruff and py-spy); these functions run it and return typed results.
-Importing the package is cheap: JAX is imported only by :mod:`hbm_doctor.jax`.
+Importing the package is cheap: JAX is imported only by :mod:`hbm_doctor.jax`; the evidence
+captured at an out-of-memory error reads JAX or torch_xla only when the program imported them.
 
 Examples::
 
@@ -14,6 +15,8 @@ Examples::
         print(hbm_doctor.explain(e))          # the diagnosis, ranked causes and actions
 
     hbm_doctor.install_excepthook()           # or, in IPython/Jupyter: %load_ext hbm_doctor
+    with hbm_doctor.watch():                  # an OOM inside: what held the memory, to a file
+        train()
 
     from hbm_doctor.jax import fit
     r = fit(train_step, state, batch, target="v5e-8", try_fixes=True)   # no TPU needed
@@ -43,6 +46,7 @@ from hbm_doctor._hook import (
     unload_ipython_extension,
 )
 from hbm_doctor._size import format_size, parse_size
+from hbm_doctor._watch import watch
 
 __all__ = [
     "Allocation",
@@ -58,6 +62,7 @@ __all__ = [
     "parse_size",
     "uninstall_excepthook",
     "unload_ipython_extension",
+    "watch",
 ]
 
 

@@ -153,6 +153,9 @@ class Diagnosis:
         chip: the device the figures point to, when they tell.
         fits_on: TPU generations whose usable HBM holds the requirement.
         raw: the JSON document as the binary printed it.
+        evidence_path: the evidence file captured in the process (docs/evidence.md), if any.
+        evidence_read: whether the binary read it (``explain --evidence``); when it could not
+            (an older binary), ``str()`` summarizes the file itself.
 
     Example:
         >>> import hbm_doctor
@@ -170,6 +173,8 @@ class Diagnosis:
     chip: Optional[str] = None
     fits_on: List[str] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+    evidence_path: Optional[str] = None
+    evidence_read: Optional[bool] = None
 
     @classmethod
     def from_json(cls, doc: Dict[str, Any]) -> "Diagnosis":
@@ -302,7 +307,22 @@ class Diagnosis:
                     lines.append(f"       {s.get('framework', '')}:\n         {code}")
         if self.fits_on:
             lines.append("  would fit on one device of: " + ", ".join(self.fits_on))
+        lines.extend(self._evidence_lines())
         return "\n".join(lines)
+
+    def _evidence_lines(self) -> List[str]:
+        if self.evidence_path is None:
+            return []
+        out = []
+        if not self.evidence_read:
+            from hbm_doctor._evidence import read_summary  # noqa: PLC0415
+
+            held = read_summary(self.evidence_path)
+            if held:
+                out.append("  in this process:")
+                out.extend(f"    {line}" for line in held)
+        out.append(f"  evidence: {self.evidence_path}")
+        return out
 
     def _repr_html_(self) -> str:
         esc = html.escape
@@ -355,6 +375,9 @@ class Diagnosis:
             parts.append("</ol>")
         if self.fits_on:
             parts.append(f"<div>Would fit on one device of: {esc(', '.join(self.fits_on))}</div>")
+        ev = self._evidence_lines()
+        if ev:
+            parts.append("<pre>" + esc("\n".join(line[2:] for line in ev)) + "</pre>")
         parts.append("</div>")
         return "".join(parts)
 
@@ -403,8 +426,21 @@ def run_binary(
     return proc
 
 
+# Whether to pass `--evidence FILE` to the binary: None tries it and, if the binary is older and
+# rejects the flag (exit 2, "unexpected argument"), runs again without it and remembers.
+EVIDENCE_FLAG: Optional[bool] = None
+
+
+def _rejects_evidence_flag(e: HbmDoctorError) -> bool:
+    msg = str(e)
+    return "unexpected argument" in msg and "--evidence" in msg
+
+
 def explain(
-    exc_or_text: Union[BaseException, str, bytes], *, dump: Optional[Union[str, os.PathLike]] = None
+    exc_or_text: Union[BaseException, str, bytes],
+    *,
+    dump: Optional[Union[str, os.PathLike]] = None,
+    evidence: Optional[Union[str, os.PathLike]] = None,
 ) -> Diagnosis:
     """Diagnoses an out-of-memory error: an exception, a traceback, or a whole log.
 
@@ -415,6 +451,10 @@ def explain(
         exc_or_text: the exception you caught, or the text of a message, traceback or log.
         dump: the failing program's XLA dump directory (``--xla_dump_to``), to join its analysis:
             buffers live at the peak with their source lines, and measured causes.
+        evidence: an evidence file captured in the process (docs/evidence.md), passed as
+            ``--evidence``. By default, the one ``watch()`` or the excepthook recorded on the
+            exception. An older binary without the flag is run without it; ``str()`` of the
+            result then summarizes the file itself.
 
     Returns:
         A :class:`Diagnosis`; falsy when no out-of-memory event was found.
@@ -440,7 +480,25 @@ def explain(
     args = ["explain", "-", "--format", "json", "--color", "never"]
     if dump is not None:
         args += ["--dump", os.fspath(dump)]
+    if evidence is None and isinstance(exc_or_text, BaseException):
+        from hbm_doctor._evidence import evidence_path  # noqa: PLC0415
+
+        evidence = evidence_path(exc_or_text)
+    path = os.fspath(evidence) if evidence is not None else None
     if not text.strip():
         return Diagnosis(events=[], event=None, category=None, causes=[], raw={"schema_version": 1, "events": []})
-    proc = run_binary(args, stdin=text)
-    return Diagnosis.from_json(json.loads(proc.stdout))
+    global EVIDENCE_FLAG
+    read = False
+    if path is not None and EVIDENCE_FLAG is not False:
+        try:
+            proc = run_binary(args + ["--evidence", path], stdin=text)
+            read = True
+        except HbmDoctorError as e:
+            if EVIDENCE_FLAG or not _rejects_evidence_flag(e):
+                raise
+            EVIDENCE_FLAG = False  # an older binary: not again in this process
+    if not read:
+        proc = run_binary(args, stdin=text)
+    d = Diagnosis.from_json(json.loads(proc.stdout))
+    d.evidence_path, d.evidence_read = path, (read if path is not None else None)
+    return d

@@ -6,7 +6,9 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
+from hbm_doctor import _evidence
 from hbm_doctor._diagnosis import exception_text, explain, is_oom_text
+from hbm_doctor._watch import DIAGNOSED, diagnose_to
 
 __all__ = ["install_excepthook", "uninstall_excepthook", "load_ipython_extension", "unload_ipython_extension"]
 
@@ -15,20 +17,9 @@ _previous_thread_hook: Optional[Callable[..., Any]] = None
 
 
 def _diagnose_to(stream, exc: BaseException) -> None:
-    """Writes the diagnosis of ``exc`` to ``stream`` when it is an out-of-memory error. Never raises."""
-    try:
-        text = exception_text(exc)
-        if not is_oom_text(text):
-            return
-        d = explain(text)
-        if d:
-            stream.write("\n" + str(d) + "\n")
-            stream.flush()
-    except Exception as e:  # the hook must never hide the original error
-        try:
-            stream.write(f"\nhbm-doctor: could not diagnose this error: {e}\n")
-        except Exception:
-            pass
+    """Writes the diagnosis of ``exc`` to ``stream`` when it is an out-of-memory error, with the
+    evidence of what held the memory captured first (unless ``watch()`` did). Never raises."""
+    diagnose_to(stream, exc)
 
 
 def _hook(etype, value, tb) -> None:
@@ -51,7 +42,8 @@ def install_excepthook() -> None:
 
     The traceback is printed first, as usual (by the hook that was installed before, so other
     hooks keep working); then, when it mentions ``RESOURCE_EXHAUSTED`` or running out of memory,
-    the diagnosis follows on stderr. Other errors are untouched. Threads too
+    the evidence of what held the memory is captured from the process (docs/evidence.md; its
+    path on one line) and the diagnosis follows on stderr, using it. Other errors are untouched. Threads too
     (``threading.excepthook``). Calling it twice installs it once.
 
     Example:
@@ -84,10 +76,12 @@ def uninstall_excepthook() -> None:
 def _ipython_handler(shell, etype, value, tb, tb_offset=None):
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     try:
-        text = exception_text(value.with_traceback(tb))
-        if not is_oom_text(text):
+        value = value.with_traceback(tb)
+        text = exception_text(value)
+        if not is_oom_text(text) or getattr(value, DIAGNOSED, False):
             return None
-        d = explain(text)
+        _evidence.capture_to_file(value)  # what held the memory, while the cell's frames live
+        d = explain(value)
         if d:
             try:
                 from IPython.display import display  # noqa: PLC0415

@@ -17,6 +17,10 @@ Usage::
 
     sampler.start("/tmp/hbm.jsonl", every_seconds=1.0)   # or a background thread
 
+Each sampler also keeps its last ``keep`` snapshots (default 256 per device round) in memory;
+the evidence written at an out-of-memory failure (docs/evidence.md) includes them as ``series``.
+``Sampler(write=False)`` keeps them in memory only, with no file.
+
 The path defaults to ``$HBM_DOCTOR_SAMPLES``. Set that variable when you launch the trainer and
 ``hbm-doctor top --pid PID`` finds the file by itself. Each sampling round is one ``os.write`` of
 complete lines to a file opened with ``O_APPEND``, so a killed trainer leaves at worst a torn
@@ -29,10 +33,15 @@ import socket
 import sys
 import threading
 import time
+import weakref
+from collections import deque
 
-__all__ = ["Sampler", "start", "read_devices"]
+__all__ = ["Sampler", "start", "read_devices", "recent_series"]
 
 ENV = "HBM_DOCTOR_SAMPLES"
+KEEP = 256  # snapshots kept in memory per sampler
+
+_samplers = weakref.WeakSet()  # live samplers, for recent_series()
 
 
 def _jax_devices():
@@ -108,8 +117,12 @@ def read_devices(devices=None, framework=None):
 class Sampler:
     """Appends one line per device every ``every_steps`` steps and/or ``every_seconds``."""
 
-    def __init__(self, path=None, every_steps=None, every_seconds=None, devices=None, framework=None):
+    def __init__(self, path=None, every_steps=None, every_seconds=None, devices=None, framework=None, keep=KEEP,
+                 write=True):
         self.path = path or os.environ.get(ENV) or "hbm-doctor-samples.%d.jsonl" % os.getpid()
+        self.write = write
+        self.recent = deque(maxlen=keep)  # the last snapshots, oldest first (evidence `series`)
+        _samplers.add(self)
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self.devices = devices
@@ -145,10 +158,23 @@ class Sampler:
             ts = time.time()
             lines = []
             for d in read_devices(self.devices, self.framework):
+                self.recent.append({
+                    "step": int(step) if step is not None else None,
+                    "time": ts,
+                    "device": d["id"],
+                    "bytes_in_use": d.get("used_bytes"),
+                    "peak_bytes_in_use": d.get("peak_bytes"),
+                    "bytes_limit": d.get("limit_bytes"),
+                })
+                if not self.write:
+                    continue
                 d.update({"type": "sample", "host": self.host, "pid": self.pid, "ts": ts})
                 if step is not None:
                     d["step"] = int(step)
                 lines.append(json.dumps(d, separators=(",", ":")) + "\n")
+            if not self.write:
+                self._last_step, self._last_time = step, ts
+                return 0
             data = "".join(lines).encode()
             with self._lock:
                 if self._fd is None:
@@ -189,3 +215,22 @@ class Sampler:
 def start(path=None, every_seconds=1.0, **kwargs):
     """Starts a background sampler and returns it."""
     return Sampler(path, every_seconds=every_seconds, **kwargs).start()
+
+
+def recent_series(limit=KEEP):
+    """The last snapshots of every live sampler, oldest first (at most ``limit`` per device)."""
+    rows = []
+    for s in list(_samplers):
+        rows.extend(list(s.recent))
+    rows.sort(key=lambda r: r["time"])
+    per_device = {}
+    for r in rows:
+        per_device[r["device"]] = per_device.get(r["device"], 0) + 1
+    skip = {d: max(0, n - limit) for d, n in per_device.items()}
+    out = []
+    for r in rows:
+        if skip[r["device"]] > 0:
+            skip[r["device"]] -= 1
+            continue
+        out.append(r)
+    return out
