@@ -311,6 +311,67 @@ pub fn logical_bytes(shape: &str) -> u64 {
     Shape::parse(shape).map_or(0, |s| s.unpadded_bytes())
 }
 
+/// The most bytes a dump's sizes may add up to (64 PiB, far past any device's memory): below it
+/// every figure the analysis derives, sums and ratios included, fits in 64 bits.
+pub const MAX_DUMP_BYTES: u64 = 1 << 56;
+
+/// Checks that the sizes a dump states add up to at most [`MAX_DUMP_BYTES`] each: the buffer
+/// assignment's allocation sizes, its value sizes, its values' shapes, and the shapes of the HLO
+/// module's instructions. Larger sizes are not from XLA (no device holds them) and would
+/// overflow the figures; `Err` says which file kind (`"hlo"` or `"buffer_assignment"`) and why.
+pub fn check_sizes(
+    hlo: Option<&HloModule<'_>>,
+    ba: Option<&BufferAssignment<'_>>,
+) -> Result<(), (&'static str, String)> {
+    // Shape sizes saturate at u64::MAX, which is past the bound, so a saturated shape is caught.
+    let shape_bytes = |shape: &str| -> u128 {
+        shape_leaves(shape)
+            .into_iter()
+            .map(|(_, leaf)| {
+                Shape::parse(leaf)
+                    .map_or(0, |s| u128::from(s.padded_bytes().max(s.unpadded_bytes())))
+            })
+            .sum()
+    };
+    let over = |total: u128| total > u128::from(MAX_DUMP_BYTES);
+    if let Some(ba) = ba {
+        let allocs: u128 = ba.allocations.iter().map(|a| u128::from(a.size)).sum();
+        let values = ba.allocations.iter().flat_map(|a| &a.values);
+        let value_sizes: u128 = values.clone().map(|v| u128::from(v.size)).sum();
+        let value_shapes: u128 = values.map(|v| shape_bytes(v.shape)).sum();
+        for (what, total) in [
+            ("allocation sizes", allocs),
+            ("value sizes", value_sizes),
+            ("value shapes", value_shapes),
+        ] {
+            if over(total) {
+                return Err(("buffer_assignment", too_large(what, total)));
+            }
+        }
+    }
+    if let Some(m) = hlo {
+        let total: u128 = m
+            .computations
+            .iter()
+            .flat_map(|c| &c.instructions)
+            .map(|i| shape_bytes(i.shape))
+            .sum();
+        if over(total) {
+            return Err(("hlo", too_large("instruction shapes", total)));
+        }
+    }
+    Ok(())
+}
+
+fn too_large(what: &str, total: u128) -> String {
+    let total = if total > u128::from(u64::MAX) {
+        "2^64 bytes or more".to_string()
+    } else {
+        format!("{total} bytes")
+    };
+    format!("its {what} add up to {total}, more than 2^56 (64 PiB)")
+}
+
 /// Physical size: tiled layouts padded as XLA does; tuples are their pointer table.
 pub fn physical_bytes(shape: &str) -> u64 {
     if let Some(elems) = tuple_elements(shape) {
@@ -1312,6 +1373,25 @@ pub fn heap_simulation(m: &HloModule<'_>) -> Vec<SpaceReport> {
 pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeReport {
     let mut modules: Vec<ModuleReport> = Vec::new();
     for input in inputs {
+        // Sizes no device holds would overflow the figures: such files are left out, said in a
+        // note (the binary refuses them before they get here).
+        let checked;
+        let input = match check_sizes(input.hlo, input.buffer_assignment) {
+            Ok(()) => input,
+            Err((_, e)) => {
+                let mut notes = input.notes.clone();
+                notes.push(format!("HLO text and buffer assignment left out: {e}"));
+                checked = ModuleInput {
+                    name: input.name.clone(),
+                    hlo: None,
+                    buffer_assignment: None,
+                    live_range: input.live_range,
+                    usage_report: input.usage_report,
+                    notes,
+                };
+                &checked
+            }
+        };
         let mut r = analyze_module(input);
         r.causes = crate::detect::detect(input, &r, opts);
         modules.push(r);

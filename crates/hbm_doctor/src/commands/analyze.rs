@@ -302,6 +302,7 @@ pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<Ana
     let mut parsed = Vec::new();
     for (f, (hlo, ba, lr, rep, fusion_bodies)) in files.iter().zip(&texts) {
         let mut notes = Vec::new();
+        let ba_len = ba.as_deref().map(str::len);
         let hlo = hlo.as_deref().map(|t| {
             let (m, d) = parse_module(t);
             if !d.is_empty() {
@@ -339,6 +340,27 @@ pub fn analyze_files(files: &[ModuleFiles], opts: &AnalyzeOptions) -> Result<Ana
             }
             None => None,
         };
+        // XLA also prints the live ranges at the end of the buffer assignment.
+        if let (Some(b), Some(t)) = (ba.as_ref(), ba_len) {
+            if let Some(embedded) = b.live_range.as_ref() {
+                check_live_range(embedded, t, f.buffer_assignment.as_deref())?;
+            }
+        }
+        if let Err((which, e)) =
+            hbm_doctor_analysis::analyze::check_sizes(hlo.as_ref(), ba.as_ref())
+        {
+            let path = if which == "hlo" {
+                &f.hlo
+            } else {
+                &f.buffer_assignment
+            };
+            let path = path
+                .as_deref()
+                .map_or_else(|| f.key.clone(), |p| p.display().to_string());
+            bail!(
+                "`{path}` is not an XLA dump file: {e}; pass the files of --xla_dump_to unchanged"
+            );
+        }
         let rep = rep.as_deref().map(|t| parse_usage_report(t).0);
         parsed.push((hlo, ba, lr, rep, notes));
     }
