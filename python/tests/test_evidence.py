@@ -38,6 +38,18 @@ def run_program(tmp_path, code: str, timeout: float = 240):
     return p, files, docs
 
 
+def first_causes(evidence_file):
+    """The binary's diagnosis of the evidence alone: its causes, best first."""
+    from hbm_doctor._find_bin import find_hbm_doctor_bin
+
+    p = subprocess.run([find_hbm_doctor_bin(), "explain", "--evidence", str(evidence_file), "--format", "json"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert p.returncode in (0, 1), p.stderr
+    report = json.loads(p.stdout)
+    assert report["events"], p.stdout
+    return [c["cause"] for c in report["diagnosis"]["causes"]], report["diagnosis"]
+
+
 def holder(doc, name):
     found = [h for h in doc["holders"] if h["name"] == name]
     assert found, doc["holders"]
@@ -77,6 +89,10 @@ def test_list_across_steps_is_named_with_its_count(tmp_path):
     # The path on one line of stderr, then the diagnosis (no excepthook: watch() prints it).
     assert f"hbm-doctor: evidence of what held the memory: {files[0]}" in p.stderr.splitlines()
     assert "in this process:" in p.stderr or "losses" in p.stderr
+    # The plan puts the leak first, naming the list that holds it.
+    causes, diagnosis = first_causes(files[0])
+    assert causes[0] == "memory_leak", diagnosis
+    assert "losses" in diagnosis["causes"][0]["evidence"], diagnosis
 
 
 @needs_jax
@@ -103,6 +119,8 @@ def test_new_executable_per_shape_is_counted(tmp_path):
     assert_documented(docs[0])
     assert ex["jit_train_step"]["output_bytes"] is not None
     assert "hbm-doctor:" in p.stderr and "plan:" not in p.stderr  # diagnose=False: the path only
+    causes, diagnosis = first_causes(files[0])
+    assert causes[0] == "recompilation", diagnosis
 
 
 @needs_jax

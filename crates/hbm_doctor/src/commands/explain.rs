@@ -16,17 +16,6 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
             );
         }
     }
-    let (reader, name) = input::open(args.file.as_deref())?;
-    let scanned = input::scan(reader, name)?;
-    if scanned.bytes == 0 {
-        bail!(
-            "`{}` is empty: pass the log or traceback that contains the error",
-            scanned.name
-        );
-    }
-    if scanned.events.is_empty() && scanned.looks_binary {
-        bail!("`{}` looks binary, not like a log: pass the text log (stderr of the training run) or the error message", scanned.name);
-    }
     let evidence = match &args.evidence {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -42,6 +31,27 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
         }
         None => None,
     };
+    // `explain --evidence FILE` alone: the evidence's exception is the message, so a terminal
+    // on stdin is not waited on and an empty stdin is no error.
+    let stdin_is_terminal = {
+        use std::io::IsTerminal;
+        std::io::stdin().is_terminal()
+    };
+    let scanned = if evidence.is_some() && args.file.is_none() && stdin_is_terminal {
+        input::scan(Box::new(std::io::empty()), "<evidence>".into())?
+    } else {
+        let (reader, name) = input::open(args.file.as_deref())?;
+        input::scan(reader, name)?
+    };
+    if scanned.bytes == 0 && evidence.is_none() {
+        bail!(
+            "`{}` is empty: pass the log or traceback that contains the error",
+            scanned.name
+        );
+    }
+    if scanned.events.is_empty() && scanned.looks_binary {
+        bail!("`{}` looks binary, not like a log: pass the text log (stderr of the training run) or the error message", scanned.name);
+    }
     let mut events = scanned.events;
     // The log may not hold the error the process raised: the evidence's exception does.
     if !events.iter().any(|e| e.fatal) {
