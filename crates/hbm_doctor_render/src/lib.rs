@@ -1,6 +1,8 @@
 //! Views of hbm-doctor reports: terminal text, markdown and JSON.
 //!
-//! Every renderer takes the same [`ExplainReport`] and only formats it; no renderer computes a
+//! One [`Format`] and one [`Style`] (colour on or off) for every command's view: `explain` (this
+//! module, from an [`ExplainReport`]), [`analyze`], [`trend`], [`pad`] and [`top`]; [`view`] builds
+//! the offline HTML page. Each renderer only formats what it is given; no renderer computes a
 //! figure. JSON is the contract (docs/contract.md, docs/json-schema.md); the terminal view puts
 //! the verdict first, then the figures, then the ranked plan, so a person reads it in ten seconds.
 
@@ -11,7 +13,25 @@ use hbm_doctor_log::{
 };
 use std::fmt::Write as _;
 
+pub mod analyze;
+pub mod pad;
+mod text;
+pub mod top;
+pub mod trend;
 pub mod view;
+
+pub use analyze::render_analyze;
+pub use pad::{render_pad, PadReport};
+pub use top::{render_top, TopDevice, TopProcess, TopTable};
+pub use trend::render_trend;
+
+/// Pretty JSON and a final newline: the contract's output for every command.
+pub(crate) fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    let mut s =
+        serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
 
 /// Output format of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,29 +55,29 @@ impl Style {
     pub fn new(color: bool) -> Style {
         Style { color }
     }
-    fn paint(self, code: &str, s: &str) -> String {
+    pub(crate) fn paint(self, code: &str, s: &str) -> String {
         if self.color {
             format!("\x1b[{code}m{s}\x1b[0m")
         } else {
             s.to_string()
         }
     }
-    fn bold(self, s: &str) -> String {
+    pub(crate) fn bold(self, s: &str) -> String {
         self.paint("1", s)
     }
-    fn red(self, s: &str) -> String {
+    pub(crate) fn red(self, s: &str) -> String {
         self.paint("1;31", s)
     }
-    fn green(self, s: &str) -> String {
+    pub(crate) fn green(self, s: &str) -> String {
         self.paint("32", s)
     }
-    fn yellow(self, s: &str) -> String {
+    pub(crate) fn yellow(self, s: &str) -> String {
         self.paint("33", s)
     }
-    fn dim(self, s: &str) -> String {
+    pub(crate) fn dim(self, s: &str) -> String {
         self.paint("2", s)
     }
-    fn cyan(self, s: &str) -> String {
+    pub(crate) fn cyan(self, s: &str) -> String {
         self.paint("36", s)
     }
 }
@@ -70,12 +90,7 @@ pub fn render_explain(
     source_name: &str,
 ) -> String {
     match format {
-        Format::Json => {
-            let mut s = serde_json::to_string_pretty(report)
-                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-            s.push('\n');
-            s
-        }
+        Format::Json => json(report),
         Format::Human => human(report, style, source_name),
         Format::Markdown => markdown(report, source_name),
     }

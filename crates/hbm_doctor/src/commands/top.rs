@@ -11,6 +11,7 @@ use hbm_doctor_monitor::json::snapshot_json;
 use hbm_doctor_monitor::sample::Event;
 use hbm_doctor_monitor::tui::fmt_bytes;
 use hbm_doctor_monitor::{Monitor, MonitorConfig, Snapshot};
+use hbm_doctor_render::{render_top, Style, TopDevice, TopProcess, TopTable};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -136,47 +137,34 @@ fn say_notes(notes: &[String]) {
     }
 }
 
-fn human_table(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(out, "{}  {}", s.host, rfc3339(s.ts))?;
-    if s.devices.is_empty() {
-        return writeln!(out, "no devices");
+/// The snapshot as the renderer's table.
+fn table(s: &Snapshot) -> TopTable {
+    TopTable {
+        host: s.host.clone(),
+        time: rfc3339(s.ts),
+        devices: s
+            .devices
+            .iter()
+            .map(|d| {
+                let x = &d.sample;
+                TopDevice {
+                    id: x.id.clone(),
+                    source: x.source.as_str().to_string(),
+                    kind: x.kind.clone(),
+                    used_bytes: x.used_bytes,
+                    limit_bytes: x.limit_bytes,
+                    peak_bytes: x.peak_bytes,
+                    pid: x.pid,
+                }
+            })
+            .collect(),
+        process: s.process.as_ref().map(|p| TopProcess {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            rss_bytes: p.rss_bytes,
+            alive: p.alive,
+        }),
     }
-    writeln!(
-        out,
-        "{:<6} {:<10} {:<14} {:>9} {:>9} {:>5} {:>9} {:>8}",
-        "dev", "source", "kind", "used", "limit", "use", "peak", "pid"
-    )?;
-    for d in &s.devices {
-        let x = &d.sample;
-        let pct = match (x.used_bytes, x.limit_bytes) {
-            (Some(u), Some(l)) if l > 0 => format!("{:.0}%", u as f64 * 100.0 / l as f64),
-            _ => "-".into(),
-        };
-        let b = |v: Option<u64>| v.map_or_else(|| "-".to_string(), fmt_bytes);
-        writeln!(
-            out,
-            "{:<6} {:<10} {:<14} {:>9} {:>9} {:>5} {:>9} {:>8}",
-            x.id,
-            x.source.as_str(),
-            x.kind.as_deref().unwrap_or("-"),
-            b(x.used_bytes),
-            b(x.limit_bytes),
-            pct,
-            b(x.peak_bytes),
-            x.pid.map_or("-".into(), |p| p.to_string())
-        )?;
-    }
-    if let Some(p) = &s.process {
-        writeln!(
-            out,
-            "process {} {}: RSS {}{}",
-            p.pid,
-            p.comm.as_deref().unwrap_or(""),
-            p.rss_bytes.map_or("-".into(), fmt_bytes),
-            if p.alive { "" } else { " (exited)" }
-        )?;
-    }
-    Ok(())
 }
 
 fn human_lines(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
@@ -225,7 +213,7 @@ fn human_lines(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
 }
 
 /// Runs `top`.
-pub fn run(args: &TopArgs, _global: &GlobalArgs) -> Result<u8> {
+pub fn run(args: &TopArgs, global: &GlobalArgs) -> Result<u8> {
     let mut monitor = args.sources.monitor()?;
     let once = args.once || args.format == TopFormat::Json;
     let tui = !once
@@ -251,7 +239,10 @@ pub fn run(args: &TopArgs, _global: &GlobalArgs) -> Result<u8> {
         }
         let mut out = std::io::stdout().lock();
         match args.format {
-            TopFormat::Human => human_table(&s, &mut out)?,
+            TopFormat::Human => {
+                let style = Style::new(global.color.resolve_stdout());
+                out.write_all(render_top(&table(&s), style, fmt_bytes).as_bytes())?
+            }
             TopFormat::Json => {
                 writeln!(out, "{}", serde_json::to_string_pretty(&snapshot_json(&s))?)?
             }
