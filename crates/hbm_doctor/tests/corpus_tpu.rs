@@ -3,13 +3,13 @@
 //! its figures equal what the compiler printed, the diagnosis follows the guide, and programs that
 //! fit produce no OOM event.
 
+mod support;
+
+use support::corpus;
+
 use hbm_doctor_analysis::{explain, Category};
 use hbm_doctor_log::{parse_size, scan_all, Event};
 use std::path::{Path, PathBuf};
-
-fn corpus() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/tpu")
-}
 
 fn meta(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).expect("meta.json"))
@@ -59,7 +59,7 @@ fn fatal(events: &[Event]) -> Vec<&Event> {
 fn tpu_compiler_output_is_read_and_diagnosed() {
     let mut checked = 0;
     let mut failures = Vec::new();
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(corpus())
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(corpus("tpu"))
         .expect("corpus")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("meta.json").is_file())
@@ -200,7 +200,7 @@ fn explain_with_dump_joins_source_lines_and_measured_causes() {
         ("remat_v6e", "no_remat"),
     ];
     for (case, cause) in cases {
-        let dir = corpus().join(case);
+        let dir = corpus("tpu").join(case);
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
             .args(["explain", "--format", "json", "--dump"])
             .arg(dir.join("dump"))

@@ -1,19 +1,12 @@
 //! `hbm-doctor trend` end to end: real JAX CPU recordings, the contract CSV, multi-host
 //! divergence, PyTorch/XLA metrics files, exit codes.
 
+mod support;
+
+use support::{bin, corpus};
+
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Command;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
-}
-
-fn corpus(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/corpus/trend")
-        .join(name)
-}
 
 fn trend_json(files: &[PathBuf]) -> (serde_json::Value, i32) {
     let out = bin()
@@ -38,7 +31,7 @@ fn tmp(name: &str, text: &str) -> PathBuf {
 
 #[test]
 fn real_jax_cpu_leak_is_a_leak_with_its_rate() {
-    let (v, code) = trend_json(&[corpus("jax_cpu_leak.jsonl")]);
+    let (v, code) = trend_json(&[corpus("trend/jax_cpu_leak.jsonl")]);
     assert_eq!(code, 1);
     let s = &v["series"][0];
     assert_eq!(s["verdict"], "leak");
@@ -57,7 +50,7 @@ fn real_jax_cpu_leak_is_a_leak_with_its_rate() {
 
 #[test]
 fn real_jax_cpu_clean_is_stable() {
-    let (v, code) = trend_json(&[corpus("jax_cpu_clean.jsonl")]);
+    let (v, code) = trend_json(&[corpus("trend/jax_cpu_clean.jsonl")]);
     assert_eq!(code, 0);
     assert_eq!(v["series"][0]["verdict"], "stable");
     assert!(v["series"][0]["oom_step_forecast"].is_null());
