@@ -564,3 +564,107 @@ fn markdown(r: &AnalyzeReport, top: usize) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata;
+    use hbm_doctor_analysis::analyze::AnalyzeOptions;
+
+    fn target(gen: &str) -> AnalyzeOptions {
+        let chip = hbm_doctor_analysis::chips::tpu_by_name(gen).expect("chip");
+        AnalyzeOptions {
+            budget_bytes: Some(chip.usable_bytes),
+            target: Some(chip.name.to_string()),
+        }
+    }
+
+    fn plain() -> Style {
+        Style::new(false)
+    }
+
+    /// Drops ANSI colour sequences.
+    fn strip_ansi(s: &str) -> String {
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(i) = rest.find("\x1b[") {
+            out.push_str(&rest[..i]);
+            rest = &rest[i..];
+            let end = rest.find('m').map_or(rest.len(), |k| k + 1);
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    #[test]
+    fn human_debug_print_over_v5e() {
+        let r = testdata::analyze("tpu/debug_print_v5e/dump", &target("v5e"));
+        insta::assert_snapshot!(render_analyze(&r, Format::Human, plain(), 10));
+    }
+
+    #[test]
+    fn markdown_debug_print_over_v5e() {
+        let r = testdata::analyze("tpu/debug_print_v5e/dump", &target("v5e"));
+        insta::assert_snapshot!(render_analyze(&r, Format::Markdown, plain(), 3));
+    }
+
+    #[test]
+    fn human_fits_v5e() {
+        let r = testdata::analyze("tpu/fits_v5e/dump", &target("v5e"));
+        insta::assert_snapshot!(render_analyze(&r, Format::Human, plain(), 5));
+    }
+
+    #[test]
+    fn human_and_markdown_of_a_sharded_cpu_program() {
+        let r = testdata::analyze("cpu/sharded_mlp/dump", &AnalyzeOptions::default());
+        insta::assert_snapshot!(
+            "human_sharded_mlp",
+            render_analyze(&r, Format::Human, plain(), 5)
+        );
+        insta::assert_snapshot!(
+            "markdown_sharded_mlp",
+            render_analyze(&r, Format::Markdown, plain(), 5)
+        );
+    }
+
+    #[test]
+    fn colour_only_adds_escapes_and_markdown_and_json_never_colour() {
+        let r = testdata::analyze("tpu/debug_print_v5e/dump", &target("v5e"));
+        let coloured = render_analyze(&r, Format::Human, Style::new(true), 10);
+        let plain_text = render_analyze(&r, Format::Human, plain(), 10);
+        assert_ne!(coloured, plain_text);
+        assert!(coloured.contains("\x1b[1;31m"), "the verdict is red");
+        assert_eq!(strip_ansi(&coloured), plain_text);
+        for f in [Format::Markdown, Format::Json] {
+            assert_eq!(
+                render_analyze(&r, f, Style::new(true), 10),
+                render_analyze(&r, f, plain(), 10)
+            );
+        }
+        let json = render_analyze(&r, Format::Json, plain(), 10);
+        assert_eq!(json, serde_json::to_string_pretty(&r).expect("json") + "\n");
+    }
+
+    #[test]
+    fn charts() {
+        assert_eq!(sparkline(&[], 8), "");
+        assert_eq!(sparkline(&[0, 1, 2, 3, 4, 5, 6, 7], 8), "▁▂▃▄▅▆▇█");
+        assert_eq!(sparkline(&[5, 5, 5], 8), "▁▁▁");
+        let chart = area_chart(
+            &[0, 1 << 30, 2 << 30, 1 << 30],
+            4,
+            2,
+            Some(3 << 30),
+            Some(2),
+        );
+        assert_eq!(
+            chart,
+            [
+                "3.00G ┤  ▃  ◂ limit 3.00G",
+                "   0B ┤ ▅█▅",
+                "      └  ^ peak 2.00G at #2",
+            ]
+        );
+    }
+}

@@ -642,9 +642,142 @@ fn markdown(report: &ExplainReport, source_name: &str) -> String {
 }
 
 #[cfg(test)]
+pub(crate) mod testdata {
+    //! Real inputs for the views' snapshot tests, read from `tests/corpus` the way the binary
+    //! reads them (HLO text without fusion bodies and `backend_config`).
+
+    use hbm_doctor_analysis::analyze::{AnalyzeOptions, AnalyzeReport};
+    use hbm_doctor_analysis::dump::{analyze_texts, DumpText, ModuleTexts};
+    use hbm_doctor_analysis::ExplainReport;
+    use hbm_doctor_hlo::hlo::{strip_attribute, FusionBodyFilter};
+    use hbm_doctor_trend::detect::Params;
+    use hbm_doctor_trend::reader::{Collected, Reader};
+    use hbm_doctor_trend::report::TrendReport;
+    use std::path::PathBuf;
+
+    /// `tests/corpus/<rel>`.
+    pub fn corpus(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/corpus")
+            .join(rel)
+    }
+
+    /// The text of `tests/corpus/<rel>`.
+    pub fn read(rel: &str) -> String {
+        std::fs::read_to_string(corpus(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    /// The explain report of a corpus log, as `hbm-doctor explain` makes it.
+    pub fn explain(rel: &str) -> ExplainReport {
+        let (events, warnings) = hbm_doctor_log::scan_all_with_warnings(read(rel).as_bytes());
+        hbm_doctor_analysis::explain_with_warnings(events, warnings)
+    }
+
+    /// The analyze report of a corpus dump directory (its after-optimizations modules).
+    pub fn analyze(rel: &str, opts: &AnalyzeOptions) -> AnalyzeReport {
+        let mut names: Vec<String> = std::fs::read_dir(corpus(rel))
+            .unwrap_or_else(|e| panic!("{rel}: {e}"))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("after_optimizations"))
+            .collect();
+        names.sort();
+        let mut modules: Vec<ModuleTexts> = Vec::new();
+        for n in names {
+            let key = n
+                .split("after_optimizations")
+                .next()
+                .unwrap_or("")
+                .to_string()
+                + "after_optimizations";
+            let path = format!("tests/corpus/{rel}/{n}");
+            let text = read(&format!("{rel}/{n}"));
+            if !modules.last().is_some_and(|m| m.key == key) {
+                modules.push(ModuleTexts {
+                    key: key.clone(),
+                    ..ModuleTexts::default()
+                });
+            }
+            let Some(m) = modules.last_mut() else {
+                continue;
+            };
+            let file = Some(DumpText::new(path, text));
+            if n.ends_with("-buffer-assignment.txt") {
+                m.buffer_assignment = file;
+            } else if n.ends_with("-live-range.txt") {
+                m.live_range = file;
+            } else if n.ends_with("-memory-usage-report.txt") {
+                m.usage_report = file;
+            } else if n.ends_with("after_optimizations.txt") {
+                let full = file.map(|f| f.text).unwrap_or_default();
+                let mut filter = FusionBodyFilter::default();
+                full.split_inclusive('\n').for_each(|l| filter.scan(l));
+                let kept: String = full
+                    .split_inclusive('\n')
+                    .filter(|l| filter.keep(l))
+                    .map(|l| strip_attribute(l, "backend_config").into_owned())
+                    .collect();
+                m.fusion_bodies = filter.dropped_computations();
+                m.hlo = Some(DumpText::new(format!("tests/corpus/{rel}/{n}"), kept));
+            }
+        }
+        analyze_texts(&modules, opts).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    /// The trend report of one corpus series.
+    pub fn trend(rel: &str) -> TrendReport {
+        let mut c = Collected::default();
+        let stem = rel.rsplit('/').next().unwrap_or(rel);
+        let mut r = Reader::new("", stem);
+        r.feed(&mut c, read(rel).as_bytes());
+        r.finish(&mut c);
+        hbm_doctor_trend::report::report(&c, &Params::default())
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use hbm_doctor_log::{Remat, WarningFigures};
+
+    #[test]
+    fn explain_tpu_compile_failure() {
+        let r = testdata::explain("tpu/debug_print_v5e/stderr.log");
+        let src = "stderr.log";
+        insta::assert_snapshot!(
+            "explain_human_debug_print_v5e",
+            render_explain(&r, Format::Human, Style::new(false), src)
+        );
+        insta::assert_snapshot!(
+            "explain_markdown_debug_print_v5e",
+            render_explain(&r, Format::Markdown, Style::new(false), src)
+        );
+    }
+
+    #[test]
+    fn explain_issue_post() {
+        let r = testdata::explain("issues/erfanzar-EasyDeL-166.txt");
+        let src = "erfanzar-EasyDeL-166.txt";
+        insta::assert_snapshot!(
+            "explain_human_easydel_166",
+            render_explain(&r, Format::Human, Style::new(false), src)
+        );
+        insta::assert_snapshot!(
+            "explain_markdown_easydel_166",
+            render_explain(&r, Format::Markdown, Style::new(false), src)
+        );
+    }
+
+    #[test]
+    fn explain_a_clean_log() {
+        let r = testdata::explain("tpu/fits_v5e/stderr.log");
+        insta::assert_snapshot!(render_explain(
+            &r,
+            Format::Human,
+            Style::new(false),
+            "stderr.log"
+        ));
+    }
 
     #[test]
     fn one_line_per_warning_kind() {

@@ -77,3 +77,63 @@ pub fn render_pad(report: &PadReport, format: Format, style: Style) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hbm_doctor_hlo::shape::format_dims;
+    use hbm_doctor_hlo::Shape;
+
+    /// The report `hbm-doctor pad` builds for a shape written as XLA prints it.
+    fn report(text: &str) -> PadReport {
+        let shape = Shape::parse(text).expect("shape");
+        let tiled = shape.has_tiles();
+        let padded = if tiled {
+            shape.padded_bytes()
+        } else {
+            shape.estimated_tpu_padded_bytes()
+        };
+        let unpadded = shape.unpadded_bytes();
+        let ty = text.split('[').next().unwrap_or("f32");
+        PadReport {
+            aligned_down: format_dims(ty, &shape.aligned_dims(false)),
+            aligned_up: format_dims(ty, &shape.aligned_dims(true)),
+            expansion: padded as f64 / unpadded.max(1) as f64,
+            padded_bytes: padded,
+            padding_bytes: padded - unpadded.min(padded),
+            schema_version: 1,
+            shape: text.to_string(),
+            tiles_printed: tiled,
+            unpadded_bytes: unpadded,
+        }
+    }
+
+    fn all_formats(text: &str) -> String {
+        let r = report(text);
+        let human = render_pad(&r, Format::Human, Style::new(false));
+        assert_eq!(render_pad(&r, Format::Markdown, Style::new(true)), human);
+        format!("{human}{}", render_pad(&r, Format::Json, Style::new(false)))
+    }
+
+    #[test]
+    fn untiled_shape_estimated_with_8_by_128() {
+        insta::assert_snapshot!(all_formats("f32[129,1024]"));
+    }
+
+    #[test]
+    fn tiled_bf16_shape() {
+        insta::assert_snapshot!(all_formats("bf16[3,1000]{1,0:T(8,128)(2,1)}"));
+    }
+
+    #[test]
+    fn aligned_shape_wastes_nothing() {
+        insta::assert_snapshot!(all_formats("f32[128,128]"));
+    }
+
+    #[test]
+    fn colour_marks_the_waste() {
+        let r = report("f32[129,1024]");
+        let coloured = render_pad(&r, Format::Human, Style::new(true));
+        assert!(coloured.contains("\x1b[33m28.0K\x1b[0m"), "{coloured}");
+    }
+}

@@ -106,3 +106,71 @@ pub fn render_top(t: &TopTable, style: Style, bytes: fn(u64) -> String) -> Strin
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hbm_doctor_log::format_size;
+
+    fn table() -> TopTable {
+        let gib = 1u64 << 30;
+        TopTable {
+            host: "tpu-vm-0".into(),
+            time: "2026-01-02T03:04:05Z".into(),
+            devices: vec![
+                TopDevice {
+                    id: "0".into(),
+                    source: "libtpu".into(),
+                    kind: Some("TPU v5 lite".into()),
+                    used_bytes: Some(15 * gib),
+                    limit_bytes: Some(16 * gib),
+                    peak_bytes: Some(15 * gib + gib / 2),
+                    pid: Some(4242),
+                },
+                TopDevice {
+                    id: "1".into(),
+                    source: "inprocess".into(),
+                    kind: None,
+                    used_bytes: Some(3 * gib),
+                    limit_bytes: None,
+                    peak_bytes: None,
+                    pid: None,
+                },
+            ],
+            process: Some(TopProcess {
+                pid: 4242,
+                comm: Some("python3".into()),
+                rss_bytes: Some(7 * gib),
+                alive: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn once_table() {
+        insta::assert_snapshot!(render_top(&table(), Style::new(false), format_size));
+    }
+
+    #[test]
+    fn no_devices() {
+        let t = TopTable {
+            devices: Vec::new(),
+            process: None,
+            ..table()
+        };
+        assert_eq!(
+            render_top(&t, Style::new(false), format_size),
+            "tpu-vm-0  2026-01-02T03:04:05Z\nno devices\n"
+        );
+    }
+
+    #[test]
+    fn a_device_near_its_limit_is_marked() {
+        let coloured = render_top(&table(), Style::new(true), format_size);
+        assert!(coloured.contains("\x1b[33m  94%\x1b[0m"), "{coloured}");
+        let mut full = table();
+        full.devices[0].used_bytes = full.devices[0].limit_bytes;
+        let coloured = render_top(&full, Style::new(true), format_size);
+        assert!(coloured.contains("\x1b[1;31m 100%\x1b[0m"), "{coloured}");
+    }
+}

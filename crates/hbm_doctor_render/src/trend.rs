@@ -203,3 +203,40 @@ fn human(rep: &TrendReport, st: Style) -> String {
     }
     std::mem::take(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata;
+
+    #[test]
+    fn human_leak_recorded_from_jax() {
+        let r = testdata::trend("trend/jax_cpu_leak.jsonl");
+        insta::assert_snapshot!(render_trend(&r, Format::Human, Style::new(false)));
+    }
+
+    #[test]
+    fn human_clean_run_recorded_from_jax() {
+        let r = testdata::trend("trend/jax_cpu_clean.jsonl");
+        insta::assert_snapshot!(render_trend(&r, Format::Human, Style::new(false)));
+    }
+
+    #[test]
+    fn human_series_posted_in_an_issue() {
+        let r = testdata::trend("trend/jax_5927_memory_used_gb.log");
+        insta::assert_snapshot!(render_trend(&r, Format::Human, Style::new(false)));
+    }
+
+    #[test]
+    fn markdown_is_the_plain_text_and_json_the_contract() {
+        let r = testdata::trend("trend/jax_cpu_leak.jsonl");
+        let plain = render_trend(&r, Format::Human, Style::new(false));
+        let coloured = render_trend(&r, Format::Human, Style::new(true));
+        assert!(coloured.contains("\x1b[1;31mLEAK\x1b[0m"), "{coloured}");
+        assert_eq!(render_trend(&r, Format::Markdown, Style::new(true)), plain);
+        assert_eq!(
+            render_trend(&r, Format::Json, Style::new(true)),
+            serde_json::to_string_pretty(&r).expect("json") + "\n"
+        );
+    }
+}
