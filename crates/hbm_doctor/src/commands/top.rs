@@ -1,8 +1,9 @@
 //! `hbm-doctor top`: live device memory per chip, as a terminal UI, one snapshot, or a stream.
 //!
-//! Also defines the source options shared by `top`, `record` and `exporter` ([`SourceArgs`]).
+//! The source options it shares with `record` and `exporter` are [`SourceArgs`] (in `cli.rs`).
 
 use crate::cli::GlobalArgs;
+use crate::cli::SourceArgs;
 use crate::exit;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
@@ -10,67 +11,11 @@ use hbm_doctor_monitor::host::rfc3339;
 use hbm_doctor_monitor::json::snapshot_json;
 use hbm_doctor_monitor::sample::Event;
 use hbm_doctor_monitor::tui::fmt_bytes;
-use hbm_doctor_monitor::{Monitor, MonitorConfig, Snapshot};
+use hbm_doctor_monitor::{Monitor, Snapshot};
 use hbm_doctor_render::{render_top, Style, TopDevice, TopProcess, TopTable};
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-/// Where device memory is read from (shared by `top`, `record`, `exporter`).
-#[derive(Debug, Args, Clone)]
-pub struct SourceArgs {
-    /// The training process: its RSS is recorded and its exit is checked against the kernel's
-    /// OOM killer; its environment names the libtpu ports (TPU_RUNTIME_METRICS_PORTS), the hook
-    /// file (HBM_DOCTOR_SAMPLES) and XLA_METRICS_FILE.
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
-    /// libtpu runtime-metrics ports on loopback, comma-separated [default: the trainer's
-    /// TPU_RUNTIME_METRICS_PORTS, else 8431-8438].
-    #[arg(long, value_delimiter = ',', value_name = "PORTS")]
-    pub ports: Option<Vec<u16>>,
-    /// Address of the libtpu metrics service.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "127.0.0.1",
-        hide_default_value = true
-    )]
-    pub libtpu_host: String,
-    /// Do not query libtpu.
-    #[arg(long)]
-    pub no_libtpu: bool,
-    /// Do not load NVML (NVIDIA GPUs).
-    #[arg(long)]
-    pub no_nvml: bool,
-    /// JSON-lines file written by the in-process hook (`hbm_doctor.sampler`).
-    #[arg(long, value_name = "FILE")]
-    pub samples: Option<PathBuf>,
-    /// PyTorch/XLA XLA_METRICS_FILE to follow (compile and live-buffer counters).
-    #[arg(long, value_name = "FILE")]
-    pub metrics_file: Option<PathBuf>,
-}
-
-impl SourceArgs {
-    /// The monitor these options describe.
-    pub fn monitor(&self) -> Result<Monitor> {
-        let cfg = MonitorConfig {
-            pid: self.pid,
-            ports: self.ports.clone(),
-            libtpu_host: Some(self.libtpu_host.clone()),
-            no_libtpu: self.no_libtpu,
-            no_nvml: self.no_nvml,
-            samples: self.samples.clone(),
-            metrics_file: self.metrics_file.clone(),
-            kernel_log: self.pid.is_some(),
-        };
-        let mut monitor = Monitor::from_config(&cfg)?;
-        // The leak detector of `hbm-doctor trend`, live: top's warning line, the exporter's trend
-        // families and the JSON `trend` object come from it.
-        monitor.set_trend_hook(Box::new(crate::commands::trend::LiveTrend::default()));
-        Ok(monitor)
-    }
-}
 
 /// Parses `1s`, `500ms`, `0.1s`, `2m`, `1h`, or plain seconds.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
