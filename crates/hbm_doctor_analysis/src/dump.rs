@@ -10,7 +10,7 @@
 
 use crate::analyze::{analyze, check_sizes, AnalyzeOptions, AnalyzeReport, ModuleInput};
 use hbm_doctor_hlo::buffer_assignment::{parse_buffer_assignment, BufferAssignment};
-use hbm_doctor_hlo::hlo::{parse_module, HloModule};
+use hbm_doctor_hlo::hlo::{parse_module, strip_attribute, FusionBodyFilter, HloModule};
 use hbm_doctor_hlo::live_range::{parse_live_range, LiveRange};
 use hbm_doctor_hlo::usage_report::{parse_usage_report, UsageReport};
 use hbm_doctor_hlo::Diagnostic;
@@ -66,6 +66,20 @@ impl std::error::Error for DumpError {}
 
 macro_rules! fail {
     ($($t:tt)*) => { return Err(DumpError(format!($($t)*))) };
+}
+
+/// HLO text as the binary reads it from a file (which it does in two streaming passes): without
+/// the bodies of fusion computations and without `backend_config` attributes, which the analysis
+/// never looks at; also returns how many fusion bodies were left out. For text already in memory.
+pub fn hlo_without_fusion_bodies(text: &str) -> (String, usize) {
+    let mut filter = FusionBodyFilter::default();
+    text.split_inclusive('\n').for_each(|l| filter.scan(l));
+    let kept = text
+        .split_inclusive('\n')
+        .filter(|l| filter.keep(l))
+        .map(|l| strip_attribute(l, "backend_config"))
+        .collect();
+    (kept, filter.dropped_computations())
 }
 
 /// Module name from the file key: `module_0042.jit_f.cl_1.after_optimizations` -> `jit_f`.
@@ -298,4 +312,169 @@ pub fn analyze_texts(
         });
     }
     Ok(analyze(&inputs, opts))
+}
+
+#[cfg(test)]
+pub(crate) mod testdata {
+    //! Real dumps and logs of `tests/corpus`, read the way the binary reads them.
+
+    use super::{hlo_without_fusion_bodies, DumpText, ModuleTexts};
+    use std::path::PathBuf;
+
+    /// The text of `tests/corpus/<rel>`.
+    pub fn read(rel: &str) -> String {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/corpus")
+            .join(rel);
+        std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    /// The after-optimizations modules of the dump directory `tests/corpus/<rel>`.
+    pub fn dump(rel: &str) -> Vec<ModuleTexts> {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/corpus")
+            .join(rel);
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{rel}: {e}"))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("after_optimizations"))
+            .collect();
+        names.sort();
+        let mut modules: Vec<ModuleTexts> = Vec::new();
+        for n in names {
+            let key = n
+                .split("after_optimizations")
+                .next()
+                .unwrap_or("")
+                .to_string()
+                + "after_optimizations";
+            if !modules.last().is_some_and(|m| m.key == key) {
+                modules.push(ModuleTexts {
+                    key: key.clone(),
+                    ..ModuleTexts::default()
+                });
+            }
+            let Some(m) = modules.last_mut() else {
+                continue;
+            };
+            let name = format!("tests/corpus/{rel}/{n}");
+            let text = read(&format!("{rel}/{n}"));
+            if n.ends_with("-buffer-assignment.txt") {
+                m.buffer_assignment = Some(DumpText::new(name, text));
+            } else if n.ends_with("-live-range.txt") {
+                m.live_range = Some(DumpText::new(name, text));
+            } else if n.ends_with("-memory-usage-report.txt") {
+                m.usage_report = Some(DumpText::new(name, text));
+            } else if n.ends_with("after_optimizations.txt") {
+                let (kept, dropped) = hlo_without_fusion_bodies(&text);
+                m.fusion_bodies = dropped;
+                m.hlo = Some(DumpText::new(name, kept));
+            }
+        }
+        modules
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testdata::dump;
+    use super::*;
+    use crate::CauseKind;
+
+    const G: u64 = 1 << 30;
+
+    #[test]
+    fn module_names_from_file_keys() {
+        assert_eq!(
+            name_from_key("module_0042.jit_f.cl_1.after_optimizations"),
+            "jit_f"
+        );
+        assert_eq!(
+            name_from_key("module_0000.jit_step.cl_933746096.after_optimizations"),
+            "jit_step"
+        );
+        assert_eq!(name_from_key("module_0001.a.b.after_optimizations"), "a.b");
+        assert_eq!(name_from_key("weird"), "weird");
+    }
+
+    #[test]
+    fn a_real_dump_analyzes_with_nothing_skipped() {
+        let files = dump("tpu/debug_print_v5e/dump");
+        assert_eq!(files.len(), 1);
+        assert!(files[0].fusion_bodies > 0, "fusion bodies are left out");
+        let r = analyze_texts(&files, &AnalyzeOptions::default()).expect("analyze");
+        let m = &r.modules[0];
+        assert_eq!(m.name, "jit_step");
+        assert!(m.notes.is_empty(), "{:?}", m.notes);
+        let hbm = &m.memory_spaces[0];
+        assert_eq!(hbm.space, "hbm");
+        assert_eq!(hbm.peak_bytes, 24 * G + 128 * 1024);
+        assert!(r
+            .diagnosis
+            .causes
+            .iter()
+            .any(|c| c.cause == CauseKind::DebugPrint));
+    }
+
+    /// What the live-range and usage-report parsers skip is reported, not dropped.
+    #[test]
+    fn skipped_lines_of_every_file_become_notes() {
+        let mut files = dump("tpu/debug_print_v5e/dump");
+        let lr = files[0].live_range.as_mut().expect("live range");
+        lr.text
+            .push_str("BufferLiveRange:\nthis is not a live range\n");
+        let rep = files[0].usage_report.as_mut().expect("usage report");
+        rep.text = format!("garbage first line\n{}", rep.text);
+        let r = analyze_texts(&files, &AnalyzeOptions::default()).expect("analyze");
+        let notes = &r.modules[0].notes;
+        assert!(
+            notes.iter().any(
+                |n| n.starts_with("live ranges: 1 line(s) skipped (first: line ")
+                    && n.contains("this is not a live range")
+            ),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|n| n.starts_with("memory-usage report: ")
+                && n.contains("unknown memory-usage report format: garbage first line")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_live_range_past_its_file_is_refused_naming_the_file() {
+        let mut files = dump("tpu/debug_print_v5e/dump");
+        let lr = files[0].live_range.as_mut().expect("live range");
+        lr.text = "HloLiveRange (max 999999999):\n".into();
+        let name = lr.name.clone();
+        let e = analyze_texts(&files, &AnalyzeOptions::default()).expect_err("refused");
+        assert!(
+            e.to_string().starts_with(&format!("`{name}`: `HloLiveRange (max 999999999)` is more positions than a file of 30 bytes can hold")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn files_of_two_compiles_are_refused() {
+        let mut files = dump("tpu/debug_print_v5e/dump");
+        let other = dump("tpu/fits_v5e/dump");
+        files[0].buffer_assignment = other[0].buffer_assignment.clone();
+        let e = analyze_texts(&files, &AnalyzeOptions::default()).expect_err("refused");
+        assert!(
+            e.to_string().contains("are not from the same compile"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nothing_readable_is_not_a_dump() {
+        let files = vec![ModuleTexts {
+            key: "module_0000.jit_f.after_optimizations".into(),
+            hlo: Some(DumpText::new("x.txt", "")),
+            ..ModuleTexts::default()
+        }];
+        let e = analyze_texts(&files, &AnalyzeOptions::default()).expect_err("refused");
+        assert!(e.0.starts_with("`x.txt` is not an XLA dump"), "{e}");
+    }
 }

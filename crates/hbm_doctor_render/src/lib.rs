@@ -647,9 +647,10 @@ pub(crate) mod testdata {
     //! reads them (HLO text without fusion bodies and `backend_config`).
 
     use hbm_doctor_analysis::analyze::{AnalyzeOptions, AnalyzeReport};
-    use hbm_doctor_analysis::dump::{analyze_texts, DumpText, ModuleTexts};
+    use hbm_doctor_analysis::dump::{
+        analyze_texts, hlo_without_fusion_bodies, DumpText, ModuleTexts,
+    };
     use hbm_doctor_analysis::ExplainReport;
-    use hbm_doctor_hlo::hlo::{strip_attribute, FusionBodyFilter};
     use hbm_doctor_trend::detect::Params;
     use hbm_doctor_trend::reader::{Collected, Reader};
     use hbm_doctor_trend::report::TrendReport;
@@ -710,14 +711,8 @@ pub(crate) mod testdata {
                 m.usage_report = file;
             } else if n.ends_with("after_optimizations.txt") {
                 let full = file.map(|f| f.text).unwrap_or_default();
-                let mut filter = FusionBodyFilter::default();
-                full.split_inclusive('\n').for_each(|l| filter.scan(l));
-                let kept: String = full
-                    .split_inclusive('\n')
-                    .filter(|l| filter.keep(l))
-                    .map(|l| strip_attribute(l, "backend_config").into_owned())
-                    .collect();
-                m.fusion_bodies = filter.dropped_computations();
+                let (kept, dropped) = hlo_without_fusion_bodies(&full);
+                m.fusion_bodies = dropped;
                 m.hlo = Some(DumpText::new(format!("tests/corpus/{rel}/{n}"), kept));
             }
         }
