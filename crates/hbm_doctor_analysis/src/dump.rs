@@ -349,7 +349,7 @@ pub(crate) mod testdata {
                 .unwrap_or("")
                 .to_string()
                 + "after_optimizations";
-            if !modules.last().is_some_and(|m| m.key == key) {
+            if modules.last().is_none_or(|m| m.key != key) {
                 modules.push(ModuleTexts {
                     key: key.clone(),
                     ..ModuleTexts::default()

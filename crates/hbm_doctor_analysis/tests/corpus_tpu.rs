@@ -145,7 +145,7 @@ fn check_case(dir: &Path, case: &str) -> Vec<String> {
         };
         // The category is asserted here; the cause ranking is scored, with every other
         // labelled case, by the accuracy harness (tests/accuracy.rs, ACCURACY.md's ratchet).
-        if let Some(want) = expectation(&case, &m) {
+        if let Some(want) = expectation(case, &m) {
             if !want.categories.contains(&d.category) {
                 err(format!(
                     "category: want {:?}, got {:?}",

@@ -693,7 +693,7 @@ pub(crate) mod testdata {
                 + "after_optimizations";
             let path = format!("tests/corpus/{rel}/{n}");
             let text = read(&format!("{rel}/{n}"));
-            if !modules.last().is_some_and(|m| m.key == key) {
+            if modules.last().is_none_or(|m| m.key != key) {
                 modules.push(ModuleTexts {
                     key: key.clone(),
                     ..ModuleTexts::default()

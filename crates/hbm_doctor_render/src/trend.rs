@@ -57,7 +57,7 @@ fn human(rep: &TrendReport, st: Style) -> String {
             out,
             "{}: {} ({} samples{steps})",
             st.bold(&name),
-            verdict(&s.verdict, st),
+            verdict(s.verdict, st),
             s.samples
         );
         if let Some(r) = &s.reason {
