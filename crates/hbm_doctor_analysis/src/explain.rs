@@ -317,6 +317,9 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(2.5, runtime_growth(&ctx));
         rank!(2.6, runtime_spike(&ctx));
         rank!(3.0, model_state_at_load(&ctx));
+        if let Some((c, over)) = model_weights(&ctx) {
+            add(if over { 3.2 } else { 2.4 }, Some(c));
+        }
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
         rank!(2.2, torch_cache_fragmentation(&ctx));
@@ -344,6 +347,45 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
             .zip(ctx.limit)
             .is_some_and(|(u, l)| u.saturating_mul(2) >= l.saturating_mul(5));
         rank!(if far_over { 1.9 } else { 0.05 }, device_too_small(&ctx));
+    }
+    // The user already made the batch smaller and it still failed: the batch is not the knob.
+    if let Some(said) = e.batch_tried.as_deref() {
+        if e.phase == Phase::Runtime || !e.allocations.is_empty() || e.used_bytes.is_some() {
+            for (score, c) in causes.iter_mut() {
+                if c.cause == CauseKind::BatchTooLarge {
+                    *score -= 2.0;
+                }
+            }
+            causes.push((2.0, ctx.cause(
+                CauseKind::ArgumentsExceed,
+                None,
+                format!("a smaller batch was already tried and it still fails (\"{said}\"): what fills the device does not scale with the batch: the model's parameters, optimizer state or gradients, or something else holding the device"),
+                vec![
+                    "Measure the model state: parameter count x bytes per parameter (x3 to x4 with Adam in f32); if it is near the device's memory, shard it (FSDP / ZeRO), keep weights in bf16, or offload the optimizer state.".into(),
+                    "Check that no other process or earlier run holds the device (nvidia-smi / tpu-info), and that nothing keeps per-step outputs alive.".into(),
+                ],
+                Vec::new(),
+            )));
+            // JAX on a GPU takes 75% of the device up front: a fixed-size limit too.
+            if ctx.jax && e.backend == Some(Backend::Gpu) && e.phase == Phase::Runtime {
+                causes.push((1.8, ctx.cause(
+                    CauseKind::Preallocation,
+                    None,
+                    "JAX preallocates a fixed share of the GPU (75% by default) whatever the batch: a program that needs more than that share fails at any batch size".into(),
+                    vec![
+                        "Raise the share (XLA_PYTHON_CLIENT_MEM_FRACTION=.9) or allocate on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false; XLA_PYTHON_CLIENT_ALLOCATOR=platform to debug), and check that no other process holds the rest.".into(),
+                    ],
+                    Vec::new(),
+                )));
+            }
+            causes.push((1.5, ctx.cause(
+                CauseKind::DeviceTooSmall,
+                None,
+                "if the model state alone is close to the device's memory, no batch size fits: the program needs more devices or a device with more memory".into(),
+                vec!["Spread parameters and optimizer state over more devices (FSDP / model parallelism), or use a generation with more memory per device.".into()],
+                Vec::new(),
+            )));
+        }
     }
     causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cause.cmp(&b.1.cause)));
     let mut seen = Vec::new();
@@ -1465,6 +1507,55 @@ fn model_state_at_load(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
+/// The model named in the text (`Mistral-7B`, `gpt-neo-2.7B`) holds, at the stated weight
+/// precision (16-bit when unstated: a lower bound), most of the device: its weights alone are the
+/// story, whatever the batch. `true` when they exceed the device.
+fn model_weights(ctx: &Ctx<'_>) -> Option<(Cause, bool)> {
+    let e = ctx.e;
+    let params = e.model_params?;
+    let bits = e.param_bits.unwrap_or(16);
+    let weights = params.saturating_mul(u64::from(bits)) / 8;
+    let tpu = e
+        .accelerator
+        .as_deref()
+        .and_then(chips::tpu_by_name)
+        .map(|t| (t.usable_bytes, t.long_name));
+    let (capacity, of) = match (ctx.limit, tpu) {
+        (Some(l), _) if e.memory_space != Some(MemorySpace::Host) => (l, "the device".to_string()),
+        (_, Some((u, name))) => (u, format!("one {name} device")),
+        _ => return None,
+    };
+    if weights.saturating_mul(10) < capacity.saturating_mul(8) {
+        return None;
+    }
+    let over = weights >= capacity;
+    let precision = match e.param_bits {
+        Some(b) => format!("at {b} bits per weight"),
+        None => "at 16 bits per weight (at least; the text states no dtype)".into(),
+    };
+    let billions = params as f64 / 1e9;
+    Some((
+        ctx.cause(
+            CauseKind::ArgumentsExceed,
+            over.then(|| weights - capacity),
+            format!(
+                "the text names a {billions}B-parameter model: {precision} its weights alone are {}, {} of the {} of {of}{}",
+                fmt(weights),
+                pct(weights, capacity),
+                fmt(capacity),
+                if over { ": the model does not fit before any activation" } else { ": little is left for activations, gradients or a KV cache" }
+            ),
+            vec![
+                format!("Fit the weights first: {}-bit weights need {}; 8-bit {}, 4-bit {} (quantization: load_in_8bit / AWQ / GPTQ for inference).", bits.min(16), fmt(params.saturating_mul(u64::from(bits.min(16))) / 8), fmt(params), fmt(params / 2)),
+                "Or shard the weights over more devices (tensor parallelism / FSDP: tensor_parallel_size in vLLM, jax.sharding over a mesh), or use a device with more memory.".into(),
+                "Training needs 3-4x the weights on top (gradients, Adam moments): shard or offload the optimizer state.".into(),
+            ],
+            Vec::new(),
+        ),
+        over,
+    ))
+}
+
 /// Inference: the KV cache and logits grow with batch x sequence length.
 fn generation_memory(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
@@ -1866,5 +1957,32 @@ mod tests {
         let text = "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 1.62G of 1.00G hbm. Exceeded hbm capacity by 640.06M.\n";
         let (_, c) = causes(text);
         assert_eq!(c.first(), Some(&CauseKind::Preallocation), "{c:?}");
+    }
+
+    const TORCH: &str = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB (GPU 0; 10.73 GiB total capacity; 9.85 GiB already allocated; 46.44 MiB free; 9.86 GiB reserved in total by PyTorch)";
+
+    #[test]
+    fn a_model_whose_weights_exceed_the_device_is_the_model() {
+        // 7B parameters at 16 bits are 13.0G, past the 10.73G device.
+        let text = format!("vllm serve --model mistralai/Mistral-7B-v0.1 --dtype half\n{TORCH}\n");
+        assert_eq!(causes(&text).1.first(), Some(&CauseKind::ArgumentsExceed));
+        // Quantized to 4 bits (3.3G) the weights are not the story.
+        let text = format!("--model TheBloke/Mistral-7B-AWQ --quantization awq\n{TORCH}\n");
+        assert_ne!(causes(&text).1.first(), Some(&CauseKind::ArgumentsExceed));
+    }
+
+    #[test]
+    fn a_batch_already_reduced_is_not_the_answer() {
+        let (_, before) = causes(&format!("{TORCH}\n"));
+        assert_eq!(
+            before.first(),
+            Some(&CauseKind::BatchTooLarge),
+            "{before:?}"
+        );
+        let text =
+            format!("{TORCH}\nI tried reducing the batch size to 1 but nothing is working.\n");
+        let (_, after) = causes(&text);
+        assert_ne!(after.first(), Some(&CauseKind::BatchTooLarge), "{after:?}");
+        assert!(after.contains(&CauseKind::ArgumentsExceed), "{after:?}");
     }
 }
