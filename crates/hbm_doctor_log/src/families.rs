@@ -60,7 +60,9 @@ fn p() -> &'static Patterns {
         ),
         // XLA:GPU: "Failed to allocate 1234 bytes for new constant"
         constant: re(r"Failed to allocate (\d+) bytes for new constant"),
-        gaudi: re(r"DEVMEM allocation failed|Device memory allocation failed|synStatus.*(?:26|OutOfDeviceMemory)"),
+        // Gaudi: "DEVMEM allocation failed", "MODULE:PT_DEVMEM Allocation failed for size::3288334336
+        // (3136)MB", "synStatus=26 [Device memory allocation failed]".
+        gaudi: re(r"(?i:DEVMEM allocation failed)(?: for size::(\d+))?|Device memory allocation failed|synStatus.*(?:26|OutOfDeviceMemory)"),
         // Tenstorrent: "Out of Memory: Not enough space to allocate 2147483648 B DRAM buffer
         // across 12 banks, where each bank needs to store 178956800 B"
         tenstorrent: re(&format!(
@@ -190,10 +192,15 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         });
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(m) = pat.gaudi.find(flat).filter(on_first) {
+    if let Some(c) = pat
+        .gaudi
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
         let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
         e.memory_space = Some(MemorySpace::Device);
-        return Some((Piece::Event(Box::new(e)), m.end()));
+        e.requested_bytes = c.get(1).and_then(|m| m.as_str().parse().ok());
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     None
 }

@@ -78,6 +78,7 @@ struct Patterns {
     scoped_vmem: Regex,
     allocation_exceeds: Regex,
     runtime_alloc: Regex,
+    could_not_allocate: Regex,
     program_load: Regex,
     gpu_oom: Regex,
     failed_request: Regex,
@@ -134,13 +135,16 @@ fn p() -> &'static Patterns {
             hlo_temporaries: re(r"Ran\s+out\s+of\s+memory\s+on\s+(\w+),?\s+the\s+total\s+memory\s+required\s+for\s+HLO\s+temporaries\s+\(SZ\)\s+exceeds\s+available\s+\w+\s+\(SZ\)"),
             tc_sc: re(r"TensorCore\s+Hbm\s+usage:?\s+SZ,?\s+SparseCore\s+Hbm\s+usage:?\s+SZ,?\s+exceeding\s+available\s+bytes:?\s+SZ"),
             abort_early: re(r"Aborting\s+compilation\s+early\s+because\s+it's\s+unlikely\s+to\s+have\s+enough\s+memory\.?\s+Requires\s+SZ,?\s+has\s+SZ\s+available"),
-            vmem_stack: re(r"Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\s+while\s+allocating\s+on\s+stack\s+for\s+(%?[\w.\-]+)\s*=\s*(\w+\[[^\]]*\](?:\{[^}]*\})?)"),
+            vmem_stack: re(r"Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\s+while\s+allocating\s+on\s+stack\s+for\s+(%?[\w.\-]+)\s*=\s*(\w+\[[^\]]*\](?:\{[^}]*\})?|\((?:[^()]|\([^()]*\))*\))"),
             scoped_vmem: re(r"Scoped\s+allocation\s+with\s+size\s+SZ\s+and\s+limit\s+SZ\s+exceeded\s+scoped\s+(\w+)\s+limit\s+by\s+SZ"),
             allocation_exceeds: re(r"Allocation\s+\(size=(\d+)\)\s+would\s+exceed\s+memory\s+\(size=(\d+)\)(?:\s*::\s*(#?[\w.\-]+)\s*\[shape\s*=\s*'([^']*)',\s*space=(\w+)(?:[^\]]*?tag\s*=\s*'([^']*)')?)?"),
+            // 2022 TPU runtime: "Could not allocate 10485760 bytes in memory 0x0x0_HBM0; 4374528
+            // bytes allocatable, 14942208 bytes available".
+            could_not_allocate: re(r"Could\s+not\s+allocate\s+(\d+)\s+bytes\s+in\s+memory\s+([\w]+);\s+(\d+)\s+bytes\s+allocatable,\s+(\d+)\s+bytes\s+available"),
             runtime_alloc: re(r"(?:Error\s+allocating\s+device\s+buffer:\s+)?Attempting\s+to\s+allocate\s+SZ\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free\.?(?:;?\s*\(([\w]+)\))?"),
             program_load: re(r"(?:Error\s+loading\s+program(?:\s+'([^']+)')?:\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?(?:\s+That\s+was\s+not\s+possible\.?)?(?:\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable)?"),
             gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+SZ"),
-            failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?\s+on\s+device\s+ordinal\s+(\d+)"),
+            failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?(?:\s+on\s+device\s+ordinal\s+(\d+))?"),
             bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
             tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\s+(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?(?:[\s.,"*]|$)"#),
@@ -800,8 +804,7 @@ fn talks_about_an_oom(line: &str) -> bool {
     if line.split_whitespace().count() < 12
         || lower.contains("error:")
         || lower.contains("exception:")
-        || lower.contains("resource_exhausted:")
-        || lower.contains("resource exhausted:")
+        || lower.contains("exhausted:")
     {
         return false;
     }
@@ -1068,6 +1071,21 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
+    if let Some(c) = pat
+        .could_not_allocate
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
+        let mut e = new_event(line, Family::TpuRuntimeAlloc, Phase::Runtime, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = Some(MemorySpace::Hbm);
+        e.requested_bytes = c[1].parse().ok();
+        e.device = Some(c[2].to_string());
+        // What one allocation can get (the largest contiguous block) and what is free in all.
+        e.largest_free_bytes = c[3].parse().ok();
+        e.free_bytes = c[4].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if flat[..first_line_len].contains("Graph input size") {
         // PyTorch/XLA's PT_XLA_DEBUG "Post Compilation Analysis" block, printed before a run.
         let (mut arguments, mut outputs, mut aliased, mut temps, mut used) =
@@ -1245,7 +1263,7 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
             .get(2)
             .and_then(|m| m.as_str().parse().ok())
             .or_else(|| size(&c, 1));
-        e.device = Some(format!("device ordinal {}", &c[3]));
+        e.device = c.get(3).map(|d| format!("device ordinal {}", d.as_str()));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = pat
@@ -1364,6 +1382,22 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         if !status && first.split_whitespace().count() > 40 {
             return None;
         }
+        // A sentence that tells of running out of memory ("causing the TPUs to run out of
+        // memory."), not a message: lower-case verb, no `Error:`-style colon on the line.
+        let told = [
+            "run out of memory",
+            "runs out of memory",
+            "running out of memory",
+            " ran out of memory",
+        ]
+        .iter()
+        .any(|v| {
+            first.to_ascii_lowercase().contains(v)
+                && !first.contains(&capitalize_first(v.trim_start()))
+        });
+        if !status && told && !first.contains(':') {
+            return None;
+        }
         let _ = m;
         let mut e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
         if first.contains("compil") {
@@ -1377,6 +1411,14 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         return Some((Piece::Event(Box::new(e)), first_line_len));
     }
     None
+}
+
+/// `Ran out of memory` from `ran out of memory`: the spelling a message starts with.
+fn capitalize_first(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+        .unwrap_or_default()
 }
 
 /// A report pasted without its error line: a TPU listing or requirement block, GPU peak buffers,
