@@ -1685,7 +1685,12 @@ fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
 fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     let m = e.message.to_ascii_lowercase();
-    let init = m.contains("handle") || m.contains("cuinit") || m.contains("initializ");
+    // cuBLAS/cuDNN `STATUS_ALLOC_FAILED`: the library's own handle or workspace, allocated
+    // outside the framework's pool, found no room.
+    let init = m.contains("handle")
+        || m.contains("cuinit")
+        || m.contains("initializ")
+        || m.contains("status_alloc_failed");
     let cuda = m.contains("cuda") || m.contains("cudnn") || m.contains("cublas");
     if !init || !cuda || e.phase != Phase::Runtime {
         return None;
