@@ -158,16 +158,10 @@ impl Ctx<'_> {
             (Some(s), Some(x)) if x > 0 => Some(s >= x),
             _ => None,
         };
-        Cause {
-            cause,
-            savings_bytes: savings,
-            evidence,
-            actions,
-            snippets,
-            sufficient,
-            what_if: None,
-            changes: Vec::new(),
-        }
+        let mut c = Cause::new(cause, savings, evidence, actions);
+        c.snippets = snippets;
+        c.sufficient = sufficient;
+        c
     }
 
     fn snippets(&self, jax: &str, ptxla: &str) -> Vec<Snippet> {
@@ -579,11 +573,7 @@ fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::ShapeBug,
         Some(need.saturating_sub(l)),
         evidence,
-        vec![
-            "Print the shapes of the largest arrays (jax.eval_shape / torch.Size) and compare with what you meant: a swapped axis, a sequence length or vocabulary where a batch belongs, or an outer product from broadcasting ([N,1] * [1,N]).".into(),
-            "Check the config that sizes the model (seq_len, vocab, hidden, num_layers, per-device batch = global batch / number of devices).".into(),
-            "Check the mesh: if the mesh has 1 device along the sharded axis, nothing is split.".into(),
-        ],
+        Vec::new(),
         Vec::new(),
     ))
 }
@@ -739,8 +729,6 @@ fn arguments_exceed(ctx: &Ctx<'_>) -> Option<Cause> {
     let chips = (args as f64 / (l as f64 * 0.7)).ceil() as u64;
     let mut actions = vec![
         format!("Shard parameters and optimizer state over more chips (FSDP / ZeRO-3 style): {} of arguments need about {chips} or more chips' worth of HBM with room left for activations.", fmt(args)),
-        "Offload optimizer state (or parameters between uses) to host memory.".into(),
-        "Keep optimizer moments in bf16, or use a lighter optimizer (Adafactor, 8-bit Adam).".into(),
     ];
     let fits = chips::tpus_that_fit(args + args / 4);
     if let Some(first) = fits.first() {
@@ -877,7 +865,6 @@ fn padding(ctx: &Ctx<'_>) -> Option<Cause> {
             fmt(*w)
         ));
     }
-    actions.push("Make large dimensions (batch, hidden, embedding, heads x head_dim) multiples of 128, and second-minor ones multiples of 8 (16 for bf16 packing).".into());
     let evidence = if listed >= heap {
         format!(
             "tile padding wastes {} in the listed allocations ({} of the requirement)",
@@ -1080,10 +1067,7 @@ fn no_donation(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::NoDonation,
         Some(could),
         format!("outputs take {} and share only {} with the {} of arguments: updated parameters/state exist twice", fmt(out), fmt(aliased), fmt(args)),
-        vec![
-            "Donate the inputs the step overwrites (parameters, optimizer state) so XLA writes the outputs into their buffers.".into(),
-            "PyTorch/XLA aliases parameters updated in place automatically: keep optimizer updates in place and XLA_ENABLE_PARAM_ALIASING unset or 1.".into(),
-        ],
+        Vec::new(),
         ctx.snippets(
             "train_step = jax.jit(train_step, donate_argnums=(0, 1))  # params, opt_state\n# or: jax.jit(train_step, donate_argnames=(\"state\",))",
             "# parameters updated in place are aliased; check 'Aliased Input size' with PT_XLA_DEBUG_LEVEL=1\noptimizer.step()  # in place",
@@ -1107,7 +1091,7 @@ fn undonated_arguments(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::NoDonation,
         Some(args),
         format!("the arguments take {} ({} of the requirement) and none of the outputs alias them (aliased_output 0B): if the step returns updated parameters or optimizer state, both copies are live (savings: up to the arguments' size)", fmt(args), pct(args, used)),
-        vec!["Donate the arguments the step overwrites (parameters, optimizer state): the outputs then reuse their buffers; up to the size of the donated arguments is saved.".into()],
+        Vec::new(),
         ctx.snippets(
             "train_step = jax.jit(train_step, donate_argnums=(0, 1))  # params, opt_state",
             "# in-place optimizer updates are aliased automatically (XLA_ENABLE_PARAM_ALIASING=1)
@@ -1136,7 +1120,7 @@ fn f32_precision(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::F32Precision,
         Some(total / 2),
         format!("{} listed buffers are f32 and total {} ({} of the requirement)", f32.len(), fmt(total), pct(total, base)),
-        vec!["Run activations and matmuls in bfloat16 (keep a f32 master copy of the weights and f32 loss/normalization if quality needs it); int8 quantization for frozen weights.".into()],
+        Vec::new(),
         ctx.snippets(
             "params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)  # or flax: dtype=jnp.bfloat16, param_dtype=jnp.float32",
             "model = model.to(torch.bfloat16)  # or torch.autocast('xla', dtype=torch.bfloat16)",
@@ -1192,7 +1176,6 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
         (saved > 0).then_some(saved * 3 / 4),
         evidence,
         vec![
-            "Rematerialize: wrap each layer (or the scanned block) in jax.checkpoint with a policy that saves only what is cheap to keep, e.g. dots_with_no_batch_dims_saveable; or offload saved activations to host memory.".into(),
             "Last resort: let the compiler trade compile time for memory: LIBTPU_INIT_ARGS='--xla_tpu_rematerialization_algo=PEAK_PRIORITY --xla_tpu_pre_fusion_remat=true' (TPU flags go in LIBTPU_INIT_ARGS, not XLA_FLAGS).".into(),
         ],
         ctx.snippets(
@@ -1226,10 +1209,7 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::ReplicatedTensor,
         savings,
         format!("{evidence}{}", if savings.is_some() { " (savings assume sharding over just 2 devices)" } else { "" }),
-        vec![
-            "Check the mesh shape and the sharding of the large arrays (jax.debug.visualize_array_sharding, or the sharding= of the dump's HLO): the per-device shape should be the global shape divided by the mesh axes.".into(),
-            "Add sharding constraints on large intermediates so propagation does not fall back to replication.".into(),
-        ],
+        Vec::new(),
         ctx.snippets(
             "jax.debug.visualize_array_sharding(x)\nx = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(\"data\", \"model\")))",
             "xs.mark_sharding(t, mesh, (\"data\", \"model\"))",
@@ -1274,8 +1254,16 @@ fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
     Some(ctx.cause(
         CauseKind::DebugPrint,
         Some(total),
-        format!("{} buffer(s) feed a host callback or print: {}", hits.len(), hits.iter().take(3).map(|a| describe(a)).collect::<Vec<_>>().join("; ")),
-        vec!["Remove jax.debug.print / jax.debug.callback on large arrays (a print of a sharded array gathers the whole array on one device and breaks fusion); print a reduction (x.mean(), x.shape) instead.".into()],
+        format!(
+                "{} buffer(s) feed a host callback or print: {}",
+                hits.len(),
+                hits.iter()
+                    .take(3)
+                    .map(|a| describe(a))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        Vec::new(),
         Vec::new(),
     ))
 }
@@ -1290,8 +1278,11 @@ fn optimizer_state(ctx: &Ctx<'_>) -> Option<Cause> {
     Some(ctx.cause(
         CauseKind::OptimizerStateUnsharded,
         Some(total / 2),
-        format!("{} of optimizer-state buffers are listed among the largest", fmt(total)),
-        vec!["Shard optimizer state over the data-parallel axis (ZeRO-1/FSDP) instead of replicating it on every device.".into()],
+        format!(
+            "{} of optimizer-state buffers are listed among the largest",
+            fmt(total)
+        ),
+        Vec::new(),
         Vec::new(),
     ))
 }
@@ -1359,14 +1350,7 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
         CauseKind::BatchTooLarge,
         None,
         format!("the device ran out at run time{request}{free}: what a step holds (activations of the batch, gradients, temporaries) on top of the model state filled it; the batch is the knob that scales it"),
-        vec![
-            "Halve the per-device batch (or the sequence length); keep the global batch with gradient accumulation over micro-batches.".into(),
-            if e.framework == Some(Framework::Pytorch) {
-                "Then recompute activations (torch.utils.checkpoint) and train in bf16 (torch.autocast) if the batch must stay.".into()
-            } else {
-                "Then rematerialize activations (jax.checkpoint / torch_xla checkpoint) and compute in bf16 if the batch must stay.".into()
-            },
-        ],
+        Vec::new(),
         ctx.snippets(
             "optimizer = optax.MultiSteps(optax.adamw(lr), every_k_schedule=2)  # 2 micro-batches per update",
             "for i, (x, y) in enumerate(loader):  # loader yields half batches\n    (loss_fn(model(x), y) / 2).backward()\n    if (i + 1) % 2 == 0:\n        optimizer.step(); optimizer.zero_grad()\n    xm.mark_step()",
@@ -1376,9 +1360,7 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
         CauseKind::DeviceTooSmall,
         None,
         "if a batch of 1 still fails, the model's parameters and optimizer state alone do not fit this device".into(),
-        vec![
-            "Shard parameters and optimizer state over the devices (FSDP / ZeRO), keep them in bf16, or use a device with more memory.".into(),
-        ],
+        Vec::new(),
         Vec::new(),
     ));
     out
@@ -1615,7 +1597,6 @@ fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
     } else {
         actions.push("Halve the per-device batch (or the sequence length), or keep the global batch with gradient accumulation over micro-batches.".into());
     }
-    actions.push("Then rematerialize activations (jax.checkpoint / torch_xla checkpoint) and use bf16 if the batch must stay.".into());
     Some(ctx.cause(
         CauseKind::BatchTooLarge,
         None,
@@ -1845,7 +1826,6 @@ fn device_too_small(ctx: &Ctx<'_>) -> Option<Cause> {
             fits.join(", ")
         ));
     }
-    actions.push("Or offload parameters/optimizer state or saved activations to host memory (memory_kind='pinned_host').".into());
     if u as f64 <= l as f64 * 1.2 {
         // The guide's section E: when the program is close to fitting, the compiler's
         // rematerialization can be pushed harder, at the cost of compile time and speed.
