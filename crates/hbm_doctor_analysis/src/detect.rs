@@ -242,7 +242,6 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
             evidence,
             vec![
                 format!("shard {} over the mesh instead of replicating it (JAX: NamedSharding(mesh, P('d', None)) on the argument, or jax.lax.with_sharding_constraint inside the step; PyTorch/XLA: xs.mark_sharding(t, mesh, ('d', None)))", first.op_name.as_deref().unwrap_or(&first.name)),
-                if kind == CauseKind::OptimizerStateUnsharded { "shard the optimizer state like the parameters (ZeRO / FSDP style): give opt_state the same out_shardings as params".into() } else { "check in_shardings/out_shardings of the jit: an empty PartitionSpec P() means replicated".into() },
             ],
         );
         c.changes = changes;
@@ -396,11 +395,16 @@ fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>
     let mut c = cause(
         CauseKind::DebugPrint,
         Some(savings),
-        format!("{} host transfer(s){src} ({}); {heldtxt}", transfers.len(), if ops.is_empty() { "recv/infeed".into() } else { ops.join(", ") }),
-        vec![
-            "remove jax.debug.print / jax.debug.callback / host_callback from the jitted step, or print a reduction (x.sum(), x[:4]) instead of the whole array".into(),
-            "a printed sharded array is gathered to one device first: print per shard (jax.debug.print under shard_map) or outside jit".into(),
-        ],
+        format!(
+            "{} host transfer(s){src} ({}); {heldtxt}",
+            transfers.len(),
+            if ops.is_empty() {
+                "recv/infeed".into()
+            } else {
+                ops.join(", ")
+            }
+        ),
+        Vec::new(),
     );
     c.changes = held.iter().map(|b| (b.name.clone(), 0)).collect();
     c.snippets.push(snippet(
@@ -498,7 +502,6 @@ fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
         format!("{} not donated although the outputs have the same shape: input and output copies exist at once ({}, {} of the peak)", names.join(", "), format_size(savings), pct(savings, s.peak_bytes)),
         vec![
             format!("donate the updated inputs: jax.jit(step, donate_argnums=({},)) (the module has no input_output_alias for them)", nums.join(", ")),
-            "PyTorch/XLA: update the tensors in place (optimizer.step() on XLA tensors) so the compiler aliases them".into(),
         ],
     );
     // The output copies go: one same-shaped output buffer per donated parameter, but for the
@@ -595,10 +598,7 @@ fn no_remat(input: &ModuleInput<'_>, s: &SpaceReport, claimed: &mut HashSet<Stri
             pct(total, s.peak_bytes),
             held.iter().take(4).map(|b| format!("{} {} ({}{})", b.name, b.shape, format_size(b.size_bytes), b.source.as_deref().map(|x| format!(", {x}")).unwrap_or_default())).collect::<Vec<_>>().join(", ")
         ),
-        vec![
-            "rematerialize per layer: wrap each block in jax.checkpoint (jax.remat), or use a policy such as jax.checkpoint_policies.dots_with_no_batch_dims_saveable".into(),
-            "PyTorch/XLA: torch_xla.utils.checkpoint.checkpoint around each block".into(),
-        ],
+        Vec::new(),
     );
     c.changes = held.iter().skip(1).map(|b| (b.name.clone(), 0)).collect();
     c.snippets.push(snippet(
@@ -693,11 +693,10 @@ fn padding(s: &SpaceReport) -> Vec<Cause> {
         let tiled: Vec<String> = sh.tiled_dims().iter().map(|(d, t)| format!("dim {d} ({}) to a multiple of {t}", sh.dims.get(*d).copied().unwrap_or(0))).collect();
         format!("the tiled dims are {}: make them multiples of the tile, or transpose so the small dims are not the two most minor", tiled.join(" and "))
     });
-    let mut actions = vec!["reshape or transpose small trailing dims away from the minor positions (e.g. [N,3,3] -> [3,3,N] or [N,9] padded to [N,16]), and keep minor dims multiples of 128 and second-minor multiples of 8".to_string()];
+    let mut actions = Vec::new();
     if let Some(h) = hint {
         actions.insert(0, h);
     }
-    actions.push("check a shape with `hbm-doctor pad SHAPE`".into());
     let mut c = cause(
         CauseKind::Padding,
         Some(s.padding_bytes),
@@ -747,7 +746,7 @@ fn f32_precision(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
         CauseKind::F32Precision,
         Some(bytes / 2),
         format!("{} f32 intermediates and outputs are live at the peak ({}, {} of it); in bf16 they would take half", f32s.len(), format_size(bytes), pct(bytes, s.peak_bytes)),
-        vec!["compute in bfloat16 (params/activations as jnp.bfloat16, keep f32 master weights in the optimizer only), or jax.default_matmul_precision with bf16 inputs".into(), "PyTorch/XLA: torch.autocast('xla', dtype=torch.bfloat16)".into()],
+        Vec::new(),
     );
     c.changes = f32s.iter().map(|b| (b.name.clone(), 500)).collect();
     vec![c]
@@ -889,7 +888,7 @@ fn batch_too_large(
         CauseKind::BatchTooLarge,
         savings,
         format!("temporaries with leading dimension {bsz} (the batch of the inputs) take {} at the peak ({} of it)", format_size(bytes), pct(bytes, s.peak_bytes)),
-        vec![action, "use gradient accumulation (optax.MultiSteps) to keep the effective batch".into()],
+        vec![action],
     );
     c.changes = scaled(new_batch);
     vec![c]
@@ -930,7 +929,7 @@ fn shape_bug(s: &SpaceReport, opts: &AnalyzeOptions) -> Vec<Cause> {
             s.total_bytes as f64 / b.max(1) as f64,
             format_size(b)
         ),
-        vec!["print the shapes of the largest arrays (jax.eval_shape) and compare them with what you meant; check the config that sizes the model".into()],
+        Vec::new(),
     )]
 }
 
@@ -946,8 +945,15 @@ fn arguments_exceed(s: &SpaceReport, opts: &AnalyzeOptions) -> Vec<Cause> {
     vec![cause(
         CauseKind::ArgumentsExceed,
         None,
-        format!("arguments ({}) and outputs ({}) alone exceed the budget {}", format_size(s.arguments_bytes), format_size(s.outputs_bytes), format_size(b)),
-        vec!["shard the parameters and optimizer state over more devices (FSDP), offload them to host memory, or use a chip with more HBM".into(), "donate inputs that are updated (donate_argnums) so outputs reuse their buffers".into()],
+        format!(
+            "arguments ({}) and outputs ({}) alone exceed the budget {}",
+            format_size(s.arguments_bytes),
+            format_size(s.outputs_bytes),
+            format_size(b)
+        ),
+        vec![
+            "donate inputs that are updated (donate_argnums) so outputs reuse their buffers".into(),
+        ],
     )]
 }
 

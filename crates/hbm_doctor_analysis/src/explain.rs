@@ -158,16 +158,10 @@ impl Ctx<'_> {
             (Some(s), Some(x)) if x > 0 => Some(s >= x),
             _ => None,
         };
-        Cause {
-            cause,
-            savings_bytes: savings,
-            evidence,
-            actions,
-            snippets,
-            sufficient,
-            what_if: None,
-            changes: Vec::new(),
-        }
+        let mut c = Cause::new(cause, savings, evidence, actions);
+        c.snippets = snippets;
+        c.sufficient = sufficient;
+        c
     }
 
     fn snippets(&self, jax: &str, ptxla: &str) -> Vec<Snippet> {
@@ -317,6 +311,9 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(2.5, runtime_growth(&ctx));
         rank!(2.6, runtime_spike(&ctx));
         rank!(3.0, model_state_at_load(&ctx));
+        if let Some((c, over)) = model_weights(&ctx) {
+            add(if over { 3.2 } else { 2.4 }, Some(c));
+        }
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
         rank!(2.2, torch_cache_fragmentation(&ctx));
@@ -344,6 +341,45 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
             .zip(ctx.limit)
             .is_some_and(|(u, l)| u.saturating_mul(2) >= l.saturating_mul(5));
         rank!(if far_over { 1.9 } else { 0.05 }, device_too_small(&ctx));
+    }
+    // The user already made the batch smaller and it still failed: the batch is not the knob.
+    if let Some(said) = e.batch_tried.as_deref() {
+        if e.phase == Phase::Runtime || !e.allocations.is_empty() || e.used_bytes.is_some() {
+            for (score, c) in causes.iter_mut() {
+                if c.cause == CauseKind::BatchTooLarge {
+                    *score -= 2.0;
+                }
+            }
+            causes.push((2.0, ctx.cause(
+                CauseKind::ArgumentsExceed,
+                None,
+                format!("a smaller batch was already tried and it still fails (\"{said}\"): what fills the device does not scale with the batch: the model's parameters, optimizer state or gradients, or something else holding the device"),
+                vec![
+                    "Measure the model state: parameter count x bytes per parameter (x3 to x4 with Adam in f32); if it is near the device's memory, shard it (FSDP / ZeRO), keep weights in bf16, or offload the optimizer state.".into(),
+                    "Check that no other process or earlier run holds the device (nvidia-smi / tpu-info), and that nothing keeps per-step outputs alive.".into(),
+                ],
+                Vec::new(),
+            )));
+            // JAX on a GPU takes 75% of the device up front: a fixed-size limit too.
+            if ctx.jax && e.backend == Some(Backend::Gpu) && e.phase == Phase::Runtime {
+                causes.push((1.8, ctx.cause(
+                    CauseKind::Preallocation,
+                    None,
+                    "JAX preallocates a fixed share of the GPU (75% by default) whatever the batch: a program that needs more than that share fails at any batch size".into(),
+                    vec![
+                        "Raise the share (XLA_PYTHON_CLIENT_MEM_FRACTION=.9) or allocate on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false; XLA_PYTHON_CLIENT_ALLOCATOR=platform to debug), and check that no other process holds the rest.".into(),
+                    ],
+                    Vec::new(),
+                )));
+            }
+            causes.push((1.5, ctx.cause(
+                CauseKind::DeviceTooSmall,
+                None,
+                "if the model state alone is close to the device's memory, no batch size fits: the program needs more devices or a device with more memory".into(),
+                vec!["Spread parameters and optimizer state over more devices (FSDP / model parallelism), or use a generation with more memory per device.".into()],
+                Vec::new(),
+            )));
+        }
     }
     causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cause.cmp(&b.1.cause)));
     let mut seen = Vec::new();
@@ -537,11 +573,7 @@ fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::ShapeBug,
         Some(need.saturating_sub(l)),
         evidence,
-        vec![
-            "Print the shapes of the largest arrays (jax.eval_shape / torch.Size) and compare with what you meant: a swapped axis, a sequence length or vocabulary where a batch belongs, or an outer product from broadcasting ([N,1] * [1,N]).".into(),
-            "Check the config that sizes the model (seq_len, vocab, hidden, num_layers, per-device batch = global batch / number of devices).".into(),
-            "Check the mesh: if the mesh has 1 device along the sharded axis, nothing is split.".into(),
-        ],
+        Vec::new(),
         Vec::new(),
     ))
 }
@@ -697,8 +729,6 @@ fn arguments_exceed(ctx: &Ctx<'_>) -> Option<Cause> {
     let chips = (args as f64 / (l as f64 * 0.7)).ceil() as u64;
     let mut actions = vec![
         format!("Shard parameters and optimizer state over more chips (FSDP / ZeRO-3 style): {} of arguments need about {chips} or more chips' worth of HBM with room left for activations.", fmt(args)),
-        "Offload optimizer state (or parameters between uses) to host memory.".into(),
-        "Keep optimizer moments in bf16, or use a lighter optimizer (Adafactor, 8-bit Adam).".into(),
     ];
     let fits = chips::tpus_that_fit(args + args / 4);
     if let Some(first) = fits.first() {
@@ -835,7 +865,6 @@ fn padding(ctx: &Ctx<'_>) -> Option<Cause> {
             fmt(*w)
         ));
     }
-    actions.push("Make large dimensions (batch, hidden, embedding, heads x head_dim) multiples of 128, and second-minor ones multiples of 8 (16 for bf16 packing).".into());
     let evidence = if listed >= heap {
         format!(
             "tile padding wastes {} in the listed allocations ({} of the requirement)",
@@ -1038,10 +1067,7 @@ fn no_donation(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::NoDonation,
         Some(could),
         format!("outputs take {} and share only {} with the {} of arguments: updated parameters/state exist twice", fmt(out), fmt(aliased), fmt(args)),
-        vec![
-            "Donate the inputs the step overwrites (parameters, optimizer state) so XLA writes the outputs into their buffers.".into(),
-            "PyTorch/XLA aliases parameters updated in place automatically: keep optimizer updates in place and XLA_ENABLE_PARAM_ALIASING unset or 1.".into(),
-        ],
+        Vec::new(),
         ctx.snippets(
             "train_step = jax.jit(train_step, donate_argnums=(0, 1))  # params, opt_state\n# or: jax.jit(train_step, donate_argnames=(\"state\",))",
             "# parameters updated in place are aliased; check 'Aliased Input size' with PT_XLA_DEBUG_LEVEL=1\noptimizer.step()  # in place",
@@ -1065,7 +1091,7 @@ fn undonated_arguments(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::NoDonation,
         Some(args),
         format!("the arguments take {} ({} of the requirement) and none of the outputs alias them (aliased_output 0B): if the step returns updated parameters or optimizer state, both copies are live (savings: up to the arguments' size)", fmt(args), pct(args, used)),
-        vec!["Donate the arguments the step overwrites (parameters, optimizer state): the outputs then reuse their buffers; up to the size of the donated arguments is saved.".into()],
+        Vec::new(),
         ctx.snippets(
             "train_step = jax.jit(train_step, donate_argnums=(0, 1))  # params, opt_state",
             "# in-place optimizer updates are aliased automatically (XLA_ENABLE_PARAM_ALIASING=1)
@@ -1094,7 +1120,7 @@ fn f32_precision(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::F32Precision,
         Some(total / 2),
         format!("{} listed buffers are f32 and total {} ({} of the requirement)", f32.len(), fmt(total), pct(total, base)),
-        vec!["Run activations and matmuls in bfloat16 (keep a f32 master copy of the weights and f32 loss/normalization if quality needs it); int8 quantization for frozen weights.".into()],
+        Vec::new(),
         ctx.snippets(
             "params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)  # or flax: dtype=jnp.bfloat16, param_dtype=jnp.float32",
             "model = model.to(torch.bfloat16)  # or torch.autocast('xla', dtype=torch.bfloat16)",
@@ -1150,7 +1176,6 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
         (saved > 0).then_some(saved * 3 / 4),
         evidence,
         vec![
-            "Rematerialize: wrap each layer (or the scanned block) in jax.checkpoint with a policy that saves only what is cheap to keep, e.g. dots_with_no_batch_dims_saveable; or offload saved activations to host memory.".into(),
             "Last resort: let the compiler trade compile time for memory: LIBTPU_INIT_ARGS='--xla_tpu_rematerialization_algo=PEAK_PRIORITY --xla_tpu_pre_fusion_remat=true' (TPU flags go in LIBTPU_INIT_ARGS, not XLA_FLAGS).".into(),
         ],
         ctx.snippets(
@@ -1184,10 +1209,7 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::ReplicatedTensor,
         savings,
         format!("{evidence}{}", if savings.is_some() { " (savings assume sharding over just 2 devices)" } else { "" }),
-        vec![
-            "Check the mesh shape and the sharding of the large arrays (jax.debug.visualize_array_sharding, or the sharding= of the dump's HLO): the per-device shape should be the global shape divided by the mesh axes.".into(),
-            "Add sharding constraints on large intermediates so propagation does not fall back to replication.".into(),
-        ],
+        Vec::new(),
         ctx.snippets(
             "jax.debug.visualize_array_sharding(x)\nx = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(\"data\", \"model\")))",
             "xs.mark_sharding(t, mesh, (\"data\", \"model\"))",
@@ -1232,8 +1254,16 @@ fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
     Some(ctx.cause(
         CauseKind::DebugPrint,
         Some(total),
-        format!("{} buffer(s) feed a host callback or print: {}", hits.len(), hits.iter().take(3).map(|a| describe(a)).collect::<Vec<_>>().join("; ")),
-        vec!["Remove jax.debug.print / jax.debug.callback on large arrays (a print of a sharded array gathers the whole array on one device and breaks fusion); print a reduction (x.mean(), x.shape) instead.".into()],
+        format!(
+                "{} buffer(s) feed a host callback or print: {}",
+                hits.len(),
+                hits.iter()
+                    .take(3)
+                    .map(|a| describe(a))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        Vec::new(),
         Vec::new(),
     ))
 }
@@ -1248,8 +1278,11 @@ fn optimizer_state(ctx: &Ctx<'_>) -> Option<Cause> {
     Some(ctx.cause(
         CauseKind::OptimizerStateUnsharded,
         Some(total / 2),
-        format!("{} of optimizer-state buffers are listed among the largest", fmt(total)),
-        vec!["Shard optimizer state over the data-parallel axis (ZeRO-1/FSDP) instead of replicating it on every device.".into()],
+        format!(
+            "{} of optimizer-state buffers are listed among the largest",
+            fmt(total)
+        ),
+        Vec::new(),
         Vec::new(),
     ))
 }
@@ -1317,14 +1350,7 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
         CauseKind::BatchTooLarge,
         None,
         format!("the device ran out at run time{request}{free}: what a step holds (activations of the batch, gradients, temporaries) on top of the model state filled it; the batch is the knob that scales it"),
-        vec![
-            "Halve the per-device batch (or the sequence length); keep the global batch with gradient accumulation over micro-batches.".into(),
-            if e.framework == Some(Framework::Pytorch) {
-                "Then recompute activations (torch.utils.checkpoint) and train in bf16 (torch.autocast) if the batch must stay.".into()
-            } else {
-                "Then rematerialize activations (jax.checkpoint / torch_xla checkpoint) and compute in bf16 if the batch must stay.".into()
-            },
-        ],
+        Vec::new(),
         ctx.snippets(
             "optimizer = optax.MultiSteps(optax.adamw(lr), every_k_schedule=2)  # 2 micro-batches per update",
             "for i, (x, y) in enumerate(loader):  # loader yields half batches\n    (loss_fn(model(x), y) / 2).backward()\n    if (i + 1) % 2 == 0:\n        optimizer.step(); optimizer.zero_grad()\n    xm.mark_step()",
@@ -1334,9 +1360,7 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
         CauseKind::DeviceTooSmall,
         None,
         "if a batch of 1 still fails, the model's parameters and optimizer state alone do not fit this device".into(),
-        vec![
-            "Shard parameters and optimizer state over the devices (FSDP / ZeRO), keep them in bf16, or use a device with more memory.".into(),
-        ],
+        Vec::new(),
         Vec::new(),
     ));
     out
@@ -1465,6 +1489,55 @@ fn model_state_at_load(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
+/// The model named in the text (`Mistral-7B`, `gpt-neo-2.7B`) holds, at the stated weight
+/// precision (16-bit when unstated: a lower bound), most of the device: its weights alone are the
+/// story, whatever the batch. `true` when they exceed the device.
+fn model_weights(ctx: &Ctx<'_>) -> Option<(Cause, bool)> {
+    let e = ctx.e;
+    let params = e.model_params?;
+    let bits = e.param_bits.unwrap_or(16);
+    let weights = params.saturating_mul(u64::from(bits)) / 8;
+    let tpu = e
+        .accelerator
+        .as_deref()
+        .and_then(chips::tpu_by_name)
+        .map(|t| (t.usable_bytes, t.long_name));
+    let (capacity, of) = match (ctx.limit, tpu) {
+        (Some(l), _) if e.memory_space != Some(MemorySpace::Host) => (l, "the device".to_string()),
+        (_, Some((u, name))) => (u, format!("one {name} device")),
+        _ => return None,
+    };
+    if weights.saturating_mul(10) < capacity.saturating_mul(8) {
+        return None;
+    }
+    let over = weights >= capacity;
+    let precision = match e.param_bits {
+        Some(b) => format!("at {b} bits per weight"),
+        None => "at 16 bits per weight (at least; the text states no dtype)".into(),
+    };
+    let billions = params as f64 / 1e9;
+    Some((
+        ctx.cause(
+            CauseKind::ArgumentsExceed,
+            over.then(|| weights - capacity),
+            format!(
+                "the text names a {billions}B-parameter model: {precision} its weights alone are {}, {} of the {} of {of}{}",
+                fmt(weights),
+                pct(weights, capacity),
+                fmt(capacity),
+                if over { ": the model does not fit before any activation" } else { ": little is left for activations, gradients or a KV cache" }
+            ),
+            vec![
+                format!("Fit the weights first: {}-bit weights need {}; 8-bit {}, 4-bit {} (quantization: load_in_8bit / AWQ / GPTQ for inference).", bits.min(16), fmt(params.saturating_mul(u64::from(bits.min(16))) / 8), fmt(params), fmt(params / 2)),
+                "Or shard the weights over more devices (tensor parallelism / FSDP: tensor_parallel_size in vLLM, jax.sharding over a mesh), or use a device with more memory.".into(),
+                "Training needs 3-4x the weights on top (gradients, Adam moments): shard or offload the optimizer state.".into(),
+            ],
+            Vec::new(),
+        ),
+        over,
+    ))
+}
+
 /// Inference: the KV cache and logits grow with batch x sequence length.
 fn generation_memory(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
@@ -1524,7 +1597,6 @@ fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
     } else {
         actions.push("Halve the per-device batch (or the sequence length), or keep the global batch with gradient accumulation over micro-batches.".into());
     }
-    actions.push("Then rematerialize activations (jax.checkpoint / torch_xla checkpoint) and use bf16 if the batch must stay.".into());
     Some(ctx.cause(
         CauseKind::BatchTooLarge,
         None,
@@ -1594,7 +1666,12 @@ fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
 fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     let m = e.message.to_ascii_lowercase();
-    let init = m.contains("handle") || m.contains("cuinit") || m.contains("initializ");
+    // cuBLAS/cuDNN `STATUS_ALLOC_FAILED`: the library's own handle or workspace, allocated
+    // outside the framework's pool, found no room.
+    let init = m.contains("handle")
+        || m.contains("cuinit")
+        || m.contains("initializ")
+        || m.contains("status_alloc_failed");
     let cuda = m.contains("cuda") || m.contains("cudnn") || m.contains("cublas");
     if !init || !cuda || e.phase != Phase::Runtime {
         return None;
@@ -1749,7 +1826,6 @@ fn device_too_small(ctx: &Ctx<'_>) -> Option<Cause> {
             fits.join(", ")
         ));
     }
-    actions.push("Or offload parameters/optimizer state or saved activations to host memory (memory_kind='pinned_host').".into());
     if u as f64 <= l as f64 * 1.2 {
         // The guide's section E: when the program is close to fitting, the compiler's
         // rematerialization can be pushed harder, at the cost of compile time and speed.
@@ -1866,6 +1942,33 @@ mod tests {
         let text = "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 1.62G of 1.00G hbm. Exceeded hbm capacity by 640.06M.\n";
         let (_, c) = causes(text);
         assert_eq!(c.first(), Some(&CauseKind::Preallocation), "{c:?}");
+    }
+
+    const TORCH: &str = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB (GPU 0; 10.73 GiB total capacity; 9.85 GiB already allocated; 46.44 MiB free; 9.86 GiB reserved in total by PyTorch)";
+
+    #[test]
+    fn a_model_whose_weights_exceed_the_device_is_the_model() {
+        // 7B parameters at 16 bits are 13.0G, past the 10.73G device.
+        let text = format!("vllm serve --model mistralai/Mistral-7B-v0.1 --dtype half\n{TORCH}\n");
+        assert_eq!(causes(&text).1.first(), Some(&CauseKind::ArgumentsExceed));
+        // Quantized to 4 bits (3.3G) the weights are not the story.
+        let text = format!("--model TheBloke/Mistral-7B-AWQ --quantization awq\n{TORCH}\n");
+        assert_ne!(causes(&text).1.first(), Some(&CauseKind::ArgumentsExceed));
+    }
+
+    #[test]
+    fn a_batch_already_reduced_is_not_the_answer() {
+        let (_, before) = causes(&format!("{TORCH}\n"));
+        assert_eq!(
+            before.first(),
+            Some(&CauseKind::BatchTooLarge),
+            "{before:?}"
+        );
+        let text =
+            format!("{TORCH}\nI tried reducing the batch size to 1 but nothing is working.\n");
+        let (_, after) = causes(&text);
+        assert_ne!(after.first(), Some(&CauseKind::BatchTooLarge), "{after:?}");
+        assert!(after.contains(&CauseKind::ArgumentsExceed), "{after:?}");
     }
 }
 

@@ -10,6 +10,7 @@
 //! byte; no I/O, no clocks, no hash-map iteration order.
 
 pub mod analyze;
+pub mod causes;
 pub mod chips;
 pub mod detect;
 pub mod dump;

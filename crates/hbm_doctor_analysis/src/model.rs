@@ -143,13 +143,16 @@ pub struct Cause {
 }
 
 impl Cause {
-    /// A cause with its savings, evidence and actions; no snippets, what-if or changes yet.
+    /// A cause with its savings, evidence and actions, the cause's generic advice appended
+    /// (`causes::spec`); no snippets, what-if or changes yet.
     pub fn new(
         cause: CauseKind,
         savings_bytes: Option<u64>,
         evidence: String,
-        actions: Vec<String>,
+        mut actions: Vec<String>,
     ) -> Cause {
+        // The rule's own lines first, then the cause's advice, written once (causes.rs).
+        crate::causes::complete_actions(cause, &mut actions);
         Cause {
             cause,
             savings_bytes,

@@ -707,7 +707,14 @@ fn parse_instruction(text: &str, mut i: usize) -> Option<(Instruction<'_>, usize
     }
     let opcode = &text[os..oe];
     let pe = skip_balanced(b, oe);
-    let inner = &text[oe + 1..pe.saturating_sub(1).max(oe + 1)];
+    // Unbalanced (a truncated line): everything to the end, which may end inside a
+    // multi-byte character; only a closing parenthesis is cut off.
+    let inner_end = if pe > oe + 1 && b[pe - 1] == b')' {
+        pe - 1
+    } else {
+        pe
+    };
+    let inner = &text[oe + 1..inner_end.max(oe + 1)];
     let literal = matches!(opcode, "parameter" | "constant" | "iota");
     let mut operands = Vec::new();
     if literal {
@@ -1052,6 +1059,15 @@ ENTRY %main (a: f32[4], b: f32[4]) -> (f32[4], s32[]) {
   ROOT %t = (f32[4]{0}, s32[]) tuple(%f, %c)
 }
 "#;
+
+    /// Found by the whole-dump fuzz target: a truncated instruction ending inside a multi-byte
+    /// character sliced the text off a character boundary.
+    #[test]
+    fn truncated_operands_ending_in_a_multibyte_character() {
+        let text = "HloModule m\n\nENTRY e {\n  x = f32[] add(\u{2500}";
+        let (m, _) = parse_module(text);
+        assert!(m.computations.len() <= 1);
+    }
 
     #[test]
     fn long_style_module() {

@@ -295,6 +295,21 @@ pub struct Event {
     /// generation), from the traceback's frames around the event.
     #[serde(default)]
     pub stage: Option<Stage>,
+    /// Extension: the model's parameter count named in the text around the event (`Mistral-7B`,
+    /// `gpt-neo-2.7B`, `a 13B model`, `7 billion parameters`).
+    #[serde(default)]
+    pub model_params: Option<u64>,
+    /// Extension: bits per parameter the text sets for the weights (`--dtype half` 16,
+    /// `load_in_8bit` 8, `awq`/`4bit` 4, `float32` 32), when it says.
+    #[serde(default)]
+    pub param_bits: Option<u32>,
+    /// Extension: the TPU the text names (`v3-8`, `v5litepod-16`, `v6e`), as written.
+    #[serde(default)]
+    pub accelerator: Option<String>,
+    /// Extension: the sentence in which the user says a smaller batch was already tried and
+    /// still failed (`even with batch size 1`, `I tried reducing the batch size`).
+    #[serde(default)]
+    pub batch_tried: Option<String>,
 }
 
 impl Event {

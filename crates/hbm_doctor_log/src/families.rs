@@ -60,11 +60,15 @@ fn p() -> &'static Patterns {
         ),
         // XLA:GPU: "Failed to allocate 1234 bytes for new constant"
         constant: re(r"Failed to allocate (\d+) bytes for new constant"),
-        gaudi: re(r"DEVMEM allocation failed|Device memory allocation failed|synStatus.*(?:26|OutOfDeviceMemory)"),
+        // Gaudi: "DEVMEM allocation failed", "MODULE:PT_DEVMEM Allocation failed for size::3288334336
+        // (3136)MB", "synStatus=26 [Device memory allocation failed]".
+        gaudi: re(r"(?i:DEVMEM allocation failed)(?: for size::(\d+))?|Device memory allocation failed|synStatus.*(?:26|OutOfDeviceMemory)"),
         // Tenstorrent: "Out of Memory: Not enough space to allocate 2147483648 B DRAM buffer
         // across 12 banks, where each bank needs to store 178956800 B"
+        // ... "but bank size is 1071821792 B (allocated: 784847680 B, free: 286974112 B,
+        // largest free block: 216504544 B)": the tail, when printed, is per bank.
         tenstorrent: re(&format!(
-            r"Out of Memory: Not enough space to allocate {SZ} (DRAM|L1) buffer"
+            r"Out of Memory: Not enough space to allocate {SZ} (DRAM|L1) buffer(?: across (\d+) banks, where each bank needs to store {SZ}(?:, but bank size is (?:only )?{SZ}(?: \(allocated: {SZ}, free: {SZ}, largest free block: {SZ}\))?)?)?"
         )),
     })
 }
@@ -188,12 +192,26 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         } else {
             MemorySpace::Vmem
         });
+        // The buffer is split evenly over the banks: per-bank figures times the bank count are
+        // the device's (a bank's largest free block times the banks is the most one buffer gets).
+        if let Some(banks) = c.get(3).and_then(|m| m.as_str().parse::<u64>().ok()) {
+            let per_bank = |i| bytes(&c, i).map(|b| b.saturating_mul(banks));
+            e.limit_bytes = per_bank(5);
+            e.used_bytes = per_bank(6);
+            e.free_bytes = per_bank(7);
+            e.largest_free_bytes = per_bank(8);
+        }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(m) = pat.gaudi.find(flat).filter(on_first) {
+    if let Some(c) = pat
+        .gaudi
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
         let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
         e.memory_space = Some(MemorySpace::Device);
-        return Some((Piece::Event(Box::new(e)), m.end()));
+        e.requested_bytes = c.get(1).and_then(|m| m.as_str().parse().ok());
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     None
 }

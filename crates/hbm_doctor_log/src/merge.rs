@@ -371,7 +371,11 @@ fn absorb(into: &mut Event, from: Event) {
         stage,
         pool_setting,
         process_bytes,
-        allocated_bytes
+        allocated_bytes,
+        model_params,
+        param_bits,
+        accelerator,
+        batch_tried
     );
     if from.allocations.len() > into.allocations.len() {
         into.allocations = from.allocations;

@@ -78,6 +78,7 @@ struct Patterns {
     scoped_vmem: Regex,
     allocation_exceeds: Regex,
     runtime_alloc: Regex,
+    could_not_allocate: Regex,
     program_load: Regex,
     gpu_oom: Regex,
     failed_request: Regex,
@@ -134,13 +135,16 @@ fn p() -> &'static Patterns {
             hlo_temporaries: re(r"Ran\s+out\s+of\s+memory\s+on\s+(\w+),?\s+the\s+total\s+memory\s+required\s+for\s+HLO\s+temporaries\s+\(SZ\)\s+exceeds\s+available\s+\w+\s+\(SZ\)"),
             tc_sc: re(r"TensorCore\s+Hbm\s+usage:?\s+SZ,?\s+SparseCore\s+Hbm\s+usage:?\s+SZ,?\s+exceeding\s+available\s+bytes:?\s+SZ"),
             abort_early: re(r"Aborting\s+compilation\s+early\s+because\s+it's\s+unlikely\s+to\s+have\s+enough\s+memory\.?\s+Requires\s+SZ,?\s+has\s+SZ\s+available"),
-            vmem_stack: re(r"Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\s+while\s+allocating\s+on\s+stack\s+for\s+(%?[\w.\-]+)\s*=\s*(\w+\[[^\]]*\](?:\{[^}]*\})?)"),
+            vmem_stack: re(r"Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\s+while\s+allocating\s+on\s+stack\s+for\s+(%?[\w.\-]+)\s*=\s*(\w+\[[^\]]*\](?:\{[^}]*\})?|\((?:[^()]|\([^()]*\))*\))"),
             scoped_vmem: re(r"Scoped\s+allocation\s+with\s+size\s+SZ\s+and\s+limit\s+SZ\s+exceeded\s+scoped\s+(\w+)\s+limit\s+by\s+SZ"),
             allocation_exceeds: re(r"Allocation\s+\(size=(\d+)\)\s+would\s+exceed\s+memory\s+\(size=(\d+)\)(?:\s*::\s*(#?[\w.\-]+)\s*\[shape\s*=\s*'([^']*)',\s*space=(\w+)(?:[^\]]*?tag\s*=\s*'([^']*)')?)?"),
+            // 2022 TPU runtime: "Could not allocate 10485760 bytes in memory 0x0x0_HBM0; 4374528
+            // bytes allocatable, 14942208 bytes available".
+            could_not_allocate: re(r"Could\s+not\s+allocate\s+(\d+)\s+bytes\s+in\s+memory\s+([\w]+);\s+(\d+)\s+bytes\s+allocatable,\s+(\d+)\s+bytes\s+available"),
             runtime_alloc: re(r"(?:Error\s+allocating\s+device\s+buffer:\s+)?Attempting\s+to\s+allocate\s+SZ\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free\.?(?:;?\s*\(([\w]+)\))?"),
             program_load: re(r"(?:Error\s+loading\s+program(?:\s+'([^']+)')?:\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?(?:\s+That\s+was\s+not\s+possible\.?)?(?:\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable)?"),
             gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+SZ"),
-            failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?\s+on\s+device\s+ordinal\s+(\d+)"),
+            failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?(?:\s+on\s+device\s+ordinal\s+(\d+))?"),
             bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
             tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\s+(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?(?:[\s.,"*]|$)"#),
@@ -327,6 +331,10 @@ struct Hints {
     pool_setting: Option<String>,
     /// `torch_xla` itself is named (not only a `torch/` path).
     torch_xla: bool,
+    model_params: Option<u64>,
+    param_bits: Option<u32>,
+    accelerator: Option<String>,
+    batch_tried: Option<String>,
 }
 
 /// Whether a line names a TPU: `TPU`, `libtpu`, `tpu_worker`, `/tpu:0`, but not the `tpu` inside
@@ -388,6 +396,241 @@ fn pool_setting(t: &str) -> Option<String> {
     })
 }
 
+/// Splits a line into words at spaces, quotes, brackets and path separators.
+fn words(t: &str) -> impl Iterator<Item = &str> {
+    t.split(|c: char| {
+        c.is_whitespace()
+            || matches!(
+                c,
+                '/' | '"'
+                    | '\''
+                    | '`'
+                    | '('
+                    | ')'
+                    | ','
+                    | ':'
+                    | '='
+                    | '['
+                    | ']'
+                    | '{'
+                    | '}'
+                    | '<'
+                    | '>'
+            )
+    })
+    .filter(|w| !w.is_empty())
+}
+
+/// `7B`, `2.7b`, `13B`: a parameter count in billions, as model names write it.
+fn billions(part: &str) -> Option<u64> {
+    let num = part.strip_suffix(['b', 'B'])?;
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty()
+        || int.len() > 3
+        || frac.len() > 2
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let v: f64 = num.parse().ok()?;
+    (0.1..=2000.0)
+        .contains(&v)
+        .then(|| (v * 1e9).round() as u64)
+}
+
+/// The parameter count a model name or a sentence states: `mistralai/Mistral-7B-v0.1`,
+/// `EleutherAI/gpt-neo-2.7B`, `Llama-2-13b-hf`, `a 7B model`, `7 billion parameters`.
+fn model_params(t: &str) -> Option<u64> {
+    // Cheap filter first: a digit before `b`/`B`, or `billion`.
+    let b = t.as_bytes();
+    if !b
+        .windows(2)
+        .any(|w| w[0].is_ascii_digit() && (w[1] | 0x20) == b'b')
+        && !t.contains("billion")
+    {
+        return None;
+    }
+    let ws: Vec<&str> = words(t).collect();
+    for (i, w) in ws.iter().enumerate() {
+        // A part of a hyphenated or underscored name, after a part with a letter.
+        let parts: Vec<&str> = w.split(['-', '_']).collect();
+        for k in 1..parts.len() {
+            if parts[..k]
+                .iter()
+                .any(|p| p.bytes().any(|b| b.is_ascii_alphabetic()))
+            {
+                if let Some(n) = billions(parts[k]) {
+                    return Some(n);
+                }
+            }
+        }
+        // `7B model`, `7B parameters`, `7 billion parameters`.
+        let next = ws.get(i + 1).map(|n| n.to_ascii_lowercase());
+        let next_is = |p: &[&str]| {
+            next.as_deref()
+                .is_some_and(|n| p.iter().any(|x| n.starts_with(x)))
+        };
+        if next_is(&["model", "param"]) {
+            if let Some(n) = billions(w) {
+                return Some(n);
+            }
+        }
+        if next.as_deref() == Some("billion")
+            && ws
+                .get(i + 2)
+                .is_some_and(|n| n.to_ascii_lowercase().starts_with("param"))
+        {
+            if let Ok(v) = w.parse::<f64>() {
+                if (0.1..=2000.0).contains(&v) {
+                    return Some((v * 1e9).round() as u64);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Bits per weight the text sets: quantization first (it wins over a compute dtype on the same
+/// line), then 16-bit and 32-bit dtypes.
+fn param_bits(t: &str) -> Option<u32> {
+    if !t.bytes().any(|c| {
+        matches!(
+            c,
+            b'1' | b'3' | b'4' | b'8' | b'h' | b'H' | b'q' | b'Q' | b'w' | b'W'
+        )
+    }) {
+        return None;
+    }
+    let l = t.to_ascii_lowercase();
+    let has = |ks: &[&str]| ks.iter().any(|k| l.contains(k));
+    if has(&[
+        "load_in_4bit",
+        "4bit",
+        "4-bit",
+        "awq",
+        "gptq",
+        "int4",
+        "nf4",
+    ]) {
+        Some(4)
+    } else if has(&["load_in_8bit", "8bit", "8-bit", "int8"]) {
+        Some(8)
+    } else if has(&["float16", "fp16", "bf16", "bfloat16"])
+        || (l.contains("dtype") && l.contains("half"))
+    {
+        Some(16)
+    } else if has(&["float32", "fp32"]) {
+        Some(32)
+    } else {
+        None
+    }
+}
+
+/// A TPU named with its generation: `v3-8`, `v2-8`, `v4-32`, `v5litepod-16`, `v5e`, `v6e-8`,
+/// `v5p-128`, as written.
+fn tpu_named(t: &str) -> Option<String> {
+    if !t
+        .as_bytes()
+        .windows(2)
+        .any(|w| (w[0] | 0x20) == b'v' && w[1].is_ascii_digit())
+    {
+        return None;
+    }
+    words(t).find_map(|w| {
+        let w = w.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+        let l = w.to_ascii_lowercase();
+        let l = l.strip_prefix("tpu-").unwrap_or(&l);
+        let gen = ["v5litepod", "v2", "v3", "v4", "v5e", "v5p", "v6e"]
+            .into_iter()
+            .find(|g| l.starts_with(g))?;
+        let rest = &l[gen.len()..];
+        let ok = rest.is_empty()
+            || rest
+                .strip_prefix('-')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        // `v2`/`v3`/`v4` alone are too common (versions): they need a slice size.
+        (ok && (!rest.is_empty() || gen.len() > 2)).then(|| l.to_string())
+    })
+}
+
+/// The user says a smaller batch was tried and still failed: `even with batch size 1`, `I tried
+/// reducing the batch size`, `batch_size=1 still OOMs`. The sentence, shortened.
+fn batch_tried(t: &str) -> Option<String> {
+    if !t.contains("atch") && !t.contains("ATCH") {
+        return None;
+    }
+    let l = t.to_ascii_lowercase();
+    let b = l.find("batch")?;
+    let around = |ks: &[&str]| ks.iter().any(|k| l.contains(k));
+    let tried = around(&[
+        "tried reduc",
+        "tried lower",
+        "tried decreas",
+        "tried smaller",
+        "tried to reduce",
+        "tried to lower",
+        "tried to decrease",
+        "tried using a smaller",
+        "trying to reduce",
+        "reducing the batch",
+        "reduced the batch",
+        "lowered the batch",
+        "decreased the batch",
+        "reducing batch",
+        "reduced batch",
+        "lowering the batch",
+        "decreasing the batch",
+        "even with batch",
+        "even with a batch",
+        "even at batch",
+        "even for batch",
+        "even with the batch",
+        "even batch size",
+        "even a batch",
+    ]);
+    let one = {
+        // `batch size of 1`, `batch_size=1`, `batch size 1` followed by a failure word.
+        let rest = &l[b..];
+        let r: String = rest.chars().take(30).collect();
+        (r.contains(" 1 ")
+            || r.contains("=1")
+            || r.contains(" 1,")
+            || r.contains(" 1.")
+            || r.ends_with(" 1")
+            || r.contains("of 1"))
+            && around(&[
+                "still",
+                "even",
+                "same error",
+                "doesn't help",
+                "does not help",
+                "didn't help",
+                "did not help",
+            ])
+    };
+    // `... and it worked`: the batch was the fix, not a dead end.
+    let solved = [
+        "it worked",
+        "that worked",
+        "this worked",
+        "works now",
+        "solved",
+        "fixed it",
+        "make it work",
+        "makes it work",
+        "work by",
+        "works by",
+        "works with",
+        "it works",
+    ]
+    .iter()
+    .any(|k| l.contains(k));
+    (!solved && (tried || one)).then(|| {
+        let s: String = t.trim().chars().take(160).collect();
+        s
+    })
+}
+
 impl Hints {
     fn of(lines: &[Line]) -> Hints {
         let mut h = Hints::default();
@@ -446,6 +689,18 @@ impl Hints {
             if h.pool_setting.is_none() {
                 h.pool_setting = pool_setting(t);
             }
+            if h.model_params.is_none() {
+                h.model_params = model_params(t);
+            }
+            if h.param_bits.is_none() {
+                h.param_bits = param_bits(t);
+            }
+            if h.accelerator.is_none() {
+                h.accelerator = tpu_named(t);
+            }
+            if h.batch_tried.is_none() {
+                h.batch_tried = batch_tried(t);
+            }
             if h.program.is_none() {
                 if let Some(c) = p().exec_name.captures(t) {
                     h.program = Some(c[1].to_string());
@@ -494,6 +749,18 @@ impl Hints {
         if event.pool_setting.is_none() {
             event.pool_setting.clone_from(&self.pool_setting);
         }
+        if event.model_params.is_none() {
+            event.model_params = self.model_params;
+        }
+        if event.param_bits.is_none() {
+            event.param_bits = self.param_bits;
+        }
+        if event.accelerator.is_none() {
+            event.accelerator.clone_from(&self.accelerator);
+        }
+        if event.batch_tried.is_none() {
+            event.batch_tried.clone_from(&self.batch_tried);
+        }
         if event.memory_space.is_none() {
             event.memory_space = match event.backend {
                 Some(Backend::Tpu) => Some(MemorySpace::Hbm),
@@ -537,8 +804,7 @@ fn talks_about_an_oom(line: &str) -> bool {
     if line.split_whitespace().count() < 12
         || lower.contains("error:")
         || lower.contains("exception:")
-        || lower.contains("resource_exhausted:")
-        || lower.contains("resource exhausted:")
+        || lower.contains("exhausted:")
     {
         return false;
     }
@@ -805,6 +1071,21 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
+    if let Some(c) = pat
+        .could_not_allocate
+        .captures(flat)
+        .filter(|c| on_first(c.get(0).expect("match")))
+    {
+        let mut e = new_event(line, Family::TpuRuntimeAlloc, Phase::Runtime, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = Some(MemorySpace::Hbm);
+        e.requested_bytes = c[1].parse().ok();
+        e.device = Some(c[2].to_string());
+        // What one allocation can get (the largest contiguous block) and what is free in all.
+        e.largest_free_bytes = c[3].parse().ok();
+        e.free_bytes = c[4].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if flat[..first_line_len].contains("Graph input size") {
         // PyTorch/XLA's PT_XLA_DEBUG "Post Compilation Analysis" block, printed before a run.
         let (mut arguments, mut outputs, mut aliased, mut temps, mut used) =
@@ -982,7 +1263,7 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
             .get(2)
             .and_then(|m| m.as_str().parse().ok())
             .or_else(|| size(&c, 1));
-        e.device = Some(format!("device ordinal {}", &c[3]));
+        e.device = c.get(3).map(|d| format!("device ordinal {}", d.as_str()));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = pat
@@ -1101,6 +1382,22 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         if !status && first.split_whitespace().count() > 40 {
             return None;
         }
+        // A sentence that tells of running out of memory ("causing the TPUs to run out of
+        // memory."), not a message: lower-case verb, no `Error:`-style colon on the line.
+        let told = [
+            "run out of memory",
+            "runs out of memory",
+            "running out of memory",
+            " ran out of memory",
+        ]
+        .iter()
+        .any(|v| {
+            first.to_ascii_lowercase().contains(v)
+                && !first.contains(&capitalize_first(v.trim_start()))
+        });
+        if !status && told && !first.contains(':') {
+            return None;
+        }
         let _ = m;
         let mut e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
         if first.contains("compil") {
@@ -1114,6 +1411,14 @@ fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
         return Some((Piece::Event(Box::new(e)), first_line_len));
     }
     None
+}
+
+/// `Ran out of memory` from `ran out of memory`: the spelling a message starts with.
+fn capitalize_first(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+        .unwrap_or_default()
 }
 
 /// A report pasted without its error line: a TPU listing or requirement block, GPU peak buffers,
@@ -1627,5 +1932,81 @@ mod tests {
         // A file called generate.py is not generation; library frames say nothing.
         let t = tb("  File \"generate.py\", line 1, in main\n    run()\n  File \"/x/site-packages/jax/_src/api.py\", line 5, in generate_thing\n    f()\n");
         assert_eq!(stage(&t), None);
+    }
+
+    #[test]
+    fn model_sizes_from_names_and_sentences() {
+        use super::model_params;
+        assert_eq!(
+            model_params("--model mistralai/Mistral-7B-v0.1 --dtype half"),
+            Some(7_000_000_000)
+        );
+        assert_eq!(
+            model_params("from_pretrained(\"EleutherAI/gpt-neo-2.7B\")"),
+            Some(2_700_000_000)
+        );
+        assert_eq!(
+            model_params("meta-llama/Llama-2-13b-hf"),
+            Some(13_000_000_000)
+        );
+        assert_eq!(
+            model_params("fine-tuning a 70B model on v5p"),
+            Some(70_000_000_000)
+        );
+        assert_eq!(
+            model_params("a 1.5 billion parameter model"),
+            Some(1_500_000_000)
+        );
+        // Not model sizes: sizes in bytes, hex, versions, a lone 7b.
+        assert_eq!(
+            model_params("Failed to allocate request for 100.00MiB (104857600B)"),
+            None
+        );
+        assert_eq!(model_params("at 0x7b and jaxlib 0.4.7b"), None);
+        assert_eq!(model_params("sha-256 digest v2-8 TPU"), None);
+    }
+
+    #[test]
+    fn weight_precision_quantization_first() {
+        use super::param_bits;
+        assert_eq!(param_bits("--dtype half --max-model-len 4096"), Some(16));
+        assert_eq!(param_bits("--dtype half --quantization awq"), Some(4));
+        assert_eq!(
+            param_bits("model = AutoModel.from_pretrained(n, load_in_8bit=True)"),
+            Some(8)
+        );
+        assert_eq!(param_bits("params in float32"), Some(32));
+        assert_eq!(param_bits("cut the batch in half"), None);
+    }
+
+    #[test]
+    fn tpus_named_with_their_generation() {
+        use super::tpu_named;
+        assert_eq!(tpu_named("Used Runtime: v2-8 TPU").as_deref(), Some("v2-8"));
+        assert_eq!(
+            tpu_named("on a TPU VM v3-8 instance.").as_deref(),
+            Some("v3-8")
+        );
+        assert_eq!(
+            tpu_named("--accelerator-type=v5litepod-16").as_deref(),
+            Some("v5litepod-16")
+        );
+        assert_eq!(tpu_named("tpu-v6e-8").as_deref(), Some("v6e-8"));
+        assert_eq!(tpu_named("python v3 and protobuf v4"), None);
+    }
+
+    #[test]
+    fn a_smaller_batch_that_still_fails() {
+        use super::batch_tried;
+        assert!(batch_tried(
+            "I tried reducing the batch size and restarting the kernel but nothing is working."
+        )
+        .is_some());
+        assert!(batch_tried("Even with batch size 1 I get the same error").is_some());
+        assert!(batch_tried("batch_size=1 still OOMs").is_some());
+        // The batch was the fix, or it is only mentioned.
+        assert!(batch_tried("I can make it work by reducing the batch size").is_none());
+        assert!(batch_tried("I tried reducing the batch size and it worked").is_none());
+        assert!(batch_tried("batch 100 loss 2.31").is_none());
     }
 }
