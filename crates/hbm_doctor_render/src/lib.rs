@@ -22,7 +22,7 @@ pub mod view;
 
 pub use analyze::render_analyze;
 pub use pad::{render_pad, PadReport};
-pub use top::{render_top, TopDevice, TopProcess, TopTable};
+pub use top::{render_top, render_top_lines, TopDevice, TopEvent, TopProcess, TopTable};
 pub use trend::render_trend;
 
 /// Pretty JSON and a final newline: the contract's output for every command.

@@ -1,6 +1,8 @@
-//! The table of `top --once` (human): one row per device with its source, used, limit, share,
-//! peak and process, and the trainer's RSS. The monitor comes after this crate in the pipeline,
-//! so the binary copies its snapshot into a [`TopTable`] and passes the monitor's byte spelling.
+//! Views of `top` without its terminal UI: the table of `--once` (one row per device with its
+//! source, used, limit, share, peak and process, and the trainer's RSS) and the plain lines it
+//! streams when stdout is not a terminal (one per event and per device each round). The monitor
+//! comes after this crate in the pipeline, so the binary copies its snapshot into a [`TopTable`]
+//! and passes the monitor's byte spelling.
 
 use crate::Style;
 use std::fmt::Write as _;
@@ -37,7 +39,43 @@ pub struct TopProcess {
     pub alive: bool,
 }
 
-/// One snapshot, as `top --once` prints it.
+/// Something that happened during a round (the monitor's events).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopEvent {
+    /// A source started answering.
+    SourceUp {
+        /// The source.
+        source: String,
+    },
+    /// A source stopped answering.
+    SourceDown {
+        /// The source.
+        source: String,
+        /// What the error said.
+        reason: String,
+    },
+    /// The watched process is gone.
+    ProcessExit {
+        /// Its pid.
+        pid: u32,
+        /// Killed by the kernel's OOM killer (host RAM, not HBM).
+        host_oom_killed: bool,
+    },
+    /// A kernel OOM-killer line.
+    KernelOom {
+        /// The line as the kernel wrote it.
+        line: String,
+    },
+    /// Records the recorder could not write.
+    RecordsLost {
+        /// How many.
+        count: u64,
+        /// The write error.
+        reason: String,
+    },
+}
+
+/// One snapshot, as `top` prints it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopTable {
     /// Host name.
@@ -48,6 +86,8 @@ pub struct TopTable {
     pub devices: Vec<TopDevice>,
     /// The trainer, when `--pid` was given.
     pub process: Option<TopProcess>,
+    /// Events of the round (streamed lines only).
+    pub events: Vec<TopEvent>,
 }
 
 /// Renders the table; `bytes` spells a byte count (the monitor's `fmt_bytes`).
@@ -107,6 +147,48 @@ pub fn render_top(t: &TopTable, style: Style, bytes: fn(u64) -> String) -> Strin
     out
 }
 
+/// Renders one round as plain lines (`top` on a pipe): one per event, then one per device.
+pub fn render_top_lines(t: &TopTable, style: Style, bytes: fn(u64) -> String) -> String {
+    let st = style;
+    let mut out = String::new();
+    let time = st.dim(&t.time);
+    for e in &t.events {
+        let text = match e {
+            TopEvent::SourceUp { source } => st.green(&format!("{source} answering")),
+            TopEvent::SourceDown { source, reason } => {
+                st.yellow(&format!("{source} stopped answering: {reason}"))
+            }
+            TopEvent::ProcessExit {
+                pid,
+                host_oom_killed: true,
+            } => st.red(&format!(
+                "process {pid} exited: killed by the kernel OOM killer (host RAM, not HBM)"
+            )),
+            TopEvent::ProcessExit { pid, .. } => format!("process {pid} exited"),
+            TopEvent::KernelOom { line } => st.red(&format!("kernel: {line}")),
+            TopEvent::RecordsLost { count, reason } => {
+                st.yellow(&format!("recording: {count} record(s) lost ({reason})"))
+            }
+        };
+        let _ = writeln!(out, "{time} {} event {text}", t.host);
+    }
+    let b = |v: Option<u64>| v.map_or_else(|| "-".to_string(), bytes);
+    for x in &t.devices {
+        let _ = writeln!(
+            out,
+            "{time} {} {} dev {} used {} limit {} peak {} pid {}",
+            t.host,
+            x.source,
+            x.id,
+            b(x.used_bytes),
+            b(x.limit_bytes),
+            b(x.peak_bytes),
+            x.pid.map_or("-".into(), |p| p.to_string())
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,12 +225,37 @@ mod tests {
                 rss_bytes: Some(7 * gib),
                 alive: false,
             }),
+            events: vec![
+                TopEvent::SourceUp {
+                    source: "libtpu 127.0.0.1:8431".into(),
+                },
+                TopEvent::SourceDown {
+                    source: "nvml".into(),
+                    reason: "library not found".into(),
+                },
+                TopEvent::ProcessExit {
+                    pid: 4242,
+                    host_oom_killed: true,
+                },
+                TopEvent::KernelOom {
+                    line: "Out of memory: Killed process 4242 (python3)".into(),
+                },
+                TopEvent::RecordsLost {
+                    count: 3,
+                    reason: "No space left on device".into(),
+                },
+            ],
         }
     }
 
     #[test]
     fn once_table() {
         insta::assert_snapshot!(render_top(&table(), Style::new(false), format_size));
+    }
+
+    #[test]
+    fn streamed_lines() {
+        insta::assert_snapshot!(render_top_lines(&table(), Style::new(false), format_size));
     }
 
     #[test]

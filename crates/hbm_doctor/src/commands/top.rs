@@ -12,7 +12,9 @@ use hbm_doctor_monitor::json::snapshot_json;
 use hbm_doctor_monitor::sample::Event;
 use hbm_doctor_monitor::tui::fmt_bytes;
 use hbm_doctor_monitor::{Monitor, Snapshot};
-use hbm_doctor_render::{render_top, Style, TopDevice, TopProcess, TopTable};
+use hbm_doctor_render::{
+    render_top, render_top_lines, Style, TopDevice, TopEvent, TopProcess, TopTable,
+};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -109,52 +111,33 @@ fn table(s: &Snapshot) -> TopTable {
             rss_bytes: p.rss_bytes,
             alive: p.alive,
         }),
+        events: s
+            .events
+            .iter()
+            .map(|e| match e {
+                Event::SourceUp { source } => TopEvent::SourceUp {
+                    source: source.clone(),
+                },
+                Event::SourceDown { source, reason } => TopEvent::SourceDown {
+                    source: source.clone(),
+                    reason: reason.clone(),
+                },
+                Event::ProcessExit {
+                    pid,
+                    host_oom_killed,
+                    ..
+                } => TopEvent::ProcessExit {
+                    pid: *pid,
+                    host_oom_killed: *host_oom_killed,
+                },
+                Event::KernelOom { line, .. } => TopEvent::KernelOom { line: line.clone() },
+                Event::RecordsLost { count, reason } => TopEvent::RecordsLost {
+                    count: *count,
+                    reason: reason.clone(),
+                },
+            })
+            .collect(),
     }
-}
-
-fn human_lines(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
-    let t = rfc3339(s.ts);
-    for e in &s.events {
-        let text = match e {
-            Event::SourceUp { source } => format!("{source} answering"),
-            Event::SourceDown { source, reason } => format!("{source} stopped answering: {reason}"),
-            Event::ProcessExit {
-                pid,
-                host_oom_killed,
-                ..
-            } => {
-                format!(
-                    "process {pid} exited{}",
-                    if *host_oom_killed {
-                        ": killed by the kernel OOM killer (host RAM, not HBM)"
-                    } else {
-                        ""
-                    }
-                )
-            }
-            Event::KernelOom { line, .. } => format!("kernel: {line}"),
-            Event::RecordsLost { count, reason } => {
-                format!("recording: {count} record(s) lost ({reason})")
-            }
-        };
-        writeln!(out, "{t} {} event {text}", s.host)?;
-    }
-    for d in &s.devices {
-        let x = &d.sample;
-        let b = |v: Option<u64>| v.map_or_else(|| "-".to_string(), fmt_bytes);
-        writeln!(
-            out,
-            "{t} {} {} dev {} used {} limit {} peak {} pid {}",
-            s.host,
-            x.source.as_str(),
-            x.id,
-            b(x.used_bytes),
-            b(x.limit_bytes),
-            b(x.peak_bytes),
-            x.pid.map_or("-".into(), |p| p.to_string())
-        )?;
-    }
-    Ok(())
 }
 
 /// Runs `top`.
@@ -170,6 +153,7 @@ pub fn run(args: &TopArgs, global: &GlobalArgs) -> Result<u8> {
         return Ok(exit::OK);
     }
     say_notes(&monitor.notes);
+    let style = Style::new(global.color.resolve_stdout());
     if once {
         let s = monitor.sample();
         if s.devices.is_empty() {
@@ -185,7 +169,6 @@ pub fn run(args: &TopArgs, global: &GlobalArgs) -> Result<u8> {
         let mut out = std::io::stdout().lock();
         match args.format {
             TopFormat::Human => {
-                let style = Style::new(global.color.resolve_stdout());
                 out.write_all(render_top(&table(&s), style, fmt_bytes).as_bytes())?
             }
             TopFormat::Json => {
@@ -219,7 +202,7 @@ pub fn run(args: &TopArgs, global: &GlobalArgs) -> Result<u8> {
                 TopFormat::JsonLines => {
                     writeln!(out, "{}", serde_json::to_string(&snapshot_json(&s))?)?
                 }
-                _ => human_lines(&s, &mut out)?,
+                _ => out.write_all(render_top_lines(&table(&s), style, fmt_bytes).as_bytes())?,
             }
             out.flush()?;
         }
