@@ -1,6 +1,10 @@
 //! Command-line definition (clap derive). Global options are flattened into every subcommand.
 
+use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use hbm_doctor_analysis::analyze::AnalyzeOptions;
+use hbm_doctor_monitor::{Monitor, MonitorConfig};
+use hbm_doctor_render::{Format, Style};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -22,6 +26,14 @@ pub struct GlobalArgs {
     /// When to use colour: auto honours NO_COLOR, TERM=dumb and a non-terminal stdout.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
     pub color: ColorChoice,
+}
+
+impl GlobalArgs {
+    /// The style of a command's view on stdout: colour only for the human format, as `--color`
+    /// says.
+    pub fn style(&self, format: OutputFormat) -> Style {
+        Style::new(format == OutputFormat::Human && self.color.resolve_stdout())
+    }
 }
 
 /// `--color`.
@@ -72,6 +84,110 @@ pub enum OutputFormat {
     Json,
     /// Markdown, to paste in an issue.
     Markdown,
+}
+
+impl OutputFormat {
+    /// The renderer's format.
+    pub fn render(self) -> Format {
+        match self {
+            OutputFormat::Human => Format::Human,
+            OutputFormat::Json => Format::Json,
+            OutputFormat::Markdown => Format::Markdown,
+        }
+    }
+}
+
+/// Where device memory is read from (shared by `top`, `record`, `exporter`).
+#[derive(Debug, Args, Clone)]
+pub struct SourceArgs {
+    /// The training process: its RSS is recorded and its exit is checked against the kernel's
+    /// OOM killer; its environment names the libtpu ports (TPU_RUNTIME_METRICS_PORTS), the hook
+    /// file (HBM_DOCTOR_SAMPLES) and XLA_METRICS_FILE.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// libtpu runtime-metrics ports on loopback, comma-separated [default: the trainer's
+    /// TPU_RUNTIME_METRICS_PORTS, else 8431-8438].
+    #[arg(long, value_delimiter = ',', value_name = "PORTS")]
+    pub ports: Option<Vec<u16>>,
+    /// Address of the libtpu metrics service.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1",
+        hide_default_value = true
+    )]
+    pub libtpu_host: String,
+    /// Do not query libtpu.
+    #[arg(long)]
+    pub no_libtpu: bool,
+    /// Do not load NVML (NVIDIA GPUs).
+    #[arg(long)]
+    pub no_nvml: bool,
+    /// JSON-lines file written by the in-process hook (`hbm_doctor.sampler`).
+    #[arg(long, value_name = "FILE")]
+    pub samples: Option<PathBuf>,
+    /// PyTorch/XLA XLA_METRICS_FILE to follow (compile and live-buffer counters).
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    /// The monitor these options describe.
+    pub fn monitor(&self) -> Result<Monitor> {
+        let cfg = MonitorConfig {
+            pid: self.pid,
+            ports: self.ports.clone(),
+            libtpu_host: Some(self.libtpu_host.clone()),
+            no_libtpu: self.no_libtpu,
+            no_nvml: self.no_nvml,
+            samples: self.samples.clone(),
+            metrics_file: self.metrics_file.clone(),
+            kernel_log: self.pid.is_some(),
+        };
+        let mut monitor = Monitor::from_config(&cfg)?;
+        // The leak detector of `hbm-doctor trend`, live: top's warning line, the exporter's trend
+        // families and the JSON `trend` object come from it.
+        monitor.set_trend_hook(Box::new(crate::commands::trend::LiveTrend::default()));
+        Ok(monitor)
+    }
+}
+
+/// The memory a program must fit in (`analyze`, `view`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct BudgetArgs {
+    /// Memory the program must fit in, per device (e.g. 16G, 15.75GiB, 17179869184): `analyze`
+    /// exits 1 if it does not fit, `view` draws it as the limit.
+    #[arg(long, value_name = "BYTES", conflicts_with = "target")]
+    pub budget: Option<String>,
+    /// A device's usable HBM as the budget: v4, v5e, v5p, v6e, v7...
+    #[arg(long, value_name = "GEN")]
+    pub target: Option<String>,
+}
+
+impl BudgetArgs {
+    /// The analysis options these flags set.
+    pub fn options(&self) -> Result<AnalyzeOptions> {
+        budget_options(self.budget.as_deref(), self.target.as_deref())
+    }
+}
+
+/// The budget of `--budget BYTES` or `--target GEN`.
+pub fn budget_options(budget: Option<&str>, target: Option<&str>) -> Result<AnalyzeOptions> {
+    let mut opts = AnalyzeOptions::default();
+    if let Some(b) = budget {
+        let Some(bytes) = hbm_doctor_log::parse_size(b).filter(|&x| x > 0) else {
+            bail!("cannot read --budget `{b}`: give bytes or a size such as 16G, 15.75GiB or 17179869184");
+        };
+        opts.budget_bytes = Some(bytes);
+    }
+    if let Some(t) = target {
+        let Some(chip) = hbm_doctor_analysis::chips::tpu_by_name(t) else {
+            bail!("unknown --target `{t}`: use v4, v5e, v5p, v6e or v7, or give --budget BYTES");
+        };
+        opts.budget_bytes = Some(chip.usable_bytes);
+        opts.target = Some(chip.name.to_string());
+    }
+    Ok(opts)
 }
 
 /// The subcommands.
@@ -151,12 +267,9 @@ pub struct AnalyzeArgs {
     /// Only modules whose name contains this.
     #[arg(long, value_name = "NAME")]
     pub module: Option<String>,
-    /// Memory the program must fit in, per device (e.g. 16G, 15.75GiB, 17179869184); exit 1 if not.
-    #[arg(long, value_name = "BYTES", conflicts_with = "target")]
-    pub budget: Option<String>,
-    /// Check against a device's usable HBM: v4, v5e, v5p, v6e, v7...; exit 1 if it does not fit.
-    #[arg(long, value_name = "GEN")]
-    pub target: Option<String>,
+    /// The budget.
+    #[command(flatten)]
+    pub budget: BudgetArgs,
     /// Buffers to list per memory space.
     #[arg(long, default_value_t = 10)]
     pub top: usize,

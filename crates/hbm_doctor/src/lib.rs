@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod dump;
 pub mod exit;
 pub mod input;
 

@@ -1,24 +1,16 @@
 //! `hbm-doctor analyze` as users run it: exit codes, the JSON contract, one-line errors.
 
+mod support;
+
+use support::{bin, tpu_dump};
+
 use std::path::PathBuf;
-use std::process::Command;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
-}
-
-fn dump(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/corpus/tpu")
-        .join(case)
-        .join("dump")
-}
 
 #[test]
 fn json_contract_and_exit_codes() {
     let out = bin()
         .args(["analyze", "--format", "json", "--target", "v5e"])
-        .arg(dump("replicated_v5e"))
+        .arg(tpu_dump("replicated_v5e"))
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1), "does not fit a v5e");
@@ -56,7 +48,7 @@ fn json_contract_and_exit_codes() {
 
     let ok = bin()
         .args(["analyze", "--budget", "1T"])
-        .arg(dump("fits_v5e"))
+        .arg(tpu_dump("fits_v5e"))
         .output()
         .expect("run");
     assert_eq!(ok.status.code(), Some(0));
@@ -67,7 +59,7 @@ fn json_contract_and_exit_codes() {
     );
 
     // One file of the dump reads its module's siblings.
-    let file = std::fs::read_dir(dump("fits_v5e"))
+    let file = std::fs::read_dir(tpu_dump("fits_v5e"))
         .expect("dir")
         .flatten()
         .map(|e| e.path())
@@ -99,13 +91,13 @@ fn bad_input_says_what_to_do() {
     let _ = std::fs::remove_dir(&empty);
     let out = bin()
         .args(["analyze", "--target", "v99"])
-        .arg(dump("fits_v5e"))
+        .arg(tpu_dump("fits_v5e"))
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
     let out = bin()
         .args(["analyze", "--budget", "lots"])
-        .arg(dump("fits_v5e"))
+        .arg(tpu_dump("fits_v5e"))
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
@@ -117,7 +109,7 @@ fn markdown_is_tables() {
         .args([
             "analyze", "--format", "markdown", "--top", "3", "--target", "v5e",
         ])
-        .arg(dump("replicated_v5e"))
+        .arg(tpu_dump("replicated_v5e"))
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1), "does not fit a v5e");
@@ -164,7 +156,7 @@ fn markdown_is_tables() {
 fn what_if_names_a_change_and_says_whether_it_fits() {
     let out = bin()
         .args(["analyze", "--target", "v5e", "--what-if", "debug_print"])
-        .arg(dump("debug_print_v5e"))
+        .arg(tpu_dump("debug_print_v5e"))
         .output()
         .expect("run");
     assert_eq!(
@@ -180,7 +172,7 @@ fn what_if_names_a_change_and_says_whether_it_fits() {
     );
     let out = bin()
         .args(["analyze", "--format", "json", "--what-if", "bf16"])
-        .arg(dump("debug_print_v5e"))
+        .arg(tpu_dump("debug_print_v5e"))
         .output()
         .expect("run");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -189,7 +181,7 @@ fn what_if_names_a_change_and_says_whether_it_fits() {
     assert!(v["diagnosis"]["ledger"].is_array());
     let out = bin()
         .args(["analyze", "--what-if", "nonsense"])
-        .arg(dump("debug_print_v5e"))
+        .arg(tpu_dump("debug_print_v5e"))
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
@@ -205,7 +197,7 @@ fn hostile_live_range_sizes_are_refused() {
     let dir = std::env::temp_dir().join(format!("hbm-doctor-hostile-lr-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    let src = dump("remat_v6e");
+    let src = tpu_dump("remat_v6e");
     let mut lr_file = None;
     for e in std::fs::read_dir(&src).expect("dump").flatten() {
         let to = dir.join(e.file_name());
@@ -253,7 +245,7 @@ fn copy_dump(case: &str, tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hbm-doctor-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    for e in std::fs::read_dir(dump(case)).expect("dump").flatten() {
+    for e in std::fs::read_dir(tpu_dump(case)).expect("dump").flatten() {
         std::fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
     }
     dir
@@ -274,7 +266,7 @@ fn file_ending(dir: &std::path::Path, suffix: &str) -> PathBuf {
 fn dump_files_are_checked_against_each_other() {
     // The buffer assignment of another compile beside this HLO: an error naming both files.
     let dir = copy_dump("replicated_v5e", "mixed");
-    let other = file_ending(&dump("remat_v6e"), "-buffer-assignment.txt");
+    let other = file_ending(&tpu_dump("remat_v6e"), "-buffer-assignment.txt");
     std::fs::copy(other, file_ending(&dir, "-buffer-assignment.txt")).expect("copy");
     let out = bin().arg("analyze").arg(&dir).output().expect("run");
     assert_eq!(out.status.code(), Some(2));

@@ -3,17 +3,17 @@
 //! the broken variant of its pair, stays silent on the fixed one, and estimates savings close to
 //! the difference the compiler reports between the two.
 
+mod support;
+
+use support::corpus;
+
 use hbm_doctor::commands::analyze::{analyze_files, discover};
 use hbm_doctor_analysis::analyze::{AnalyzeOptions, AnalyzeReport, SpaceReport};
 use hbm_doctor_analysis::CauseKind;
 use std::path::PathBuf;
 
-fn corpus() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/tpu")
-}
-
 fn cases() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(corpus())
+    let mut v: Vec<String> = std::fs::read_dir(corpus("tpu"))
         .expect("corpus")
         .flatten()
         .filter(|e| e.path().join("dump").is_dir())
@@ -24,7 +24,7 @@ fn cases() -> Vec<String> {
 }
 
 fn run(case: &str, budget: Option<u64>) -> AnalyzeReport {
-    let files = discover(&corpus().join(case).join("dump")).expect("discover");
+    let files = discover(&corpus("tpu").join(case).join("dump")).expect("discover");
     assert_eq!(files.len(), 1, "{case}: one module");
     analyze_files(
         &files,
@@ -46,7 +46,7 @@ fn hbm(r: &AnalyzeReport) -> &SpaceReport {
 
 fn meta(case: &str) -> serde_json::Value {
     serde_json::from_str(
-        &std::fs::read_to_string(corpus().join(case).join("meta.json")).expect("meta"),
+        &std::fs::read_to_string(corpus("tpu").join(case).join("meta.json")).expect("meta"),
     )
     .expect("json")
 }
@@ -258,7 +258,7 @@ fn heap_simulation_estimate_is_close() {
     // Without the buffer assignment, the schedule alone gives an estimate.
     let mut errors: Vec<(f64, String)> = Vec::new();
     for case in cases() {
-        let dir = corpus().join(&case).join("dump");
+        let dir = corpus("tpu").join(&case).join("dump");
         let mut files = discover(&dir).expect("discover");
         let exact =
             hbm(&analyze_files(&files, &AnalyzeOptions::default()).expect("exact")).peak_bytes;
@@ -300,8 +300,10 @@ fn reading_without_fusion_bodies_changes_nothing() {
     use hbm_doctor_hlo::{buffer_assignment, hlo, live_range, usage_report};
     let dirs: Vec<PathBuf> = cases()
         .iter()
-        .map(|c| corpus().join(c).join("dump"))
-        .chain(["mlp_train", "sharded_mlp"].map(|c| corpus().join("../cpu").join(c).join("dump")))
+        .map(|c| corpus("tpu").join(c).join("dump"))
+        .chain(
+            ["mlp_train", "sharded_mlp"].map(|c| corpus("tpu").join("../cpu").join(c).join("dump")),
+        )
         .collect();
     for dir in dirs {
         let files = discover(&dir).expect("discover");
@@ -401,7 +403,7 @@ fn trade_off_detectors_quiet_when_it_fits_comfortably() {
     // f32_precision still fires when f32 temporaries dominate a program that does not fit
     // comfortably and no other detector explains them (here: fits_v5e without its HLO text, so
     // no_remat cannot claim them), and is quiet for the same buffers when it fits comfortably.
-    let dir = corpus().join("fits_v5e").join("dump");
+    let dir = corpus("tpu").join("fits_v5e").join("dump");
     let files = discover(&dir).expect("discover");
     let ba_text =
         std::fs::read_to_string(files[0].buffer_assignment.as_ref().expect("ba")).expect("read");

@@ -3,27 +3,22 @@
 //! the small modules JAX compiles itself), and an SPMD module over 4 host devices. The figures
 //! agree with the memory-usage report, the live-range peak and `Compiled.memory_analysis()`.
 
+mod support;
+
+use support::cpu;
+
 use hbm_doctor::commands::analyze::{analyze_files, discover};
 use hbm_doctor_analysis::analyze::{AnalyzeOptions, AnalyzeReport, ModuleReport, SpaceReport};
 use hbm_doctor_analysis::CauseKind;
-use std::path::PathBuf;
-
-fn corpus(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/corpus/cpu")
-        .join(case)
-}
 
 fn run(case: &str) -> AnalyzeReport {
-    let files = discover(&corpus(case).join("dump")).expect("discover");
+    let files = discover(&cpu(case).join("dump")).expect("discover");
     analyze_files(&files, &AnalyzeOptions::default()).expect("analyze")
 }
 
 fn meta(case: &str) -> serde_json::Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(corpus(case).join("meta.json")).expect("meta.json"),
-    )
-    .expect("json")
+    serde_json::from_str(&std::fs::read_to_string(cpu(case).join("meta.json")).expect("meta.json"))
+        .expect("json")
 }
 
 fn hbm(m: &ModuleReport) -> &SpaceReport {
@@ -167,7 +162,7 @@ fn mlp_training_program_several_modules() {
         "{with_source:?}"
     );
     // `--module` style selection by key works on CPU file names (`cpu_after_optimizations`).
-    let files = discover(&corpus("mlp_train").join("dump")).expect("discover");
+    let files = discover(&cpu("mlp_train").join("dump")).expect("discover");
     assert!(files
         .iter()
         .all(|f| f.key.ends_with("cpu_after_optimizations") && f.live_range.is_some()));

@@ -1,19 +1,11 @@
 //! `hbm-doctor explain` from the outside: exit codes, bad input, formats, streams, noise.
 
+mod support;
+
+use support::{bin, corpus};
+
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hbm-doctor"));
-    c.env_remove("NO_COLOR").env_remove("FORCE_COLOR");
-    c
-}
-
-fn corpus(path: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/corpus")
-        .join(path)
-}
+use std::process::{Output, Stdio};
 
 fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = bin()

@@ -1,13 +1,13 @@
 //! Input built to hurt: sizes and times read from a file that the file cannot hold, shapes past
 //! 64 bits. Each is refused in one line with exit 2, at once and in flat memory.
 
+mod support;
+
+use support::bin;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
-}
 
 /// Runs `hbm-doctor ARGS` under a 1 GiB address-space limit (Linux), killing it after 60 s: an
 /// input that makes it allocate by a number it read aborts or runs out of time instead of exiting 2.

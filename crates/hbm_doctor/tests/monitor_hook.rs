@@ -95,6 +95,35 @@ fn hook_lines_show_in_top_and_read_back_as_a_recording() {
         (2u64 << 30) + 10 * (1 << 20) + (1 << 28)
     );
     assert_eq!(devices[1]["limit_bytes"], 16_909_336_576u64);
+    // The same round as people read it: the --once table and the streamed lines.
+    let human = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
+            .args(["top", "--no-libtpu", "--no-nvml", "--samples"])
+            .arg(&file)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = human(&["--once"]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("0 "))
+        .unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[..2], ["0", "jax"], "{table}");
+    assert!(
+        row.contains("TPU v5 lite") && row.contains(" 2.01G "),
+        "{table}"
+    );
+    let lines = human(&["--count", "1"]);
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.contains(" jax dev 0 used 2.01G limit ") && l.contains(" peak 2.26G ")),
+        "{lines}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

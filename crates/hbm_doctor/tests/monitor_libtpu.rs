@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use hbm_doctor_monitor::grpc::{RuntimeMetricService, RuntimeMetricServiceServer};
 use hbm_doctor_monitor::proto::{
     names, Attr, AttrValue, Attribute, Gauge, GaugeValue, ListSupportedMetricsRequest,
@@ -21,6 +23,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::bin;
 
 const GIB: u64 = 1 << 30;
 const LIMIT: u64 = 16_909_336_576;
@@ -169,10 +172,6 @@ impl Drop for Server {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
 }
 
 fn tmp(name: &str) -> PathBuf {

@@ -1,19 +1,12 @@
 //! `hbm-doctor trend` end to end: real JAX CPU recordings, the contract CSV, multi-host
 //! divergence, PyTorch/XLA metrics files, exit codes.
 
+mod support;
+
+use support::bin;
+
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Command;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
-}
-
-fn corpus(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/corpus/trend")
-        .join(name)
-}
 
 fn trend_json(files: &[PathBuf]) -> (serde_json::Value, i32) {
     let out = bin()
@@ -34,34 +27,6 @@ fn tmp(name: &str, text: &str) -> PathBuf {
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .expect("write");
     p
-}
-
-#[test]
-fn real_jax_cpu_leak_is_a_leak_with_its_rate() {
-    let (v, code) = trend_json(&[corpus("jax_cpu_leak.jsonl")]);
-    assert_eq!(code, 1);
-    let s = &v["series"][0];
-    assert_eq!(s["verdict"], "leak");
-    assert_eq!(s["host"], "cpu-0");
-    // One f32[256] (1 KiB) kept per step.
-    let g = s["growth_bytes_per_1k_steps"].as_i64().expect("growth");
-    assert!((g - 1_024_000).abs() < 30_000, "{g}");
-    let oom = s["oom_step_forecast"].as_u64().expect("forecast");
-    // (16 MiB - ceiling ~3.2 MiB) / 1 KiB per step after step 2995.
-    assert!((15_000..17_500).contains(&oom), "{oom}");
-    assert_eq!(s["causes"][0]["cause"], "memory_leak");
-    assert!(s["oom_time_forecast"]
-        .as_str()
-        .is_some_and(|t| t.starts_with("2026-11-21T")));
-}
-
-#[test]
-fn real_jax_cpu_clean_is_stable() {
-    let (v, code) = trend_json(&[corpus("jax_cpu_clean.jsonl")]);
-    assert_eq!(code, 0);
-    assert_eq!(v["series"][0]["verdict"], "stable");
-    assert!(v["series"][0]["oom_step_forecast"].is_null());
-    assert!(v["diverging"].as_array().is_some_and(Vec::is_empty));
 }
 
 fn noise(i: u64) -> f64 {

@@ -7,22 +7,15 @@
 //! `VIEW_BROWSER_REQUIRED=1` (as `scripts/view-browser-test.sh` sets), which makes it fail instead.
 //! `HBM_DOCTOR_CHROMIUM` names another browser binary (a path that does not exist: no browser).
 
+mod support;
+
+use support::{bin, tpu_dump};
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const DRIVER: &str = include_str!("view_browser_driver.mjs");
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
-}
-
-fn corpus(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/corpus/tpu")
-        .join(case)
-        .join("dump")
-}
 
 fn out_dir() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -190,7 +183,7 @@ fn gib2(b: u64) -> String {
 fn page_from_a_compile_time_oom_dump() {
     let Some(chromium) = browser() else { return };
     // aggregate_v5e: a real TPU compile that ran out of HBM (XProf has nothing to show here).
-    let dump = corpus("aggregate_v5e");
+    let dump = tpu_dump("aggregate_v5e");
     let page = write_page("aggregate_v5e", &[&dump], &["--target", "v5e"]);
     let v = drive(&chromium, &page, "aggregate_v5e");
     assert_clean(&v, &page);
@@ -305,8 +298,8 @@ fn page_from_a_compile_time_oom_dump() {
 #[test]
 fn diff_page_shows_what_the_fix_changed() {
     let Some(chromium) = browser() else { return };
-    let before = corpus("no_donation_v5e");
-    let after = corpus("no_donation_fixed_v5e");
+    let before = tpu_dump("no_donation_v5e");
+    let after = tpu_dump("no_donation_fixed_v5e");
     let page = write_page("no_donation_diff", &[&before, &after], &["--target", "v5e"]);
     let v = drive(&chromium, &page, "no_donation_diff");
     assert_clean(&v, &page);

@@ -2,20 +2,13 @@
 //! json`, loads nothing from the network, names its file after the input, refuses to overwrite,
 //! and handles a diff and a dump with 100k buffers.
 
+mod support;
+
+use support::{bin, tpu_dump};
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
-}
-
-fn corpus(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/corpus/tpu")
-        .join(case)
-        .join("dump")
-}
 
 fn tmpdir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("view_html-{name}"));
@@ -86,7 +79,7 @@ fn assert_offline(html: &str) {
 fn embeds_the_analyze_json_and_loads_nothing() {
     let dir = tmpdir("embeds");
     for case in ["aggregate_v5e", "fits_v5e", "padding_v5e", "remat_v6e"] {
-        let dump = corpus(case);
+        let dump = tpu_dump(case);
         let page = dir.join(format!("{case}.html"));
         let out = run(bin()
             .arg("view")
@@ -139,7 +132,7 @@ fn embeds_the_analyze_json_and_loads_nothing() {
 #[test]
 fn default_name_refuses_to_overwrite_and_force() {
     let dir = tmpdir("names");
-    let dump = corpus("aggregate_v5e");
+    let dump = tpu_dump("aggregate_v5e");
     let out = run(bin().current_dir(&dir).arg("view").arg(&dump));
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -201,8 +194,8 @@ fn default_name_refuses_to_overwrite_and_force() {
 #[test]
 fn diff_embeds_both_reports() {
     let dir = tmpdir("diff");
-    let before = corpus("no_donation_v5e");
-    let after = corpus("no_donation_fixed_v5e");
+    let before = tpu_dump("no_donation_v5e");
+    let after = tpu_dump("no_donation_fixed_v5e");
     let out = run(bin().current_dir(&dir).arg("view").arg(&before).arg(&after));
     assert_eq!(
         out.status.code(),

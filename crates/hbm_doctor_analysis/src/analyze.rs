@@ -1483,3 +1483,77 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
     }
     report
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dump::{analyze_texts, testdata::dump};
+
+    #[test]
+    fn sizes_of_shapes() {
+        assert_eq!(space_name(0), "hbm");
+        assert_eq!(space_name(1), "vmem");
+        assert_eq!(space_name(5), "host");
+        assert_eq!(space_name(2), "space2");
+        assert_eq!(logical_bytes("f32[129,1024]"), 129 * 1024 * 4);
+        assert_eq!(
+            logical_bytes("(f32[2], s32[], token[])"),
+            24,
+            "a tuple is its pointers"
+        );
+        // Tiles pad the physical size only.
+        assert_eq!(logical_bytes("bf16[3,1000]{1,0:T(8,128)(2,1)}"), 6000);
+        assert_eq!(physical_bytes("bf16[3,1000]{1,0:T(8,128)(2,1)}"), 16384);
+        assert_eq!(physical_bytes("f32[129,1024]"), 129 * 1024 * 4);
+    }
+
+    #[test]
+    fn op_names_split_outside_brackets() {
+        assert_eq!(
+            op_name_parts(
+                "jit(step)/jvp(f)/dot_general[dimension_numbers=(((1,), (0,)), ((), ()))]"
+            ),
+            [
+                "jit(step)",
+                "jvp(f)",
+                "dot_general[dimension_numbers=(((1,), (0,)), ((), ()))]"
+            ]
+        );
+    }
+
+    #[test]
+    fn sizes_past_2_pow_56_are_refused() {
+        let (m, _) = hbm_doctor_hlo::hlo::parse_module(
+            "HloModule m\n\nENTRY e {\n  ROOT p = f32[1099511627776,1099511627776]{1,0} parameter(0)\n}\n",
+        );
+        let (which, why) = check_sizes(Some(&m), None).expect_err("refused");
+        assert_eq!(which, "hlo");
+        assert!(why.contains("more than 2^56"), "{why}");
+    }
+
+    /// The peak recomputed from the buffer assignment and live ranges is XLA's own, on the CPU
+    /// programs and on a TPU one.
+    #[test]
+    fn xla_live_range_peak_reproduced() {
+        for rel in [
+            "cpu/mlp_train/dump",
+            "cpu/sharded_mlp/dump",
+            "tpu/debug_print_v5e/dump",
+        ] {
+            let r = analyze_texts(&dump(rel), &AnalyzeOptions::default()).expect("analyze");
+            for m in &r.modules {
+                if let (Some(x), Some(o)) =
+                    (m.xla.live_range_peak_bytes, m.xla.recomputed_peak_bytes)
+                {
+                    assert_eq!(x, o, "{rel} {}", m.name);
+                }
+            }
+            assert!(
+                r.modules
+                    .iter()
+                    .any(|m| m.xla.live_range_peak_bytes.is_some()),
+                "{rel}: no live-range peak"
+            );
+        }
+    }
+}

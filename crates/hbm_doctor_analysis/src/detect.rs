@@ -956,3 +956,29 @@ fn arguments_exceed(s: &SpaceReport, opts: &AnalyzeOptions) -> Vec<Cause> {
         ],
     )]
 }
+
+#[cfg(test)]
+mod tests {
+    //! The detectors on compiled broken/fixed pairs of tests/corpus/tpu: the cause is found in
+    //! the broken program and not in its fix.
+    use crate::analyze::AnalyzeOptions;
+    use crate::dump::{analyze_texts, testdata::dump};
+    use crate::CauseKind;
+
+    fn causes(rel: &str) -> Vec<CauseKind> {
+        let r = analyze_texts(&dump(rel), &AnalyzeOptions::default()).expect("analyze");
+        r.diagnosis.causes.iter().map(|c| c.cause).collect()
+    }
+
+    #[test]
+    fn debug_print_found_and_gone_once_fixed() {
+        assert!(causes("tpu/debug_print_v5e/dump").contains(&CauseKind::DebugPrint));
+        assert!(!causes("tpu/debug_print_fixed_v5e/dump").contains(&CauseKind::DebugPrint));
+    }
+
+    #[test]
+    fn undonated_inputs_found_and_gone_once_fixed() {
+        assert!(causes("tpu/no_donation_v5e/dump").contains(&CauseKind::NoDonation));
+        assert!(!causes("tpu/no_donation_fixed_v5e/dump").contains(&CauseKind::NoDonation));
+    }
+}

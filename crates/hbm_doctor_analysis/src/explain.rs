@@ -1971,3 +1971,54 @@ mod tests {
         assert!(after.contains(&CauseKind::ArgumentsExceed), "{after:?}");
     }
 }
+
+#[cfg(test)]
+mod corpus_tests {
+    //! `explain` on real logs of tests/corpus: the category and first cause a person reads there,
+    //! and the same report twice.
+    use super::*;
+    use crate::dump::testdata::read;
+
+    fn report(rel: &str) -> ExplainReport {
+        let (events, warnings) = hbm_doctor_log::scan_all_with_warnings(read(rel).as_bytes());
+        explain_with_warnings(events, warnings)
+    }
+
+    #[test]
+    fn a_debug_print_of_a_gathered_array_on_v5e() {
+        let r = report("tpu/debug_print_v5e/stderr.log");
+        let d = r.diagnosis.as_ref().expect("diagnosis");
+        assert_eq!(d.category, Category::SingleLargeAllocation);
+        assert_eq!(d.causes[0].cause, CauseKind::DebugPrint);
+        let e = &r.events[d.event];
+        // "Used 24.00G of 15.75G hbm. Exceeded hbm capacity by 8.25G."
+        let size = |b: Option<u64>| b.map(hbm_doctor_log::format_size);
+        assert_eq!(size(e.used_bytes).as_deref(), Some("24.00G"));
+        assert_eq!(size(e.limit_bytes).as_deref(), Some("15.75G"));
+        assert_eq!(size(e.exceeded_bytes).as_deref(), Some("8.25G"));
+        assert_eq!(r.warnings.len(), 1, "the remat warning is counted");
+    }
+
+    #[test]
+    fn many_allocations_past_a_v4_limit_in_an_issue_post() {
+        let r = report("issues/erfanzar-EasyDeL-166.txt");
+        let d = r.diagnosis.as_ref().expect("diagnosis");
+        assert_eq!(d.category, Category::Aggregate);
+        assert_eq!(
+            d.chip.as_deref(),
+            Some("TPU v4 (megacore) (32.00 GiB HBM per device)")
+        );
+    }
+
+    #[test]
+    fn the_same_log_gives_byte_identical_json() {
+        for rel in [
+            "tpu/debug_print_v5e/stderr.log",
+            "issues/erfanzar-EasyDeL-166.txt",
+        ] {
+            let a = serde_json::to_string(&report(rel)).expect("json");
+            let b = serde_json::to_string(&report(rel)).expect("json");
+            assert_eq!(a, b, "{rel}");
+        }
+    }
+}

@@ -13,6 +13,7 @@ pub mod analyze;
 pub mod causes;
 pub mod chips;
 pub mod detect;
+pub mod dump;
 pub mod evidence;
 pub mod explain;
 pub mod join;

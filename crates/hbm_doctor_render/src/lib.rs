@@ -1,6 +1,8 @@
 //! Views of hbm-doctor reports: terminal text, markdown and JSON.
 //!
-//! Every renderer takes the same [`ExplainReport`] and only formats it; no renderer computes a
+//! One [`Format`] and one [`Style`] (colour on or off) for every command's view: `explain` (this
+//! module, from an [`ExplainReport`]), [`analyze`], [`trend`], [`pad`] and [`top`]; [`view`] builds
+//! the offline HTML page. Each renderer only formats what it is given; no renderer computes a
 //! figure. JSON is the contract (docs/contract.md, docs/json-schema.md); the terminal view puts
 //! the verdict first, then the figures, then the ranked plan, so a person reads it in ten seconds.
 
@@ -11,7 +13,25 @@ use hbm_doctor_log::{
 };
 use std::fmt::Write as _;
 
+pub mod analyze;
+pub mod pad;
+mod text;
+pub mod top;
+pub mod trend;
 pub mod view;
+
+pub use analyze::render_analyze;
+pub use pad::{render_pad, PadReport};
+pub use top::{render_top, render_top_lines, TopDevice, TopEvent, TopProcess, TopTable};
+pub use trend::render_trend;
+
+/// Pretty JSON and a final newline: the contract's output for every command.
+pub(crate) fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    let mut s =
+        serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
 
 /// Output format of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,29 +55,29 @@ impl Style {
     pub fn new(color: bool) -> Style {
         Style { color }
     }
-    fn paint(self, code: &str, s: &str) -> String {
+    pub(crate) fn paint(self, code: &str, s: &str) -> String {
         if self.color {
             format!("\x1b[{code}m{s}\x1b[0m")
         } else {
             s.to_string()
         }
     }
-    fn bold(self, s: &str) -> String {
+    pub(crate) fn bold(self, s: &str) -> String {
         self.paint("1", s)
     }
-    fn red(self, s: &str) -> String {
+    pub(crate) fn red(self, s: &str) -> String {
         self.paint("1;31", s)
     }
-    fn green(self, s: &str) -> String {
+    pub(crate) fn green(self, s: &str) -> String {
         self.paint("32", s)
     }
-    fn yellow(self, s: &str) -> String {
+    pub(crate) fn yellow(self, s: &str) -> String {
         self.paint("33", s)
     }
-    fn dim(self, s: &str) -> String {
+    pub(crate) fn dim(self, s: &str) -> String {
         self.paint("2", s)
     }
-    fn cyan(self, s: &str) -> String {
+    pub(crate) fn cyan(self, s: &str) -> String {
         self.paint("36", s)
     }
 }
@@ -70,12 +90,7 @@ pub fn render_explain(
     source_name: &str,
 ) -> String {
     match format {
-        Format::Json => {
-            let mut s = serde_json::to_string_pretty(report)
-                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-            s.push('\n');
-            s
-        }
+        Format::Json => json(report),
         Format::Human => human(report, style, source_name),
         Format::Markdown => markdown(report, source_name),
     }
@@ -627,9 +642,137 @@ fn markdown(report: &ExplainReport, source_name: &str) -> String {
 }
 
 #[cfg(test)]
+pub(crate) mod testdata {
+    //! Real inputs for the views' snapshot tests, read from `tests/corpus` the way the binary
+    //! reads them (HLO text without fusion bodies and `backend_config`).
+
+    use hbm_doctor_analysis::analyze::{AnalyzeOptions, AnalyzeReport};
+    use hbm_doctor_analysis::dump::{
+        analyze_texts, hlo_without_fusion_bodies, DumpText, ModuleTexts,
+    };
+    use hbm_doctor_analysis::ExplainReport;
+    use hbm_doctor_trend::detect::Params;
+    use hbm_doctor_trend::reader::{Collected, Reader};
+    use hbm_doctor_trend::report::TrendReport;
+    use std::path::PathBuf;
+
+    /// `tests/corpus/<rel>`.
+    pub fn corpus(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/corpus")
+            .join(rel)
+    }
+
+    /// The text of `tests/corpus/<rel>`.
+    pub fn read(rel: &str) -> String {
+        std::fs::read_to_string(corpus(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    /// The explain report of a corpus log, as `hbm-doctor explain` makes it.
+    pub fn explain(rel: &str) -> ExplainReport {
+        let (events, warnings) = hbm_doctor_log::scan_all_with_warnings(read(rel).as_bytes());
+        hbm_doctor_analysis::explain_with_warnings(events, warnings)
+    }
+
+    /// The analyze report of a corpus dump directory (its after-optimizations modules).
+    pub fn analyze(rel: &str, opts: &AnalyzeOptions) -> AnalyzeReport {
+        let mut names: Vec<String> = std::fs::read_dir(corpus(rel))
+            .unwrap_or_else(|e| panic!("{rel}: {e}"))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("after_optimizations"))
+            .collect();
+        names.sort();
+        let mut modules: Vec<ModuleTexts> = Vec::new();
+        for n in names {
+            let key = n
+                .split("after_optimizations")
+                .next()
+                .unwrap_or("")
+                .to_string()
+                + "after_optimizations";
+            let path = format!("tests/corpus/{rel}/{n}");
+            let text = read(&format!("{rel}/{n}"));
+            if modules.last().is_none_or(|m| m.key != key) {
+                modules.push(ModuleTexts {
+                    key: key.clone(),
+                    ..ModuleTexts::default()
+                });
+            }
+            let Some(m) = modules.last_mut() else {
+                continue;
+            };
+            let file = Some(DumpText::new(path, text));
+            if n.ends_with("-buffer-assignment.txt") {
+                m.buffer_assignment = file;
+            } else if n.ends_with("-live-range.txt") {
+                m.live_range = file;
+            } else if n.ends_with("-memory-usage-report.txt") {
+                m.usage_report = file;
+            } else if n.ends_with("after_optimizations.txt") {
+                let full = file.map(|f| f.text).unwrap_or_default();
+                let (kept, dropped) = hlo_without_fusion_bodies(&full);
+                m.fusion_bodies = dropped;
+                m.hlo = Some(DumpText::new(format!("tests/corpus/{rel}/{n}"), kept));
+            }
+        }
+        analyze_texts(&modules, opts).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    /// The trend report of one corpus series.
+    pub fn trend(rel: &str) -> TrendReport {
+        let mut c = Collected::default();
+        let stem = rel.rsplit('/').next().unwrap_or(rel);
+        let mut r = Reader::new("", stem);
+        r.feed(&mut c, read(rel).as_bytes());
+        r.finish(&mut c);
+        hbm_doctor_trend::report::report(&c, &Params::default())
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use hbm_doctor_log::{Remat, WarningFigures};
+
+    #[test]
+    fn explain_tpu_compile_failure() {
+        let r = testdata::explain("tpu/debug_print_v5e/stderr.log");
+        let src = "stderr.log";
+        insta::assert_snapshot!(
+            "explain_human_debug_print_v5e",
+            render_explain(&r, Format::Human, Style::new(false), src)
+        );
+        insta::assert_snapshot!(
+            "explain_markdown_debug_print_v5e",
+            render_explain(&r, Format::Markdown, Style::new(false), src)
+        );
+    }
+
+    #[test]
+    fn explain_issue_post() {
+        let r = testdata::explain("issues/erfanzar-EasyDeL-166.txt");
+        let src = "erfanzar-EasyDeL-166.txt";
+        insta::assert_snapshot!(
+            "explain_human_easydel_166",
+            render_explain(&r, Format::Human, Style::new(false), src)
+        );
+        insta::assert_snapshot!(
+            "explain_markdown_easydel_166",
+            render_explain(&r, Format::Markdown, Style::new(false), src)
+        );
+    }
+
+    #[test]
+    fn explain_a_clean_log() {
+        let r = testdata::explain("tpu/fits_v5e/stderr.log");
+        insta::assert_snapshot!(render_explain(
+            &r,
+            Format::Human,
+            Style::new(false),
+            "stderr.log"
+        ));
+    }
 
     #[test]
     fn one_line_per_warning_kind() {

@@ -1,9 +1,9 @@
 //! `hbm-doctor explain`: every OOM event in a log, classified, with a ranked plan.
 
-use crate::cli::{ExplainArgs, GlobalArgs, OutputFormat};
+use crate::cli::{ExplainArgs, GlobalArgs};
 use crate::{exit, input};
 use anyhow::{bail, Result};
-use hbm_doctor_render::{render_explain, Format, Style};
+use hbm_doctor_render::render_explain;
 use std::io::Write;
 
 /// Runs `explain`.
@@ -69,8 +69,8 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
         hbm_doctor_analysis::evidence::apply(&mut report, ev);
     }
     if let Some(dir) = &args.dump {
-        let files = crate::commands::analyze::discover(dir)?;
-        let dump = crate::commands::analyze::analyze_files(&files, &Default::default())?;
+        let files = crate::dump::discover(dir)?;
+        let dump = crate::dump::analyze_files(&files, &Default::default())?;
         if report.diagnosis.is_some()
             && hbm_doctor_analysis::join::join_dump(&mut report, &dump).is_none()
         {
@@ -80,13 +80,12 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
             );
         }
     }
-    let format = match args.format {
-        OutputFormat::Human => Format::Human,
-        OutputFormat::Json => Format::Json,
-        OutputFormat::Markdown => Format::Markdown,
-    };
-    let style = Style::new(args.format == OutputFormat::Human && global.color.resolve_stdout());
-    let text = render_explain(&report, format, style, &scanned.name);
+    let text = render_explain(
+        &report,
+        args.format.render(),
+        global.style(args.format),
+        &scanned.name,
+    );
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;

@@ -5,7 +5,8 @@
 //! this serves one host, on loopback unless told otherwise.
 
 use crate::cli::GlobalArgs;
-use crate::commands::top::{parse_interval, require_sources, SourceArgs};
+use crate::cli::SourceArgs;
+use crate::commands::top::{parse_interval, require_sources};
 use crate::exit;
 use anyhow::{Context, Result};
 use clap::Args;

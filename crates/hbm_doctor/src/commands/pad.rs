@@ -1,15 +1,15 @@
 //! `hbm-doctor pad SHAPE`: padded vs unpadded bytes on TPU tiles, and the aligned shape.
 
-use crate::cli::{GlobalArgs, OutputFormat, PadArgs};
+use crate::cli::{GlobalArgs, PadArgs};
 use crate::exit;
 use anyhow::{bail, Result};
 use hbm_doctor_hlo::shape::format_dims;
 use hbm_doctor_hlo::Shape;
-use hbm_doctor_log::format_size;
+use hbm_doctor_render::{render_pad, PadReport};
 use std::io::Write;
 
 /// Runs `pad`.
-pub fn run(args: &PadArgs, _global: &GlobalArgs) -> Result<u8> {
+pub fn run(args: &PadArgs, global: &GlobalArgs) -> Result<u8> {
     let Some(shape) = Shape::parse(&args.shape) else {
         bail!("cannot read shape `{}`: write it as XLA prints it, e.g. f32[129,1024] or bf16[3,1000]{{1,0:T(8,128)(2,1)}}", args.shape);
     };
@@ -45,52 +45,24 @@ pub fn run(args: &PadArgs, _global: &GlobalArgs) -> Result<u8> {
         .to_string();
     let down = shape.aligned_dims(false);
     let up = shape.aligned_dims(true);
+    let report = PadReport {
+        aligned_down: format_dims(&ty, &down),
+        aligned_up: format_dims(&ty, &up),
+        expansion: if unpadded > 0 {
+            padded as f64 / unpadded as f64
+        } else {
+            1.0
+        },
+        padded_bytes: padded,
+        padding_bytes: padded - unpadded.min(padded),
+        schema_version: 1,
+        shape: args.shape.clone(),
+        tiles_printed: tiled,
+        unpadded_bytes: unpadded,
+    };
+    let text = render_pad(&report, args.format.render(), global.style(args.format));
     let mut out = std::io::stdout().lock();
-    match args.format {
-        OutputFormat::Json => {
-            let v = serde_json::json!({
-                "schema_version": 1,
-                "shape": args.shape,
-                "padded_bytes": padded,
-                "unpadded_bytes": unpadded,
-                "padding_bytes": padded - unpadded.min(padded),
-                "expansion": if unpadded > 0 { padded as f64 / unpadded as f64 } else { 1.0 },
-                "tiles_printed": tiled,
-                "aligned_down": format_dims(&ty, &down),
-                "aligned_up": format_dims(&ty, &up),
-            });
-            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
-        }
-        _ => {
-            let waste = padded.saturating_sub(unpadded);
-            writeln!(
-                out,
-                "{}: {} padded, {} unpadded ({:.2}x, {} wasted){}",
-                args.shape,
-                format_size(padded),
-                format_size(unpadded),
-                padded as f64 / unpadded.max(1) as f64,
-                format_size(waste),
-                if tiled {
-                    ""
-                } else {
-                    " - estimated with T(8,128): no tile printed"
-                }
-            )?;
-            if waste > 0 {
-                writeln!(
-                    out,
-                    "aligned: {} (rounded down) or {} (rounded up, same memory, nothing wasted)",
-                    format_dims(&ty, &down),
-                    format_dims(&ty, &up)
-                )?;
-            } else {
-                writeln!(
-                    out,
-                    "no padding: the tiled dimensions are already multiples of the tile"
-                )?;
-            }
-        }
-    }
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
     Ok(exit::OK)
 }

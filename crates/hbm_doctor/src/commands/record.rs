@@ -5,7 +5,8 @@
 //! read-back (docs/recording.md). Files rotate by size (`FILE.1` newest, up to `--keep`).
 
 use crate::cli::GlobalArgs;
-use crate::commands::top::{parse_interval, require_sources, SourceArgs};
+use crate::cli::SourceArgs;
+use crate::commands::top::{parse_interval, require_sources};
 use crate::exit;
 use anyhow::{Context, Result};
 use clap::Args;

@@ -1,8 +1,9 @@
 //! `hbm-doctor top`: live device memory per chip, as a terminal UI, one snapshot, or a stream.
 //!
-//! Also defines the source options shared by `top`, `record` and `exporter` ([`SourceArgs`]).
+//! The source options it shares with `record` and `exporter` are [`SourceArgs`] (in `cli.rs`).
 
 use crate::cli::GlobalArgs;
+use crate::cli::SourceArgs;
 use crate::exit;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
@@ -10,66 +11,13 @@ use hbm_doctor_monitor::host::rfc3339;
 use hbm_doctor_monitor::json::snapshot_json;
 use hbm_doctor_monitor::sample::Event;
 use hbm_doctor_monitor::tui::fmt_bytes;
-use hbm_doctor_monitor::{Monitor, MonitorConfig, Snapshot};
+use hbm_doctor_monitor::{Monitor, Snapshot};
+use hbm_doctor_render::{
+    render_top, render_top_lines, Style, TopDevice, TopEvent, TopProcess, TopTable,
+};
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-/// Where device memory is read from (shared by `top`, `record`, `exporter`).
-#[derive(Debug, Args, Clone)]
-pub struct SourceArgs {
-    /// The training process: its RSS is recorded and its exit is checked against the kernel's
-    /// OOM killer; its environment names the libtpu ports (TPU_RUNTIME_METRICS_PORTS), the hook
-    /// file (HBM_DOCTOR_SAMPLES) and XLA_METRICS_FILE.
-    #[arg(long, value_name = "PID")]
-    pub pid: Option<u32>,
-    /// libtpu runtime-metrics ports on loopback, comma-separated [default: the trainer's
-    /// TPU_RUNTIME_METRICS_PORTS, else 8431-8438].
-    #[arg(long, value_delimiter = ',', value_name = "PORTS")]
-    pub ports: Option<Vec<u16>>,
-    /// Address of the libtpu metrics service.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "127.0.0.1",
-        hide_default_value = true
-    )]
-    pub libtpu_host: String,
-    /// Do not query libtpu.
-    #[arg(long)]
-    pub no_libtpu: bool,
-    /// Do not load NVML (NVIDIA GPUs).
-    #[arg(long)]
-    pub no_nvml: bool,
-    /// JSON-lines file written by the in-process hook (`hbm_doctor.sampler`).
-    #[arg(long, value_name = "FILE")]
-    pub samples: Option<PathBuf>,
-    /// PyTorch/XLA XLA_METRICS_FILE to follow (compile and live-buffer counters).
-    #[arg(long, value_name = "FILE")]
-    pub metrics_file: Option<PathBuf>,
-}
-
-impl SourceArgs {
-    /// The monitor these options describe.
-    pub fn monitor(&self) -> Result<Monitor> {
-        let cfg = MonitorConfig {
-            pid: self.pid,
-            ports: self.ports.clone(),
-            libtpu_host: Some(self.libtpu_host.clone()),
-            no_libtpu: self.no_libtpu,
-            no_nvml: self.no_nvml,
-            samples: self.samples.clone(),
-            metrics_file: self.metrics_file.clone(),
-            kernel_log: self.pid.is_some(),
-        };
-        let mut monitor = Monitor::from_config(&cfg)?;
-        // The leak detector of `hbm-doctor trend`, live: top's warning line, the exporter's trend
-        // families and the JSON `trend` object come from it.
-        monitor.set_trend_hook(Box::new(crate::commands::trend::LiveTrend::default()));
-        Ok(monitor)
-    }
-}
 
 /// Parses `1s`, `500ms`, `0.1s`, `2m`, `1h`, or plain seconds.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -136,96 +84,64 @@ fn say_notes(notes: &[String]) {
     }
 }
 
-fn human_table(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(out, "{}  {}", s.host, rfc3339(s.ts))?;
-    if s.devices.is_empty() {
-        return writeln!(out, "no devices");
+/// The snapshot as the renderer's table.
+fn table(s: &Snapshot) -> TopTable {
+    TopTable {
+        host: s.host.clone(),
+        time: rfc3339(s.ts),
+        devices: s
+            .devices
+            .iter()
+            .map(|d| {
+                let x = &d.sample;
+                TopDevice {
+                    id: x.id.clone(),
+                    source: x.source.as_str().to_string(),
+                    kind: x.kind.clone(),
+                    used_bytes: x.used_bytes,
+                    limit_bytes: x.limit_bytes,
+                    peak_bytes: x.peak_bytes,
+                    pid: x.pid,
+                }
+            })
+            .collect(),
+        process: s.process.as_ref().map(|p| TopProcess {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            rss_bytes: p.rss_bytes,
+            alive: p.alive,
+        }),
+        events: s
+            .events
+            .iter()
+            .map(|e| match e {
+                Event::SourceUp { source } => TopEvent::SourceUp {
+                    source: source.clone(),
+                },
+                Event::SourceDown { source, reason } => TopEvent::SourceDown {
+                    source: source.clone(),
+                    reason: reason.clone(),
+                },
+                Event::ProcessExit {
+                    pid,
+                    host_oom_killed,
+                    ..
+                } => TopEvent::ProcessExit {
+                    pid: *pid,
+                    host_oom_killed: *host_oom_killed,
+                },
+                Event::KernelOom { line, .. } => TopEvent::KernelOom { line: line.clone() },
+                Event::RecordsLost { count, reason } => TopEvent::RecordsLost {
+                    count: *count,
+                    reason: reason.clone(),
+                },
+            })
+            .collect(),
     }
-    writeln!(
-        out,
-        "{:<6} {:<10} {:<14} {:>9} {:>9} {:>5} {:>9} {:>8}",
-        "dev", "source", "kind", "used", "limit", "use", "peak", "pid"
-    )?;
-    for d in &s.devices {
-        let x = &d.sample;
-        let pct = match (x.used_bytes, x.limit_bytes) {
-            (Some(u), Some(l)) if l > 0 => format!("{:.0}%", u as f64 * 100.0 / l as f64),
-            _ => "-".into(),
-        };
-        let b = |v: Option<u64>| v.map_or_else(|| "-".to_string(), fmt_bytes);
-        writeln!(
-            out,
-            "{:<6} {:<10} {:<14} {:>9} {:>9} {:>5} {:>9} {:>8}",
-            x.id,
-            x.source.as_str(),
-            x.kind.as_deref().unwrap_or("-"),
-            b(x.used_bytes),
-            b(x.limit_bytes),
-            pct,
-            b(x.peak_bytes),
-            x.pid.map_or("-".into(), |p| p.to_string())
-        )?;
-    }
-    if let Some(p) = &s.process {
-        writeln!(
-            out,
-            "process {} {}: RSS {}{}",
-            p.pid,
-            p.comm.as_deref().unwrap_or(""),
-            p.rss_bytes.map_or("-".into(), fmt_bytes),
-            if p.alive { "" } else { " (exited)" }
-        )?;
-    }
-    Ok(())
-}
-
-fn human_lines(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
-    let t = rfc3339(s.ts);
-    for e in &s.events {
-        let text = match e {
-            Event::SourceUp { source } => format!("{source} answering"),
-            Event::SourceDown { source, reason } => format!("{source} stopped answering: {reason}"),
-            Event::ProcessExit {
-                pid,
-                host_oom_killed,
-                ..
-            } => {
-                format!(
-                    "process {pid} exited{}",
-                    if *host_oom_killed {
-                        ": killed by the kernel OOM killer (host RAM, not HBM)"
-                    } else {
-                        ""
-                    }
-                )
-            }
-            Event::KernelOom { line, .. } => format!("kernel: {line}"),
-            Event::RecordsLost { count, reason } => {
-                format!("recording: {count} record(s) lost ({reason})")
-            }
-        };
-        writeln!(out, "{t} {} event {text}", s.host)?;
-    }
-    for d in &s.devices {
-        let x = &d.sample;
-        let b = |v: Option<u64>| v.map_or_else(|| "-".to_string(), fmt_bytes);
-        writeln!(
-            out,
-            "{t} {} {} dev {} used {} limit {} peak {} pid {}",
-            s.host,
-            x.source.as_str(),
-            x.id,
-            b(x.used_bytes),
-            b(x.limit_bytes),
-            b(x.peak_bytes),
-            x.pid.map_or("-".into(), |p| p.to_string())
-        )?;
-    }
-    Ok(())
 }
 
 /// Runs `top`.
-pub fn run(args: &TopArgs, _global: &GlobalArgs) -> Result<u8> {
+pub fn run(args: &TopArgs, global: &GlobalArgs) -> Result<u8> {
     let mut monitor = args.sources.monitor()?;
     let once = args.once || args.format == TopFormat::Json;
     let tui = !once
@@ -237,6 +153,7 @@ pub fn run(args: &TopArgs, _global: &GlobalArgs) -> Result<u8> {
         return Ok(exit::OK);
     }
     say_notes(&monitor.notes);
+    let style = Style::new(global.color.resolve_stdout());
     if once {
         let s = monitor.sample();
         if s.devices.is_empty() {
@@ -251,7 +168,9 @@ pub fn run(args: &TopArgs, _global: &GlobalArgs) -> Result<u8> {
         }
         let mut out = std::io::stdout().lock();
         match args.format {
-            TopFormat::Human => human_table(&s, &mut out)?,
+            TopFormat::Human => {
+                out.write_all(render_top(&table(&s), style, fmt_bytes).as_bytes())?
+            }
             TopFormat::Json => {
                 writeln!(out, "{}", serde_json::to_string_pretty(&snapshot_json(&s))?)?
             }
@@ -283,7 +202,7 @@ pub fn run(args: &TopArgs, _global: &GlobalArgs) -> Result<u8> {
                 TopFormat::JsonLines => {
                     writeln!(out, "{}", serde_json::to_string(&snapshot_json(&s))?)?
                 }
-                _ => human_lines(&s, &mut out)?,
+                _ => out.write_all(render_top_lines(&table(&s), style, fmt_bytes).as_bytes())?,
             }
             out.flush()?;
         }

@@ -2,8 +2,8 @@
 //! self-contained offline HTML memory viewer of an XLA dump, built from the same report as
 //! `analyze --format json`, which the page embeds.
 
-use crate::cli::{GlobalArgs, OutputFormat};
-use crate::commands::analyze::{analyze_files, discover};
+use crate::cli::{BudgetArgs, GlobalArgs, OutputFormat};
+use crate::dump::{analyze_files, discover};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hbm_doctor_analysis::analyze::{AnalyzeOptions, AnalyzeReport};
@@ -28,12 +28,9 @@ pub struct ViewArgs {
     /// Open the page on the module whose name contains this (all modules stay selectable).
     #[arg(long, value_name = "NAME")]
     pub module: Option<String>,
-    /// Draw this limit per device (e.g. 16G, 15.75GiB, 17179869184) and check against it.
-    #[arg(long, value_name = "BYTES", conflicts_with = "target")]
-    pub budget: Option<String>,
-    /// Draw a device's usable HBM as the limit: v4, v5e, v5p, v6e, v7...
-    #[arg(long, value_name = "GEN")]
-    pub target: Option<String>,
+    /// The limit drawn and checked against.
+    #[command(flatten)]
+    pub budget: BudgetArgs,
     /// `human` prints what was written to stderr; `json` prints it to stdout as an object.
     #[arg(long, short = 'f', value_enum, default_value_t = OutputFormat::Human)]
     pub format: OutputFormat,
@@ -122,8 +119,7 @@ fn analyze_path(path: &Path, opts: &AnalyzeOptions) -> Result<AnalyzeReport> {
 /// Runs `view`.
 pub fn run(args: &ViewArgs, global: &GlobalArgs) -> Result<u8> {
     let _ = global;
-    let opts =
-        crate::commands::analyze::budget_options(args.budget.as_deref(), args.target.as_deref())?;
+    let opts = args.budget.options()?;
     let to_stdout = args.output.as_deref() == Some(Path::new("-"));
     let out_path = match &args.output {
         Some(p) => p.clone(),

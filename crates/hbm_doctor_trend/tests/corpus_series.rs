@@ -1,21 +1,25 @@
-//! `hbm-doctor trend` on series users posted in public issues (tests/corpus/trend/MANIFEST.toml
-//! names each source and what a careful reader takes from it).
+//! The trend detector on every series of tests/corpus/trend, one test per file: series users
+//! posted in public issues (MANIFEST.toml names each source and what a careful reader takes from
+//! it) and recordings of real JAX runs.
 
+use hbm_doctor_trend::detect::Params;
+use hbm_doctor_trend::reader::Collected;
+use hbm_doctor_trend::report::report;
 use std::path::PathBuf;
-use std::process::Command;
 
+fn corpus_trend() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/trend")
+}
+
+/// The report of one series as JSON, and the exit code `hbm-doctor trend` gives it (1 for a leak).
 fn trend(name: &str) -> (serde_json::Value, i32) {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/corpus/trend")
-        .join(name);
-    let out = Command::new(env!("CARGO_BIN_EXE_hbm-doctor"))
-        .arg("trend")
-        .arg(&p)
-        .args(["--format", "json"])
-        .output()
-        .expect("runs");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    (v, out.status.code().unwrap_or(-1))
+    let bytes = std::fs::read(corpus_trend().join(name)).expect("series");
+    let mut c = Collected::default();
+    hbm_doctor_trend::read_all(&mut c, "", name, &bytes);
+    assert!(c.errors.is_empty(), "{name}: {:?}", c.errors);
+    let rep = report(&c, &Params::default());
+    let v = serde_json::to_value(&rep).expect("json");
+    (v, i32::from(rep.any_leak()))
 }
 
 fn causes(h: &serde_json::Value) -> Vec<String> {
@@ -110,4 +114,57 @@ fn pytorch_xla_3354_eleven_compilations_are_fine() {
     for h in v["hosts"].as_array().expect("hosts") {
         assert!(causes(h).is_empty(), "{h}");
     }
+}
+
+#[test]
+fn real_jax_cpu_leak_is_a_leak_with_its_rate() {
+    let (v, code) = trend("jax_cpu_leak.jsonl");
+    assert_eq!(code, 1);
+    let s = &v["series"][0];
+    assert_eq!(s["verdict"], "leak");
+    assert_eq!(s["host"], "cpu-0");
+    // One f32[256] (1 KiB) kept per step.
+    let g = s["growth_bytes_per_1k_steps"].as_i64().expect("growth");
+    assert!((g - 1_024_000).abs() < 30_000, "{g}");
+    let oom = s["oom_step_forecast"].as_u64().expect("forecast");
+    // (16 MiB - ceiling ~3.2 MiB) / 1 KiB per step after step 2995.
+    assert!((15_000..17_500).contains(&oom), "{oom}");
+    assert_eq!(s["causes"][0]["cause"], "memory_leak");
+    assert!(s["oom_time_forecast"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("2026-11-21T")));
+}
+
+#[test]
+fn real_jax_cpu_clean_is_stable() {
+    let (v, code) = trend("jax_cpu_clean.jsonl");
+    assert_eq!(code, 0);
+    assert_eq!(v["series"][0]["verdict"], "stable");
+    assert!(v["series"][0]["oom_step_forecast"].is_null());
+    assert!(v["diverging"].as_array().is_some_and(Vec::is_empty));
+}
+
+/// A series added to the corpus comes with its test here.
+#[test]
+fn every_series_in_the_corpus_has_a_test() {
+    let tested = [
+        "jax_25184_usage_kb.log",
+        "jax_5927_memory_used_gb.log",
+        "jax_cpu_clean.jsonl",
+        "jax_cpu_leak.jsonl",
+        "numpyro_539_gpu_memory_mb.log",
+        "pytorch_xla_1368_metrics.txt",
+        "pytorch_xla_3354_metrics.txt",
+        "pytorch_xla_3545_blocks.log",
+        "pytorch_xla_4863_memory_gb.log",
+    ];
+    let mut files: Vec<String> = std::fs::read_dir(corpus_trend())
+        .expect("corpus")
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "MANIFEST.toml" && !n.ends_with(".md"))
+        .collect();
+    files.sort();
+    assert_eq!(files, tested, "a series without a test in this file");
 }

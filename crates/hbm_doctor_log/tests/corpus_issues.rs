@@ -1,10 +1,12 @@
 //! Every real message in `tests/corpus/issues` (posted by users in public issues; sources in
-//! MANIFEST.toml) is found, its figures are read exactly, and its family is recognized.
+//! MANIFEST.toml) is found, its figures are read exactly, and its family is recognized: one test
+//! per fixture, named after its file (`cargo test -p hbm_doctor_log --test corpus_issues NAME`).
 //!
 //! The expected figures in the manifest were transcribed by a person from the text, independently
 //! of the parser, as the strings printed; they are compared within the rounding of two decimals.
 
 use hbm_doctor_log::{parse_size, scan_all, Event, Family};
+use libtest_mimic::{Arguments, Failed, Trial};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -226,46 +228,45 @@ fn all_fixtures() -> Vec<Fixture> {
     out
 }
 
-#[test]
-fn every_issue_fixture_parses_exactly() {
-    let fixtures = all_fixtures();
-    assert!(
-        fixtures.len() >= 40,
-        "the corpus must hold at least 40 real messages"
-    );
-    let mut failures = Vec::new();
-    let mut gaps = Vec::new();
-    for f in &fixtures {
-        let errors = check(f);
-        match (&f.known_gap, errors.is_empty()) {
-            (Some(_), true) => failures.push(format!(
-                "{}: marked known_gap but read exactly now: remove known_gap",
-                f.file
-            )),
-            (Some(gap), false) => gaps.push(format!("{} ({gap}): {}", f.file, errors.join("; "))),
-            (None, false) => failures.push(format!(
-                "{} ({}):\n    {}",
-                f.file,
-                f.family,
-                errors.join("\n    ")
-            )),
-            (None, true) => {}
+/// One fixture's verdict: a fixture marked `known_gap` is reported while it fails, and fails
+/// once it is read exactly (so the mark is removed).
+fn judge(f: &Fixture) -> Result<(), Failed> {
+    let errors = check(f);
+    match (&f.known_gap, errors.is_empty()) {
+        (Some(_), true) => Err(format!(
+            "{}: marked known_gap but read exactly now: remove known_gap",
+            f.file
+        )
+        .into()),
+        (Some(gap), false) => {
+            eprintln!("KNOWN GAP {} ({gap}): {}", f.file, errors.join("; "));
+            Ok(())
         }
+        (None, false) => {
+            Err(format!("{} ({}):\n    {}", f.file, f.family, errors.join("\n    ")).into())
+        }
+        (None, true) => Ok(()),
     }
-    if !gaps.is_empty() {
-        eprintln!(
-            "KNOWN GAPS ({} of {} fixtures are not read exactly yet):\n{}",
-            gaps.len(),
-            fixtures.len(),
-            gaps.join("\n")
-        );
-    }
-    let manifest = Manifest { fixture: fixtures };
-    assert!(
-        failures.is_empty(),
-        "{} of {} fixtures fail:\n{}",
-        failures.len(),
-        manifest.fixture.len(),
-        failures.join("\n")
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let fixtures = all_fixtures();
+    let count = fixtures.len();
+    let mut trials = vec![Trial::test(
+        "corpus_holds_at_least_40_real_messages",
+        move || {
+            if count >= 40 {
+                Ok(())
+            } else {
+                Err(format!("the corpus must hold at least 40 real messages, not {count}").into())
+            }
+        },
+    )];
+    trials.extend(
+        fixtures
+            .into_iter()
+            .map(|f| Trial::test(f.file.clone(), move || judge(&f))),
     );
+    libtest_mimic::run(&args, trials).exit();
 }
