@@ -35,7 +35,7 @@ pub const CAUSES: &[Spec] = &[
         needs: "a leading dimension the data inputs carry, shared by the large temporaries (not the layer count of stacked parameters); at run time, a failure inside a training step with no growth before it",
         savings: "the batch-sized temporaries at the peak times the fraction removed; with a dump, the peak recomputed with them halved",
         advice: &[
-            "Halve the per-device batch (or the sequence length), and keep the global batch with gradient accumulation over micro-batches (optax.MultiSteps; PyTorch: accumulate .backward() over micro-batches).",
+            "Keep the global batch with gradient accumulation over micro-batches (optax.MultiSteps; PyTorch: accumulate .backward() over micro-batches).",
             "Then rematerialize activations (jax.checkpoint; torch_xla / torch.utils.checkpoint) and compute in bf16 if the batch must stay.",
         ],
     },
@@ -240,7 +240,8 @@ pub const CAUSES: &[Spec] = &[
         savings: "the overshoot (what more memory must hold)",
         advice: &[
             "Spread the program over more devices with model / FSDP sharding, so each holds its share.",
-            "Or run on a device with more memory, or offload parameters, optimizer state or saved activations to host memory (memory_kind='pinned_host').",
+            "Or run on a chip with more memory per device.",
+            "Or offload parameters, optimizer state or saved activations to host memory (memory_kind='pinned_host').",
         ],
     },
 ];
@@ -260,7 +261,18 @@ pub fn complete_actions(kind: CauseKind, actions: &mut Vec<String>) {
     let (mut out, last): (Vec<String>, Vec<String>) = std::mem::take(actions)
         .into_iter()
         .partition(|a| !last_resort(a));
-    let head = |s: &str| s.chars().take(40).collect::<String>().to_ascii_lowercase();
+    // The same advice in other words starts the same way ("Spread the program over at least 2x
+    // as many chips" / "Spread the program over more devices"): the first four words decide.
+    let head = |s: &str| {
+        s.trim_start_matches("Or ")
+            .split_whitespace()
+            .take(4)
+            .map(|w| {
+                w.trim_matches(|c: char| !c.is_alphanumeric())
+                    .to_ascii_lowercase()
+            })
+            .collect::<Vec<_>>()
+    };
     for a in spec(kind).advice {
         if out.len() + last.len() >= MAX_ACTIONS {
             break;
@@ -312,7 +324,7 @@ mod tests {
 
     #[test]
     fn a_rule_line_is_not_repeated() {
-        let mut a = vec!["Halve the per-device batch (or the sequence length) now".to_string()];
+        let mut a = vec!["Keep the global batch with gradient accumulation now".to_string()];
         complete_actions(CauseKind::BatchTooLarge, &mut a);
         assert_eq!(a.len(), 2, "{a:?}");
     }

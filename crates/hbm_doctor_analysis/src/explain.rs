@@ -1023,7 +1023,7 @@ fn batch_too_large(ctx: &Ctx<'_>) -> Option<Cause> {
             if nb >= 1 {
                 actions.push(format!("Reduce the per-device batch from {b} to at most {nb} (temporaries scale with it; {} fit)", pct((keep * 100.0) as u64, 100)));
             }
-            actions.push(format!("Or keep the global batch and split it into {micro} micro-batches of {} with gradient accumulation.", b.div_ceil(micro)));
+            actions.push(format!("Or keep the global batch: split it into {micro} micro-batches of {} with gradient accumulation.", b.div_ceil(micro)));
         }
         None => {
             evidence = format!(
@@ -1037,7 +1037,7 @@ fn batch_too_large(ctx: &Ctx<'_>) -> Option<Cause> {
                 pct((keep * 100.0).floor() as u64, 100)
             ));
             actions.push(format!(
-                "Or split each batch into {micro} micro-batches with gradient accumulation."
+                "Or keep the global batch: split each batch into {micro} micro-batches with gradient accumulation."
             ));
         }
     }
@@ -1350,7 +1350,7 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
         CauseKind::BatchTooLarge,
         None,
         format!("the device ran out at run time{request}{free}: what a step holds (activations of the batch, gradients, temporaries) on top of the model state filled it; the batch is the knob that scales it"),
-        Vec::new(),
+        vec!["Halve the per-device batch (or the sequence length).".into()],
         ctx.snippets(
             "optimizer = optax.MultiSteps(optax.adamw(lr), every_k_schedule=2)  # 2 micro-batches per update",
             "for i, (x, y) in enumerate(loader):  # loader yields half batches\n    (loss_fn(model(x), y) / 2).backward()\n    if (i + 1) % 2 == 0:\n        optimizer.step(); optimizer.zero_grad()\n    xm.mark_step()",
@@ -1595,7 +1595,7 @@ fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
             ));
         }
     } else {
-        actions.push("Halve the per-device batch (or the sequence length), or keep the global batch with gradient accumulation over micro-batches.".into());
+        actions.push("Halve the per-device batch (or the sequence length).".into());
     }
     Some(ctx.cause(
         CauseKind::BatchTooLarge,
