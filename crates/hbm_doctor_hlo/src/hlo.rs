@@ -804,7 +804,14 @@ pub fn parse_metadata(v: &str) -> Metadata<'_> {
         i += 1;
         let (val, next) = if i < b.len() && b[i] == b'"' {
             let e = crate::text::skip_string(b, i);
-            (&v[i + 1..e.saturating_sub(1).max(i + 1)], e)
+            // An unterminated string runs to the end, which may fall inside a multi-byte
+            // character: only a closing quote is cut off.
+            let end = if e > i + 1 && b[e - 1] == b'"' {
+                e - 1
+            } else {
+                e
+            };
+            (&v[i + 1..end.max(i + 1)], e)
         } else if i < b.len() && b[i] == b'{' {
             let e = skip_balanced(b, i);
             (&v[i..e], e)
