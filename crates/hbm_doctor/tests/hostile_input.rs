@@ -266,3 +266,45 @@ fn pad_keeps_the_element_type() {
         assert_eq!(v["aligned_up"], aligned, "{shape}");
     }
 }
+
+/// A buffer assignment cut in half (3.50G where the memory-usage report says 17.75G) is named
+/// as truncated and left out: the figures come from the HLO text and the report, not from it.
+#[test]
+fn a_truncated_buffer_assignment_is_not_used() {
+    let src =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/tpu/aggregate_v5e/dump");
+    let dir = scratch("truncated-ba");
+    for e in std::fs::read_dir(&src).expect("dump").flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read(e.path()).expect("read");
+        let text = if file.ends_with("-buffer-assignment.txt") {
+            text[..text.len() / 2].to_vec()
+        } else {
+            text
+        };
+        std::fs::write(dir.join(file), text).expect("write");
+    }
+    let json = |d: &std::path::Path| -> serde_json::Value {
+        let out = bin()
+            .args(["analyze", "--format", "json"])
+            .arg(d)
+            .output()
+            .expect("run");
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    let cut = json(&dir);
+    let whole = json(&src);
+    let hbm = |v: &serde_json::Value| {
+        v["modules"][0]["memory_spaces"][0]["total_bytes"]
+            .as_f64()
+            .expect("total")
+    };
+    let (c, w) = (hbm(&cut), hbm(&whole));
+    assert!((c - w).abs() / w < 0.01, "truncated {c} vs whole {w}");
+    let notes = cut["modules"][0]["notes"].to_string();
+    assert!(
+        notes.contains("truncated") && notes.contains("left out"),
+        "{notes}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

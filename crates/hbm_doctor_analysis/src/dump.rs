@@ -279,19 +279,21 @@ pub fn analyze_texts(
     let mut inputs = Vec::new();
     for (f, (hlo, ba, lr, rep, notes)) in files.iter().zip(&parsed) {
         let mut notes = notes.clone();
-        if let (Some(b), Some(r)) = (ba.as_ref(), rep.as_ref()) {
+        let mut ba = ba.as_ref();
+        if let (Some(b), Some(r)) = (ba, rep.as_ref()) {
             if let Some((x, y)) = hbm_totals(b, r) {
                 if x < y {
                     notes.push(format!(
-                        "`{}` holds {} of HBM allocations but the memory-usage report says {}: the buffer assignment looks cut short (truncated); its totals are not trusted over the report's",
+                        "`{}` holds {} of HBM allocations but the memory-usage report says {}: the buffer assignment looks cut short (truncated) and is left out; the figures come from the HLO text and the report",
                         name_of(&f.buffer_assignment),
                         format_size(x),
                         format_size(y)
                     ));
+                    ba = None;
                 }
             }
         }
-        if ba.is_none() {
+        if ba.is_none() && f.buffer_assignment.is_none() {
             notes.push("no *-buffer-assignment.txt: run with XLA_FLAGS=\"--xla_dump_to=DIR --xla_dump_hlo_as_text\" for exact figures".into());
         }
         if hlo.is_none() {
@@ -305,7 +307,7 @@ pub fn analyze_texts(
         inputs.push(ModuleInput {
             name,
             hlo: hlo.as_ref(),
-            buffer_assignment: ba.as_ref(),
+            buffer_assignment: ba,
             live_range: lr.as_ref(),
             usage_report: rep.as_ref(),
             notes,
