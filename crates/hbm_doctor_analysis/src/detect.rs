@@ -879,7 +879,7 @@ fn batch_too_large(
             if nb >= 8 {
                 nb -= nb % 8;
             }
-            (Some(bytes - bytes * nb / bsz), format!("reduce the batch from {bsz} to at most {nb} (or split it into {} micro-batches with gradient accumulation)", bsz.div_ceil(nb.max(1))), nb)
+            (Some(bytes - (u128::from(bytes) * u128::from(nb) / u128::from(bsz.max(1))) as u64), format!("reduce the batch from {bsz} to at most {nb} (or split it into {} micro-batches with gradient accumulation)", bsz.div_ceil(nb.max(1))), nb)
         }
         Some(_) => (Some(bytes / 2), format!("the batch-sized temporaries ({}) are smaller than the overflow: shrinking the batch alone will not fit; halve it ({bsz} -> {}) and combine with the other causes", format_size(bytes), bsz / 2), bsz / 2),
         None => (Some(bytes / 2), format!("halve the batch ({bsz} -> {}) or use 2 micro-batches with gradient accumulation", bsz / 2), bsz / 2),
