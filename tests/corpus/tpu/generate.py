@@ -1514,7 +1514,7 @@ pair(
 #
 # Programs of other kinds than section 13 (a mixture-of-experts layer, an embedding table, a conv
 # net, a contrastive loss, a transformer stack, gradient accumulation, a replay buffer, a momentum
-# optimizer, a gated MLP, recommender tables, an encoder's gathered output). (Tried and dropped: DP-SGD
+# optimizer, a gated MLP, recommender tables, an encoder's gathered output, a sampling loop). (Tried and dropped: DP-SGD
 # per-example gradients via jax.vmap(jax.grad), f32[1024,4096,4096] per device on v5p: the compiler
 # fused the per-example outer products into their norm and sum reductions, 71 MiB of temporaries.)
 # About half keep their dumps (dump=True); the others only stderr.log / exception.txt / meta.json.
@@ -2028,6 +2028,45 @@ pair(
     dict(category="single_large_allocation", causes=["replicated_tensor"]),
     _encoder_output_builder, dict(n=262144, d_in=1024, d_hidden=4096, d_out=16384, out_spec=()),
     dict(n=262144, d_in=1024, d_hidden=4096, d_out=16384, out_spec=("d",)),
+    dump=True,
+)
+
+
+# 14.12 a generation loop that keeps every step's logits
+
+
+def _sampling_builder(mesh, batch, steps, d_model, vocab, keep_logits):
+    """Greedy autoregressive sampling with lax.scan over `steps` tokens of a toy recurrent LM (bf16
+    weights replicated, sequences over 'd'). keep_logits: the loop also stacks every step's f32
+    logits [steps, B, V] (as `output_scores=True` does) instead of only the sampled token ids."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def sample(params, h0):
+        def step(h, _):
+            logits = (h @ params["unembed"]).astype(jnp.float32)  # [B, V]
+            tok = jnp.argmax(logits, axis=-1)
+            h = jnp.tanh(params["embed"][tok] + h @ params["w_rec"])
+            return h, (tok, logits) if keep_logits else tok
+
+        _, out = jax.lax.scan(step, h0, None, length=steps)
+        return out
+
+    params = {"embed": sds((vocab, d_model), jnp.bfloat16, mesh, P()),
+              "unembed": sds((d_model, vocab), jnp.bfloat16, mesh, P()),
+              "w_rec": sds((d_model, d_model), jnp.bfloat16, mesh, P())}
+    h0 = sds((batch, d_model), jnp.bfloat16, mesh, P("d"))
+    return sample, (params, h0), {}
+
+
+pair(
+    "sampling_scores", "v5p", "v5p:2x2x1",
+    "Greedy sampling of 4096 tokens for 64 sequences per device on v5p with a 128000-token vocabulary, "
+    "the loop keeping every step's f32 logits (stacked f32[4096,256,128000], 125 GiB per device) as "
+    "well as the token ids: the score history exceeds 95.74G.",
+    "Fixed variant of sampling_scores_v5p: the loop keeps only the sampled token ids; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _sampling_builder, dict(batch=4 * 64, steps=4096, d_model=2048, vocab=128000, keep_logits=True),
+    dict(batch=4 * 64, steps=4096, d_model=2048, vocab=128000, keep_logits=False),
     dump=True,
 )
 
