@@ -802,14 +802,14 @@ for _n in ("replicated_fixed_v5e", "debug_print_fixed_v5e", "no_donation_fixed_v
 
 
 def pair(base, gen, topology, purpose, fixed_purpose, label, build, broken_kw, fixed_kw,
-         env=None, fixed_env=None, fixed_topology=None, fixed_gen=None):
+         env=None, fixed_env=None, fixed_topology=None, fixed_gen=None, dump=True):
     broken = f"{base}_{gen}"
     fixed = f"{base}_fixed_{fixed_gen or gen}"
     lab = dict(label)
     lab["fixed"] = fixed
-    case(broken, topology, purpose, expect="oom", dump=True, env=env, label=lab)(
+    case(broken, topology, purpose, expect="oom", dump=dump, env=env, label=lab)(
         lambda mesh: build(mesh, **broken_kw))
-    case(fixed, fixed_topology or topology, fixed_purpose, expect="fit", dump=True, env=fixed_env,
+    case(fixed, fixed_topology or topology, fixed_purpose, expect="fit", dump=dump, env=fixed_env,
          label={"twin_of": broken})(lambda mesh: build(mesh, **fixed_kw))
 
 
@@ -1507,6 +1507,567 @@ pair(
     dict(category="aggregate", causes=["batch_too_large", "no_remat"]),
     _dp_mlp_builder, dict(layers=8, width=4096, batch=4 * 327680, batch_spec=("d",)),
     dict(layers=8, width=4096, batch=4 * 327680, batch_spec=("d",), micro=4),
+)
+
+
+# ---- 14. more broken/fixed pairs (batch tpu3): other models, other names ----------------------
+#
+# Programs of other kinds than section 13 (a mixture-of-experts layer, an embedding table, a conv
+# net, a contrastive loss, a transformer stack, gradient accumulation, a replay buffer, a momentum
+# optimizer, a gated MLP, recommender tables, an encoder's gathered output, a sampling loop). (Tried and dropped: DP-SGD
+# per-example gradients via jax.vmap(jax.grad), f32[1024,4096,4096] per device on v5p: the compiler
+# fused the per-example outer products into their norm and sum reductions, 71 MiB of temporaries.)
+# About half keep their dumps (dump=True); the others only stderr.log / exception.txt / meta.json.
+
+
+# 14.1 mixture-of-experts: expert weights replicated instead of sharded over the expert axis
+
+
+def _moe_builder(mesh, n_experts, d_model, d_ff, tokens, expert_spec):
+    """One Switch-style MoE layer (top-1 routing, capacity factor 1.25) in a regression training
+    step. Expert weights are stacked [E, ...]; expert_spec () replicates them on every device,
+    ('d',) shards the expert axis (expert parallelism)."""
+    jax, jnp, NamedSharding, P = _jax()
+    cap = int(tokens * 1.25) // n_experts
+
+    def moe_ffn(experts, router, x):
+        gate_logits = (x @ router).astype(jnp.float32)  # [T, E]
+        probs = jax.nn.softmax(gate_logits, axis=-1)
+        choice = jnp.argmax(probs, axis=-1)
+        onehot = jax.nn.one_hot(choice, n_experts, dtype=jnp.int32)  # [T, E]
+        slot = jnp.cumsum(onehot, axis=0) * onehot - 1
+        dispatch = jax.nn.one_hot(slot, cap, dtype=x.dtype)  # [T, E, C]; slot -1 drops the token
+        gate = jnp.max(probs, axis=-1).astype(x.dtype)
+        xe = jnp.einsum("tec,td->ecd", dispatch, x)
+        he = jax.nn.gelu(jnp.einsum("ecd,edf->ecf", xe, experts["wi"]))
+        ye = jnp.einsum("ecf,efd->ecd", he, experts["wo"])
+        return jnp.einsum("tec,ecd->td", dispatch * gate[:, None, None], ye)
+
+    def moe_train_step(params, tokens_in, targets):
+        def loss_fn(params):
+            out = tokens_in + moe_ffn(params["experts"], params["router"], tokens_in)
+            return jnp.mean((out - targets) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-2 * g, params, grads), loss
+
+    espec = _P(*expert_spec)
+    params = {"router": sds((d_model, n_experts), jnp.float32, mesh, P()),
+              "experts": {"wi": sds((n_experts, d_model, d_ff), jnp.float32, mesh, espec),
+                          "wo": sds((n_experts, d_ff, d_model), jnp.float32, mesh, espec)}}
+    x = sds((tokens, d_model), jnp.float32, mesh, P("d"))
+    y = sds((tokens, d_model), jnp.float32, mesh, P("d"))
+    kw = {"donate_argnums": (0,), "out_shardings": (_shardings(params), NamedSharding(mesh, P()))}
+    return moe_train_step, (params, x, y), kw
+
+
+pair(
+    "moe_experts_replicated", "v5e", "v5e:2x2",
+    "Switch-style mixture-of-experts layer (32 experts, f32 wi/wo [32,4096,16384], 16 GiB) trained "
+    "with SGD (donated), the expert weights replicated P() on every device instead of sharded over the "
+    "expert axis: the expert weights alone (16 GiB per device) exceed HBM.",
+    "Fixed variant of moe_experts_replicated_v5e: expert parallelism, wi/wo sharded P('d', None, None) "
+    "(8 experts, 4 GiB per device); fits.",
+    dict(category="arguments", category_also=["single_large_allocation"],
+         causes=["replicated_tensor", "arguments_exceed"]),
+    _moe_builder, dict(n_experts=32, d_model=4096, d_ff=16384, tokens=4 * 1024, expert_spec=()),
+    dict(n_experts=32, d_model=4096, d_ff=16384, tokens=4 * 1024, expert_spec=("d", None, None)),
+    dump=True,
+)
+
+
+# 14.2 an embedding table kept in f32
+
+
+def _embedding_builder(mesh, vocab, dim, batch, bag, dtype):
+    """Bag-of-ids embedding model (mean of `bag` ids per example, a projection, a scalar score)
+    trained with SGD; the table replicated, donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    dt = jnp.dtype(dtype)
+
+    def ctr_train_step(params, ids, clicks):
+        def loss_fn(params):
+            e = jnp.mean(params["item_embedding"][ids], axis=1)  # [B, dim]
+            h = jnp.tanh(e @ params["proj"])
+            score = jnp.sum(h, axis=-1).astype(jnp.float32)
+            return jnp.mean((score - clicks) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 0.05 * g, params, grads), loss
+
+    params = {"item_embedding": sds((vocab, dim), dt, mesh, P()),
+              "proj": sds((dim, dim), dt, mesh, P())}
+    ids = sds((batch, bag), jnp.int32, mesh, P("d"))
+    clicks = sds((batch,), jnp.float32, mesh, P("d"))
+    return ctr_train_step, (params, ids, clicks), {"donate_argnums": (0,)}
+
+
+pair(
+    "embed_table_f32", "v6e", "v6e:2x2",
+    "Click-through model whose item embedding table is f32[4718592,1024] (18 GiB, replicated) on v6e: "
+    "the table and its dense gradient (the scatter-add of the lookups) exceed 31.25G.",
+    "Fixed variant of embed_table_f32_v6e: the same table in bf16 (9 GiB); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["f32_precision", "replicated_tensor"]),
+    _embedding_builder, dict(vocab=4718592, dim=1024, batch=4 * 4096, bag=16, dtype="float32"),
+    dict(vocab=4718592, dim=1024, batch=4 * 4096, bag=16, dtype="bfloat16"),
+    dump=True,
+)
+
+
+# 14.3 a conv net with too many images per device
+
+
+def _convnet_builder(mesh, batch, size, widths, classes=1000):
+    """Small VGG-style classifier on NHWC images (3x3 convs, ReLU, 2x2 average pooling after every
+    second conv), softmax cross-entropy, SGD; params replicated, images sharded over 'd'."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def pool(x):
+        return jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") * 0.25
+
+    def forward(params, images):
+        h = images
+        for i in range(len(widths)):
+            h = jax.nn.relu(conv(h, params[f"conv{i}"]))
+            if i % 2 == 1:
+                h = pool(h)
+        h = jnp.mean(h, axis=(1, 2))
+        return h @ params["head"]
+
+    def train_step(params, images, labels):
+        def loss_fn(params):
+            logits = forward(params, images).astype(jnp.float32)
+            return jnp.mean(jax.nn.logsumexp(logits, -1)
+                            - jnp.take_along_axis(logits, labels[:, None], -1)[:, 0])
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 0.1 * g, params, grads), loss
+
+    params = {}
+    cin = 3
+    for i, c in enumerate(widths):
+        params[f"conv{i}"] = sds((3, 3, cin, c), jnp.float32, mesh, P())
+        cin = c
+    params["head"] = sds((cin, classes), jnp.float32, mesh, P())
+    n = mesh.devices.size
+    images = sds((n * batch, size, size, 3), jnp.float32, mesh, P("d"))
+    labels = sds((n * batch,), jnp.int32, mesh, P("d"))
+    return train_step, (params, images, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "convnet_batch", "v4", "v4:2x2x1",
+    "VGG-style conv net (f32, 224x224x3 NHWC images, 64-64-128-128-256-256 channels) training step on v4 "
+    "with 1024 images per TensorCore: the feature maps kept for the backward pass (the first ones "
+    "f32[1024,224,224,64], 12.25 GiB each) exceed 15.25G.",
+    "Fixed variant of convnet_batch_v4: 512 images per TensorCore; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["batch_too_large", "no_remat", "f32_precision"]),
+    _convnet_builder, dict(batch=1024, size=224, widths=(64, 64, 128, 128, 256, 256)),
+    dict(batch=512, size=224, widths=(64, 64, 128, 128, 256, 256)),
+    dump=False,
+)
+
+
+# 14.4 a contrastive (CLIP-style) loss over the global batch
+
+
+def _contrastive_builder(mesh, batch, feat, embed, block=None):
+    """Two-tower contrastive step: image and text features projected and normalised, every local
+    image scored against every text of the global batch (logits [B_local, B_global] f32).
+    block: the loss over blocks of `block` image rows (lax.map + jax.checkpoint)."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def normalize(z):
+        return z * jax.lax.rsqrt(jnp.sum(z * z, axis=-1, keepdims=True) + 1e-6)
+
+    def clip_step(params, img, txt):
+        def loss_fn(params):
+            zi = normalize(img @ params["img_proj"]).astype(jnp.float32)
+            zt = normalize(txt @ params["txt_proj"]).astype(jnp.float32)
+            zt_all = jax.lax.with_sharding_constraint(zt, NamedSharding(mesh, P()))
+            pos = jnp.sum(zi * zt, axis=-1) * 20.0
+
+            def lse(rows):
+                return jax.nn.logsumexp(rows @ zt_all.T * 20.0, axis=-1)
+
+            if block is None:
+                logz = lse(zi)
+            else:
+                zb = zi.reshape(-1, block, zi.shape[-1])
+                zb = jax.lax.with_sharding_constraint(zb, NamedSharding(mesh, P("d")))
+                logz = jax.lax.map(jax.checkpoint(lse), zb).reshape(-1)
+            return jnp.mean(logz - pos)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {"img_proj": sds((feat, embed), jnp.bfloat16, mesh, P()),
+              "txt_proj": sds((feat, embed), jnp.bfloat16, mesh, P())}
+    img = sds((batch, feat), jnp.bfloat16, mesh, P("d"))
+    txt = sds((batch, feat), jnp.bfloat16, mesh, P("d"))
+    return clip_step, (params, img, txt), {"donate_argnums": (0,)}
+
+
+pair(
+    "contrastive_logits", "v5e", "v5e:2x2",
+    "CLIP-style contrastive step, global batch 131072 (32768 pairs per device): every local image is "
+    "scored against all 131072 texts, the similarity logits f32[32768,131072] (16 GiB per device) "
+    "exceed HBM.",
+    "Fixed variant of contrastive_logits_v5e: the loss over blocks of 2048 image rows (lax.map + "
+    "jax.checkpoint), one f32[2048,131072] block at a time; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _contrastive_builder, dict(batch=131072, feat=1024, embed=512),
+    dict(batch=131072, feat=1024, embed=512, block=2048),
+    dump=False,
+)
+
+
+# 14.5 a transformer stack under lax.scan without remat
+
+
+def _transformer_builder(mesh, n_layers, d_model, heads, seq, batch, remat):
+    """Pre-LN decoder-only transformer blocks (causal attention + 4x GELU MLP, bf16) scanned over
+    stacked layer params, next-token loss on a small vocabulary; params replicated, batch over 'd'."""
+    jax, jnp, NamedSharding, P = _jax()
+    hd = d_model // heads
+
+    def ln(x):
+        x32 = x.astype(jnp.float32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        var = jnp.var(x32, -1, keepdims=True)
+        return ((x32 - mu) * jax.lax.rsqrt(var + 1e-5)).astype(x.dtype)
+
+    def block(x, lp):
+        b, s, _ = x.shape
+        h = ln(x)
+        q, k, v = jnp.split(h @ lp["wqkv"], 3, axis=-1)
+        q, k, v = (t.reshape(b, s, heads, hd) for t in (q, k, v))
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) * hd ** -0.5
+        mask = jnp.tril(jnp.ones((s, s), bool))
+        probs = jax.nn.softmax(jnp.where(mask, scores, -1e9), axis=-1).astype(x.dtype)
+        att = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, s, d_model)
+        x = x + att @ lp["wo"]
+        x = x + jax.nn.gelu(ln(x) @ lp["w_up"]) @ lp["w_down"]
+        return x, None
+
+    if remat:
+        block = jax.checkpoint(block)
+
+    def lm_train_step(params, tokens):
+        def loss_fn(params):
+            x = params["embed"][tokens[:, :-1]]
+            x, _ = jax.lax.scan(block, x, params["blocks"])
+            logits = (ln(x) @ params["embed"].T).astype(jnp.float32)
+            tgt = tokens[:, 1:]
+            return jnp.mean(jax.nn.logsumexp(logits, -1)
+                            - jnp.take_along_axis(logits, tgt[..., None], -1)[..., 0])
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-4 * g.astype(p.dtype), params, grads), loss
+
+    L, D = n_layers, d_model
+    bf = jnp.bfloat16
+    params = {"embed": sds((8192, D), bf, mesh, P()),
+              "blocks": {"wqkv": sds((L, D, 3 * D), bf, mesh, P()),
+                         "wo": sds((L, D, D), bf, mesh, P()),
+                         "w_up": sds((L, D, 4 * D), bf, mesh, P()),
+                         "w_down": sds((L, 4 * D, D), bf, mesh, P())}}
+    tokens = sds((mesh.devices.size * batch, seq + 1), jnp.int32, mesh, P("d"))
+    return lm_train_step, (params, tokens), {"donate_argnums": (0,)}
+
+
+pair(
+    "transformer_scan", "v5p", "v5p:2x2x1",
+    "Decoder-only transformer (24 layers, d_model 4096, 32 heads, bf16) scanned over stacked layer "
+    "params without jax.checkpoint on v5p, 8 sequences of 2048 tokens per device: every layer's "
+    "attention scores (stacked f32[24,8,32,2048,2048], 96 GiB) and MLP activations are saved for the "
+    "backward pass and exceed 95.74G.",
+    "Fixed variant of transformer_scan_v5p: jax.checkpoint on the scanned block; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["no_remat", "large_activation", "batch_too_large"]),
+    _transformer_builder, dict(n_layers=24, d_model=4096, heads=32, seq=2048, batch=8, remat=False),
+    dict(n_layers=24, d_model=4096, heads=32, seq=2048, batch=8, remat=True),
+    dump=False,
+)
+
+
+# 14.6 a gradient accumulator kept in f32 for bf16 params
+
+
+def _grad_accum_builder(mesh, layers, width, rows, acc_dtype):
+    """One micro-batch of gradient accumulation for a bf16 MLP (params replicated): the accumulated
+    gradients are persistent train state (an argument, donated), kept in acc_dtype, applied to the
+    params every few steps by another function."""
+    jax, jnp, NamedSharding, P = _jax()
+    adt = jnp.dtype(acc_dtype)
+
+    def loss_fn(params, x):
+        h = x
+        for i in range(layers):
+            h = jax.nn.relu(h @ params[f"fc{i}"])
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    def accumulate_step(params, grad_acc, micro_batch):
+        loss, g = jax.value_and_grad(loss_fn)(params, micro_batch)
+        return _tm(lambda a, gi: a + gi.astype(a.dtype), grad_acc, g), loss
+
+    params = {f"fc{i}": sds((width, width), jnp.bfloat16, mesh, P()) for i in range(layers)}
+    grad_acc = {f"fc{i}": sds((width, width), adt, mesh, P()) for i in range(layers)}
+    mb = sds((mesh.devices.size * rows, width), jnp.bfloat16, mesh, P("d"))
+    return accumulate_step, (params, grad_acc, mb), {"donate_argnums": (1,)}
+
+
+pair(
+    "grad_accum_f32", "v6e", "v6e:2x2",
+    "bf16 MLP (6 x bf16[32768,32768] = 12 GiB, replicated) trained with gradient accumulation whose "
+    "accumulator, carried between steps as train state, is f32 (24 GiB per device): params and "
+    "accumulator alone (36 GiB) exceed 31.25G.",
+    "Fixed variant of grad_accum_f32_v6e: the accumulator in bf16, like the params (12 GiB); fits.",
+    dict(category="arguments", causes=["f32_precision", "replicated_tensor", "arguments_exceed"]),
+    _grad_accum_builder, dict(layers=6, width=32768, rows=1024, acc_dtype="float32"),
+    dict(layers=6, width=32768, rows=1024, acc_dtype="bfloat16"),
+    dump=True,
+)
+
+
+# 14.7 a replay buffer updated without donation
+
+
+def _replay_builder(mesh, capacity, obs_dim, n_new, donate):
+    """RL replay buffer kept on the device (obs / next_obs f32[capacity, obs_dim], features sharded
+    over 'd'): insert a batch of transitions at `pos` and sample a minibatch."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def insert_and_sample(buffer, new, pos, idx):
+        buffer = {k: jax.lax.dynamic_update_slice_in_dim(buffer[k], new[k], pos, axis=0) for k in buffer}
+        sample = {k: buffer[k][idx] for k in buffer}
+        return buffer, sample
+
+    fspec = P(None, "d")
+    buffer = {"obs": sds((capacity, obs_dim), jnp.float32, mesh, fspec),
+              "next_obs": sds((capacity, obs_dim), jnp.float32, mesh, fspec),
+              "reward": sds((capacity, 4), jnp.float32, mesh, P()),
+              "action": sds((capacity, 4), jnp.int32, mesh, P())}
+    new = {"obs": sds((n_new, obs_dim), jnp.float32, mesh, fspec),
+           "next_obs": sds((n_new, obs_dim), jnp.float32, mesh, fspec),
+           "reward": sds((n_new, 4), jnp.float32, mesh, P()),
+           "action": sds((n_new, 4), jnp.int32, mesh, P())}
+    pos = sds((), jnp.int32, mesh, P())
+    idx = sds((256,), jnp.int32, mesh, P())
+    kw = {"donate_argnums": (0,)} if donate else {}
+    return insert_and_sample, (buffer, new, pos, idx), kw
+
+
+pair(
+    "replay_buffer", "v5p", "v5p:2x2x1",
+    "On-device RL replay buffer on v5p (obs and next_obs f32[2097152,13312], 26 GiB each per device) "
+    "updated with dynamic_update_slice without donate_argnums: the updated buffer is a second copy "
+    "and old and new together exceed 95.74G.",
+    "Fixed variant of replay_buffer_v5p: donate_argnums=(0,), the buffer is updated in place; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
+    _replay_builder, dict(capacity=2097152, obs_dim=13312, n_new=1024, donate=False),
+    dict(capacity=2097152, obs_dim=13312, n_new=1024, donate=True),
+    dump=True,
+)
+
+
+# 14.8 momentum SGD whose momentum buffers are replicated under data parallelism
+
+
+def _momentum_builder(mesh, widths, batch, trace_spec):
+    """Data-parallel autoencoder (encoder/decoder dense layers, f32, params replicated) trained with
+    SGD + Nesterov momentum (optax.sgd(momentum=0.9, nesterov=True) written out: opt_state
+    {"trace"}); trace_spec () replicates the momentum, ('d', None) shards it (ZeRO-1)."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def forward(params, x):
+        h = x
+        for name in sorted(params):
+            h = jax.nn.silu(h @ params[name])
+        return h
+
+    def sgd_momentum_step(params, opt_state, x):
+        def loss_fn(params):
+            return jnp.mean((forward(params, x) - x) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        trace = _tm(lambda t, g: 0.9 * t + g, opt_state["trace"], grads)
+        upd = _tm(lambda t, g: 0.9 * t + g, trace, grads)
+        params = _tm(lambda p, u: p - 0.01 * u, params, upd)
+        return params, {"trace": trace}, loss
+
+    names = [f"enc{i}" for i in range(len(widths) // 2)] + [f"dec{i}" for i in range(len(widths) - len(widths) // 2)]
+    params = {n: sds((w, w), jnp.float32, mesh, P()) for n, w in zip(names, widths)}
+    tspec = _P(*trace_spec)
+    opt_state = {"trace": {n: sds((w, w), jnp.float32, mesh, tspec) for n, w in zip(names, widths)}}
+    x = sds((batch, widths[0]), jnp.float32, mesh, P("d"))
+    kw = {"donate_argnums": (0, 1),
+          "out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P()))}
+    return sgd_momentum_step, (params, opt_state, x), kw
+
+
+pair(
+    "momentum_replicated", "v4", "v4:2x2x1",
+    "Data-parallel autoencoder (4 x f32[21504,21504] = 6.89 GiB of params) trained with Nesterov "
+    "momentum SGD on v4 (8 devices), params and momentum trace replicated P(): 13.78 GiB of "
+    "arguments per device plus the update's temporaries exceed 15.25G.",
+    "Fixed variant of momentum_replicated_v4: ZeRO-1, the momentum trace sharded P('d', None) over the "
+    "8 devices (0.86 GiB per device); fits.",
+    dict(category="aggregate", category_also=["arguments"],
+         causes=["optimizer_state_unsharded", "replicated_tensor", "arguments_exceed"]),
+    _momentum_builder, dict(widths=(21504,) * 4, batch=8 * 256, trace_spec=()),
+    dict(widths=(21504,) * 4, batch=8 * 256, trace_spec=("d", None)),
+    dump=False,
+)
+
+
+# 14.9 a gated MLP whose gate multiplies as an outer product over the batch
+
+
+def _gated_mlp_builder(mesh, batch, d_model, d_ff, outer):
+    """GLU-style MLP regression step. The broken twin writes the gate as h[:, None, :] * g[None, :, :]
+    (an outer product over the batch, [B, B, F]) where h * g was meant."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def glu_train_step(params, x, y):
+        def loss_fn(params):
+            h = x @ params["w_value"]
+            g = jax.nn.sigmoid(x @ params["w_gate"])
+            u = h[:, None, :] * g[None, :, :] if outer else h * g
+            out = u @ params["w_out"]
+            if outer:
+                out = jnp.mean(out, axis=1)
+            return jnp.mean((out - y) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {"w_value": sds((d_model, d_ff), jnp.float32, mesh, P()),
+              "w_gate": sds((d_model, d_ff), jnp.float32, mesh, P()),
+              "w_out": sds((d_ff, d_model), jnp.float32, mesh, P())}
+    x = sds((batch, d_model), jnp.float32, mesh, P("d"))
+    y = sds((batch, d_model), jnp.float32, mesh, P("d"))
+    return glu_train_step, (params, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "gated_outer", "v6e", "v6e:2x2",
+    "GLU MLP regression step on v6e where the gate is applied as h[:, None, :] * g[None, :, :] "
+    "instead of h * g: an outer product over the batch, f32[4096,16384,4096] per device (1 TiB).",
+    "Fixed variant of gated_outer_v6e: h * g, [B, F]; fits.",
+    dict(category="single_large_allocation", causes=["shape_bug", "large_activation", "batch_too_large"]),
+    _gated_mlp_builder, dict(batch=4 * 4096, d_model=1024, d_ff=4096, outer=True),
+    dict(batch=4 * 4096, d_model=1024, d_ff=4096, outer=False),
+    dump=False,
+)
+
+
+# 14.10 recommender tables that do not fit the slice -> a bigger generation
+
+
+def _recsys_builder(mesh, tables, rows, dim, batch):
+    """Inference of a DLRM-like recommender: `tables` bf16 embedding tables [rows, dim] row-sharded
+    over 'd', one id per table per example, concatenated into a 2-layer MLP."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def score(params, ids):
+        embs = [params["tables"][f"t{i}"][ids[:, i]] for i in range(tables)]
+        h = jnp.concatenate(embs, axis=-1)
+        h = jax.nn.relu(h @ params["top"]["w1"])
+        return (h @ params["top"]["w2"])[:, 0]
+
+    params = {"tables": {f"t{i}": sds((rows, dim), jnp.bfloat16, mesh, P("d", None)) for i in range(tables)},
+              "top": {"w1": sds((tables * dim, 1024), jnp.bfloat16, mesh, P()),
+                      "w2": sds((1024, 1), jnp.bfloat16, mesh, P())}}
+    ids = sds((batch, tables), jnp.int32, mesh, P("d"))
+    return score, (params, ids), {}
+
+
+pair(
+    "recsys_tables", "v4", "v4:2x2x1",
+    "DLRM-style recommender inference with 20 bf16 embedding tables [16777216,256] (160 GiB), row-sharded "
+    "over the 8 TensorCores of a v4 2x2x1: 20 GiB of tables per device, the arguments alone exceed 15.25G.",
+    "Fixed variant of recsys_tables_v4: the same program on a bigger generation, v5p 2x2x1 (4 chips, "
+    "40 GiB of tables each of 95.74G); fits.",
+    dict(category="arguments", causes=["arguments_exceed", "device_too_small"]),
+    _recsys_builder, dict(tables=20, rows=16777216, dim=256, batch=8 * 512),
+    dict(tables=20, rows=16777216, dim=256, batch=8 * 512),
+    fixed_topology="v5p:2x2x1", fixed_gen="v5p", dump=False,
+)
+
+
+# 14.11 an encoder whose output is gathered onto every device
+
+
+def _encoder_output_builder(mesh, n, d_in, d_hidden, d_out, out_spec):
+    """Batch inference of a 2-layer encoder; the embeddings are returned with out_shardings
+    `out_spec`: () gathers the whole [N, d_out] result onto every device."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def encode(params, x):
+        h = jax.nn.gelu(x @ params["w1"])
+        return h @ params["w2"]
+
+    params = {"w1": sds((d_in, d_hidden), jnp.float32, mesh, P()),
+              "w2": sds((d_hidden, d_out), jnp.float32, mesh, P())}
+    x = sds((n, d_in), jnp.float32, mesh, P("d"))
+    return encode, (params, x), {"out_shardings": NamedSharding(mesh, _P(*out_spec))}
+
+
+pair(
+    "encoder_output_gathered", "v5e", "v5e:2x2",
+    "Batch inference of an encoder over 262144 inputs whose f32[262144,16384] embeddings (16 GiB) are "
+    "returned with out_shardings=P(): the whole result is gathered onto every device.",
+    "Fixed variant of encoder_output_gathered_v5e: out_shardings=P('d'), each device keeps its 4 GiB "
+    "shard; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor"]),
+    _encoder_output_builder, dict(n=262144, d_in=1024, d_hidden=4096, d_out=16384, out_spec=()),
+    dict(n=262144, d_in=1024, d_hidden=4096, d_out=16384, out_spec=("d",)),
+    dump=True,
+)
+
+
+# 14.12 a generation loop that keeps every step's logits
+
+
+def _sampling_builder(mesh, batch, steps, d_model, vocab, keep_logits):
+    """Greedy autoregressive sampling with lax.scan over `steps` tokens of a toy recurrent LM (bf16
+    weights replicated, sequences over 'd'). keep_logits: the loop also stacks every step's f32
+    logits [steps, B, V] (as `output_scores=True` does) instead of only the sampled token ids."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def sample(params, h0):
+        def step(h, _):
+            logits = (h @ params["unembed"]).astype(jnp.float32)  # [B, V]
+            tok = jnp.argmax(logits, axis=-1)
+            h = jnp.tanh(params["embed"][tok] + h @ params["w_rec"])
+            return h, (tok, logits) if keep_logits else tok
+
+        _, out = jax.lax.scan(step, h0, None, length=steps)
+        return out
+
+    params = {"embed": sds((vocab, d_model), jnp.bfloat16, mesh, P()),
+              "unembed": sds((d_model, vocab), jnp.bfloat16, mesh, P()),
+              "w_rec": sds((d_model, d_model), jnp.bfloat16, mesh, P())}
+    h0 = sds((batch, d_model), jnp.bfloat16, mesh, P("d"))
+    return sample, (params, h0), {}
+
+
+pair(
+    "sampling_scores", "v5p", "v5p:2x2x1",
+    "Greedy sampling of 4096 tokens for 64 sequences per device on v5p with a 128000-token vocabulary, "
+    "the loop keeping every step's f32 logits (stacked f32[4096,256,128000], 125 GiB per device) as "
+    "well as the token ids: the score history exceeds 95.74G.",
+    "Fixed variant of sampling_scores_v5p: the loop keeps only the sampled token ids; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _sampling_builder, dict(batch=4 * 64, steps=4096, d_model=2048, vocab=128000, keep_logits=True),
+    dict(batch=4 * 64, steps=4096, d_model=2048, vocab=128000, keep_logits=False),
+    dump=True,
 )
 
 
