@@ -793,9 +793,10 @@ fn large_activation(ctx: &Ctx<'_>) -> Option<Cause> {
         describe(first),
         first.source.as_deref().map(|s| format!(" ({s})")).unwrap_or_default()
     ));
+    // Chunked (or sharded) four ways, a quarter of each stays live.
     Some(ctx.cause(
         CauseKind::LargeActivation,
-        Some(total),
+        Some(total - total / 4),
         format!(
             "{} buffer(s) of at least a quarter of the limit: {}{}",
             big.len(),
@@ -1195,10 +1196,13 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
         return None;
     }
     let l = ctx.limit?;
-    let big = e
-        .allocations
-        .iter()
-        .find(|a| a.size_bytes.saturating_mul(2) > l);
+    // A buffer led by the batch the listing shares is one device's activations, split by the
+    // batch already: not an array copied on every device.
+    let batch = common_batch(&e.allocations).map(|(b, _)| b);
+    let big = e.allocations.iter().find(|a| {
+        a.size_bytes.saturating_mul(2) > l
+            && !(batch.is_some() && shape_of(a).and_then(|s| s.dims.first().copied()) == batch)
+    });
     let evidence = match big {
         Some(a) => format!("{} is over half the device: an array that big is usually meant to be sharded, and a missing or lost sharding annotation replicates it on every chip", describe(a)),
         None if ctx.category == Category::SingleLargeAllocation => "an allocation over half the device usually means an array is replicated instead of sharded".into(),
