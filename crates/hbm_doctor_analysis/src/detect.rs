@@ -78,6 +78,7 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
     if let Some(m) = hlo {
         out.extend(debug_print(m, s, &mut claimed));
         out.extend(replicated(m, s, &mut claimed));
+        out.extend(gathered_output(m, s, &mut claimed));
         out.extend(no_donation(m, s));
     }
     if tight {
@@ -412,6 +413,96 @@ fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>
         "jax.debug.print(\"x sum {}\", x.sum())  # not the whole x",
     ));
     vec![c]
+}
+
+/// An output gathered whole on every device of an SPMD module: the entry's result comes (through
+/// copies and bitcasts) from an all-gather, so the array and its gathered copy are full size on
+/// each device: `out_shardings` replicating a sharded result, or returning a full array.
+fn gathered_output(
+    m: &HloModule<'_>,
+    s: &SpaceReport,
+    claimed: &mut HashSet<String>,
+) -> Vec<Cause> {
+    let n = u64::from(m.num_partitions);
+    let Some(entry) = m.entry().filter(|_| n > 1) else {
+        return Vec::new();
+    };
+    let by_name: HashMap<&str, &Instruction<'_>> =
+        entry.instructions.iter().map(|i| (i.name, i)).collect();
+    let Some(root) = entry.instructions.iter().find(|i| i.is_root) else {
+        return Vec::new();
+    };
+    // The result's elements, followed back through copies, bitcasts and reshapes to what made them.
+    let mut heads: Vec<&str> = if root.opcode == "tuple" {
+        root.operands.clone()
+    } else {
+        vec![root.name]
+    };
+    heads.truncate(64);
+    let mut found = Vec::new();
+    for head in heads {
+        let mut chain = vec![head];
+        let mut cur = head;
+        for _ in 0..4 {
+            let Some(i) = by_name.get(cur) else { break };
+            if i.opcode == "all-gather" {
+                found.push(chain.clone());
+                break;
+            }
+            if !matches!(i.opcode, "copy" | "bitcast" | "reshape" | "transpose") {
+                break;
+            }
+            let Some(next) = i.operands.first() else {
+                break;
+            };
+            cur = next;
+            chain.push(cur);
+        }
+    }
+    let mut causes = Vec::new();
+    for chain in found {
+        let live: Vec<&crate::analyze::BufferAtPeak> = s
+            .buffers_at_peak
+            .iter()
+            .filter(|b| {
+                chain
+                    .iter()
+                    .any(|c| b.name == *c || b.name.starts_with(&format!("{c}{{")))
+            })
+            .filter(|b| !claimed.contains(&b.name))
+            .collect();
+        let together: u64 = live.iter().map(|b| b.size_bytes).sum();
+        if live.is_empty() || together * 10 < s.peak_bytes {
+            continue;
+        }
+        let gather = chain.last().copied().unwrap_or_default();
+        let mut savings = 0;
+        let mut changes = Vec::new();
+        for b in &live {
+            claimed.insert(b.name.clone());
+            savings += b.size_bytes - b.size_bytes / n;
+            changes.push((b.name.clone(), (1000 / n) as u32));
+        }
+        let shape = live
+            .first()
+            .map(|b| b.layout_shape.clone())
+            .unwrap_or_default();
+        let mut c = cause(
+            CauseKind::ReplicatedTensor,
+            Some(savings),
+            format!(
+                "the result {shape} is gathered whole on each of the {n} devices (`{gather}` feeds the output): {} at the peak, {} of it",
+                format_size(together),
+                pct(together, s.peak_bytes)
+            ),
+            vec![format!(
+                "keep the result sharded: out_shardings=NamedSharding(mesh, P('data', ...)) (not P()), and gather it on the host only if you need it whole (jax.device_get per shard); each device then holds 1/{n} of it"
+            )],
+        );
+        c.changes = changes;
+        causes.push(c);
+    }
+    causes
 }
 
 /// Entry parameters with a same-shaped output and no input_output_alias: both live at once.
