@@ -709,7 +709,7 @@ fn large_activation(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
     else {
         return Vec::new();
     };
-    if b.size_bytes * 10 < s.peak_bytes * 3 {
+    if (b.size_bytes as u128) * 10 < (s.peak_bytes as u128) * 3 {
         return Vec::new();
     }
     let attention = dims_of(b).is_some_and(|sh| {
@@ -756,7 +756,7 @@ fn large_activation(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
 
 /// Tiled-layout padding among the buffers at the peak.
 fn padding(s: &SpaceReport) -> Vec<Cause> {
-    if s.padding_bytes < MIB || s.padding_bytes * 10 < s.peak_bytes {
+    if s.padding_bytes < MIB || s.padding_bytes.saturating_mul(10) < s.peak_bytes {
         return Vec::new();
     }
     let mut worst: Vec<&BufferAtPeak> = s
@@ -926,7 +926,7 @@ fn batch_too_large(
         return Vec::new();
     };
     let over = opts.budget_bytes.map(|b| s.total_bytes.saturating_sub(b));
-    if bytes * 10 < s.peak_bytes * 3 || over == Some(0) {
+    if (bytes as u128) * 10 < (s.peak_bytes as u128) * 3 || over == Some(0) {
         return Vec::new();
     }
     let batch_buffers: Vec<&BufferAtPeak> = s
