@@ -10,7 +10,9 @@
 //! byte; no I/O, no clocks, no hash-map iteration order.
 
 pub mod analyze;
-pub mod chips;
+/// The chip table: re-exported from its one home, `hbm_doctor_units::chips`, so that
+/// `hbm_doctor_analysis::chips::*` keeps working.
+pub use hbm_doctor_units::chips;
 pub mod detect;
 pub mod evidence;
 pub mod explain;

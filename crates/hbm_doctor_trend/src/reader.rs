@@ -374,40 +374,13 @@ fn time_of(c: &regex::Captures<'_>) -> Option<f64> {
             off = sign * (hh * 3600 + mm * 60);
         }
     }
-    Some((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se - off) as f64 + frac)
+    Some(hbm_doctor_units::time::unix_seconds(y, mo, d, h, mi, se, off)? as f64 + frac)
 }
 
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// RFC 3339 UTC (`2026-11-23T04:00:00Z`) of Unix seconds.
+/// RFC 3339 UTC (`2026-11-23T04:00:00Z`) of Unix seconds. Thin wrapper over
+/// `hbm_doctor_units::time::rfc3339`, kept for existing callers.
 pub fn format_time(t: f64) -> String {
-    let secs = t.floor() as i64;
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    let z = days + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    hbm_doctor_units::time::rfc3339(t)
 }
 
 fn unit_scale(u: &str) -> Option<f64> {
