@@ -2181,7 +2181,26 @@ fn short_label(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::{scan_all, Stage};
+    use crate::{scan_all, Family, Stage, WarningKind};
+
+    #[test]
+    fn every_family_row_yields_a_json_spelling() {
+        for f in Family::ALL {
+            assert_eq!(
+                serde_json::to_value(f).expect("json"),
+                serde_json::Value::from(f.as_str())
+            );
+        }
+        let table = super::family_table();
+        assert_eq!(table.len(), super::FAMILIES.len());
+        for (yields, message) in table {
+            let known = Family::ALL.iter().any(|f| f.as_str() == yields)
+                || WarningKind::ALL.iter().any(|k| k.as_str() == yields)
+                || matches!(yields, "context" | "allocator_stats" | "(families.rs)");
+            assert!(known, "{yields}: {message}");
+            assert!(!message.is_empty());
+        }
+    }
 
     fn stage(text: &str) -> Option<Stage> {
         scan_all(text.as_bytes()).last().and_then(|e| e.stage)
