@@ -19,6 +19,7 @@ pub mod explain;
 pub mod join;
 pub mod ledger;
 pub mod model;
+pub mod origin;
 pub mod whatif;
 
 pub use explain::{explain, explain_with_warnings};
