@@ -17,9 +17,9 @@
 //!   messages, the kernel OOM killer).
 
 use crate::detect::{Marker, MarkerKind};
+use crate::recording::{Event, Record, SourceKind};
 use crate::store::{Sample, Series};
 use regex::Regex;
-use serde::Deserialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::OnceLock;
 
@@ -324,27 +324,6 @@ fn pats() -> &'static Patterns {
     })
 }
 
-#[derive(Deserialize)]
-struct RecLine {
-    #[serde(rename = "type")]
-    ty: Option<String>,
-    host: Option<String>,
-    id: Option<serde_json::Value>,
-    used_bytes: Option<u64>,
-    limit_bytes: Option<u64>,
-    peak_bytes: Option<u64>,
-    step: Option<u64>,
-    ts: Option<f64>,
-    source: Option<String>,
-    rss_bytes: Option<u64>,
-    event: Option<String>,
-    host_oom_killed: Option<bool>,
-    pid: Option<u64>,
-    uncached_compiles: Option<u64>,
-    live_data_handles: Option<i64>,
-    live_xla_tensors: Option<i64>,
-}
-
 /// Unix seconds of an RFC 3339 / ISO 8601 time (`2026-11-21T10:00:00Z`,
 /// `2026-11-21 10:00:00,123`), or plain seconds.
 pub fn parse_time(s: &str) -> Option<f64> {
@@ -628,17 +607,30 @@ impl Reader {
             return;
         }
         if t.starts_with('{') && t.contains("\"type\"") {
-            match serde_json::from_str::<RecLine>(t) {
-                Ok(r) if r.ty.is_some() => {
+            match serde_json::from_str::<Record>(t) {
+                Ok(r) => {
                     self.recording = true;
                     self.record_line(c, r);
                     return;
                 }
-                Ok(_) => {}
-                Err(_) => {
-                    c.skipped_lines += 1;
-                    return;
-                }
+                Err(_) => match serde_json::from_str::<serde_json::Value>(t) {
+                    // A line type the format does not define: ignored, as docs/recording.md
+                    // asks of readers.
+                    Ok(v)
+                        if v.get("type").and_then(|t| t.as_str()).is_some_and(|t| {
+                            !matches!(t, "header" | "sample" | "process" | "counters" | "event")
+                        }) =>
+                    {
+                        self.recording = true;
+                        return;
+                    }
+                    // No `type`: another reader's JSON (a memory dict, TensorBoard).
+                    Ok(v) if v.get("type").is_none_or(serde_json::Value::is_null) => {}
+                    _ => {
+                        c.skipped_lines += 1;
+                        return;
+                    }
+                },
             }
         }
         // PyTorch/XLA metrics blocks.
@@ -661,92 +653,101 @@ impl Reader {
         self.log_line(c, line);
     }
 
-    fn record_line(&mut self, c: &mut Collected, r: RecLine) {
-        let host = r.host.clone().unwrap_or_else(|| self.host.clone());
-        match r.ty.as_deref() {
-            Some("sample") => {
-                let Some(used) = r.used_bytes else {
+    fn record_line(&mut self, c: &mut Collected, r: Record) {
+        let host = |h: &Option<String>| h.clone().unwrap_or_else(|| self.host.clone());
+        match r {
+            Record::Header { .. } => {}
+            Record::Sample { host: h, device: d } => {
+                let host = host(&h);
+                let Some(used) = d.used_bytes else {
                     return;
                 };
-                let id = match &r.id {
-                    Some(serde_json::Value::String(s)) => s.clone(),
-                    Some(v @ serde_json::Value::Number(_)) => v.to_string(),
-                    _ => "0".into(),
-                };
-                let source = r.source.clone().unwrap_or_else(|| "recording".into());
-                match source.as_str() {
-                    "jax" => c.framework = c.framework.or(Some(Framework::Jax)),
-                    "torch_xla" | "metrics_file" => c.framework = Some(Framework::PytorchXla),
+                let source = d.source.as_str();
+                match d.source {
+                    SourceKind::Jax => c.framework = c.framework.or(Some(Framework::Jax)),
+                    SourceKind::TorchXla | SourceKind::MetricsFile => {
+                        c.framework = Some(Framework::PytorchXla);
+                    }
                     _ => {}
                 }
-                c.device(&host, &id, &source).series.push_from(
+                c.device(&host, &d.id, source).series.push_from(
                     Sample {
-                        step: r.step,
-                        ts: r.ts,
+                        step: d.step,
+                        ts: d.ts,
                         used,
-                        limit: r.limit_bytes,
-                        peak: r.peak_bytes,
+                        limit: d.limit_bytes,
+                        peak: d.peak_bytes,
                     },
-                    r.pid,
+                    d.pid.map(u64::from),
                 );
             }
-            Some("process") => {
-                if let Some(rss) = r.rss_bytes {
-                    c.host(&host).rss.push(Sample {
+            Record::Process {
+                ts,
+                host: h,
+                process,
+            } => {
+                if let Some(rss) = process.rss_bytes {
+                    c.host(&host(&h)).rss.push(Sample {
                         step: None,
-                        ts: r.ts,
+                        ts: Some(ts),
                         used: rss,
                         ..Sample::default()
                     });
                 }
             }
-            Some("counters") => {
+            Record::Counters {
+                host: h, counters, ..
+            } => {
                 c.framework = Some(Framework::PytorchXla);
                 self.ordinal += 1;
                 let p = CounterPoint {
-                    step: r.step,
+                    step: counters.step,
                     ordinal: self.ordinal,
-                    uncached_compiles: r.uncached_compiles,
-                    live_data_handles: r.live_data_handles,
-                    live_xla_tensors: r.live_xla_tensors,
+                    uncached_compiles: counters.uncached_compiles,
+                    live_data_handles: counters.live_data_handles,
+                    live_xla_tensors: counters.live_xla_tensors,
                     ..CounterPoint::default()
                 };
-                c.host(&host).push_counter(p);
+                c.host(&host(&h)).push_counter(p);
             }
-            Some("event") => match r.event.as_deref() {
-                Some("process_exit") => {
-                    let oom = r.host_oom_killed.unwrap_or(false);
-                    let h = c.host(&host);
-                    h.ending = if oom {
-                        Ending::HostOom
-                    } else {
-                        h.ending.max(Ending::Silent)
-                    };
-                    if oom {
-                        h.host_oom_evidence =
-                            Some("recording: process_exit with host_oom_killed".into());
-                    }
-                    for ((hh, _), d) in c.devices.iter_mut() {
-                        if *hh == host {
-                            d.series.mark_break();
+            Record::Event { host: h, event, .. } => {
+                let host = host(&h);
+                match event {
+                    Event::ProcessExit {
+                        host_oom_killed: oom,
+                        ..
+                    } => {
+                        let h = c.host(&host);
+                        h.ending = if oom {
+                            Ending::HostOom
+                        } else {
+                            h.ending.max(Ending::Silent)
+                        };
+                        if oom {
+                            h.host_oom_evidence =
+                                Some("recording: process_exit with host_oom_killed".into());
+                        }
+                        for ((hh, _), d) in c.devices.iter_mut() {
+                            if *hh == host {
+                                d.series.mark_break();
+                            }
                         }
                     }
-                }
-                Some("kernel_oom") => {
-                    let h = c.host(&host);
-                    h.ending = Ending::HostOom;
-                    h.host_oom_evidence = Some("recording: kernel_oom event".into());
-                }
-                Some("source_down") => {
-                    for ((hh, _), d) in c.devices.iter_mut() {
-                        if *hh == host {
-                            d.series.mark_break();
+                    Event::KernelOom { .. } => {
+                        let h = c.host(&host);
+                        h.ending = Ending::HostOom;
+                        h.host_oom_evidence = Some("recording: kernel_oom event".into());
+                    }
+                    Event::SourceDown { .. } => {
+                        for ((hh, _), d) in c.devices.iter_mut() {
+                            if *hh == host {
+                                d.series.mark_break();
+                            }
                         }
                     }
+                    _ => {}
                 }
-                _ => {}
-            },
-            _ => {}
+            }
         }
     }
 
