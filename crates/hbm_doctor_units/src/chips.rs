@@ -99,7 +99,7 @@ pub const TPUS: &[TpuGeneration] = &[
     },
     TpuGeneration {
         name: "v7",
-        long_name: "TPU7x (Ironwood), one JAX device (two per chip)",
+        long_name: "TPU7x (Ironwood) TensorCore",
         physical_bytes: 96 * GIB,
         // A deviceless `tpu7x:2x2x1` compile (jax 0.10.2 / libtpu 0.0.42.1) shows 8 devices
         // (2 per chip) and `exceeds available HBM (94.75G)`; the largest donated f32 program that
