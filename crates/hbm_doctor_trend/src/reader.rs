@@ -362,19 +362,9 @@ pub fn format_time(t: f64) -> String {
     hbm_doctor_units::time::rfc3339(t)
 }
 
+/// Bytes per unit (`gb`, `MiB`, `k`, `bytes`): `hbm_doctor_units::size::unit_bytes`.
 fn unit_scale(u: &str) -> Option<f64> {
-    let u = u.to_ascii_lowercase();
-    let k = 1024f64;
-    Some(match u.trim_end_matches("ib").trim_end_matches('b') {
-        "" | "bytes" | "byte" => 1.0,
-        "k" => k,
-        "m" => k * k,
-        "g" => k * k * k,
-        "t" => k * k * k * k,
-        "p" => k * k * k * k * k,
-        _ if u == "bytes" => 1.0,
-        _ => return None,
-    })
+    hbm_doctor_units::size::unit_bytes(u).map(|m| m as f64)
 }
 
 fn number(s: &str) -> Option<f64> {

@@ -35,32 +35,34 @@ pub fn parse_size(text: &str) -> Option<u64> {
     if number.is_sign_negative() || !number.is_finite() {
         return None;
     }
-    let unit = unit.trim();
-    let power = match unit {
-        "" | "B" | "b" | "bytes" | "Bytes" | "byte" => 0,
-        _ => {
-            let mut chars = unit.chars();
-            let first = chars.next()?.to_ascii_uppercase();
-            let rest = chars.as_str();
-            if !matches!(rest, "" | "B" | "iB" | "ib" | "b") {
-                return None;
-            }
-            match first {
-                'K' => 1,
-                'M' => 2,
-                'G' => 3,
-                'T' => 4,
-                'P' => 5,
-                'E' => 6,
-                _ => return None,
-            }
-        }
-    };
-    let value = number * 1024f64.powi(power);
+    let value = number * unit_bytes(unit)? as f64;
     if value > u64::MAX as f64 {
         return None;
     }
     Some(value.round() as u64)
+}
+
+/// Bytes per unit, binary as XLA means them: `""`, `B`, `byte(s)` are 1; `K`, `KB`, `KiB` are
+/// 2^10; and so on up to `E`. Case does not matter. `None` for anything else.
+pub fn unit_bytes(unit: &str) -> Option<u64> {
+    let u = unit.trim().to_ascii_lowercase();
+    if matches!(u.as_str(), "" | "b" | "byte" | "bytes") {
+        return Some(1);
+    }
+    let mut chars = u.chars();
+    let power = match chars.next()? {
+        'k' => 1,
+        'm' => 2,
+        'g' => 3,
+        't' => 4,
+        'p' => 5,
+        'e' => 6,
+        _ => return None,
+    };
+    if !matches!(chars.as_str(), "" | "b" | "ib") {
+        return None;
+    }
+    Some(1u64 << (10 * power))
 }
 
 /// `12345 bytes`, `12345B`, `1 234 567 bytes`, `1,234,567 bytes`: an exact count.
@@ -153,6 +155,10 @@ mod tests {
         assert_eq!(parse_size("4.0K"), Some(4096));
         assert_eq!(parse_size("1.5 GB"), Some(1_610_612_736));
         assert_eq!(parse_size("6.00MiB"), Some(6_291_456));
+        assert_eq!(unit_bytes("KiB"), Some(1024));
+        assert_eq!(unit_bytes("gb"), Some(1 << 30));
+        assert_eq!(unit_bytes("bytes"), Some(1));
+        assert_eq!(unit_bytes("Ki"), None);
     }
 
     #[test]
