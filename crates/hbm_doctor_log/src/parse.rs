@@ -1124,7 +1124,7 @@ fn vmem_stack(h: &Headline<'_>) -> Read {
         e.used_bytes = size(sc, 1);
         e.limit_bytes = size(sc, 2);
         e.exceeded_bytes = size(sc, 4);
-        used = used.max(end_of(&sc));
+        used = used.max(end_of(sc));
     }
     e.allocations.extend(e.requested_bytes.map(|size_bytes| {
         Allocation {
