@@ -104,7 +104,7 @@ def _require_jax_tpu() -> None:
 # ---------------------------------------------------------------------------------------------
 
 # The chip facts (usable HBM per device as the compiler counts it, physical HBM per device) are
-# the Rust table's (crates/hbm_doctor_analysis/src/chips.rs, printed by `hbm-doctor chips
+# the Rust table's (crates/hbm_doctor_units/src/chips.rs, printed by `hbm-doctor chips
 # --format json`), so explain, analyze and fit agree. This copy is used only when the binary
 # cannot be run; test_package.py checks it equals the binary's.
 _BUILTIN_CHIPS: Dict[str, Tuple[int, int]] = {
@@ -116,8 +116,7 @@ _BUILTIN_CHIPS: Dict[str, Tuple[int, int]] = {
     "v4": (32 * GiB, 33_017_561_088),
     "v6e": (32 * GiB, 33_550_237_696),
     "v5p": (95 * GiB, 102_803_439_616),
-    "v7-core": (96 * GiB, 101_732_843_520),
-    "v7": (192 * GiB, 192 * GiB - 2 * GiB),
+    "v7": (96 * GiB, 101_732_843_520),  # per device; a 7x chip shows two
 }
 
 
@@ -169,7 +168,7 @@ _GEN_FACTS = [
     ("v5e", "TPU v5 lite", 1, False, 2, "v5litepod-{n}", "v5e", None, "v5e"),
     ("v5p", "TPU v5", 1, True, 3, "v5p-{n}", "v5p", None, "v5p"),
     ("v6e", "TPU v6 lite", 1, False, 2, "v6e-{n}", "v6e", None, "v6e"),
-    ("v7", "TPU7x", 2, True, 3, "tpu7x-{n}", "tpu7x", None, "v7-core"),
+    ("v7", "TPU7x", 2, True, 3, "tpu7x-{n}", "tpu7x", None, "v7"),
 ]
 
 

@@ -386,7 +386,7 @@ def test_explain_falls_back_when_the_binary_has_no_evidence_flag(tmp_path, monke
     d = hbm_doctor.explain(OOM, evidence=ev)
     assert d and d.evidence_read is False and _diagnosis.EVIDENCE_FLAG is False
     text = str(d)
-    assert "12,000 f32[] arrays (46.88K) held by the local list `losses` in train.py:train" in text
+    assert "12,000 f32[] arrays (46.9K) held by the local list `losses` in train.py:train" in text
     assert "9 compiled versions of jit_step are cached" in text
     # Other usage errors still raise.
     monkeypatch.setenv("HBM_DOCTOR_BIN", fake_binary(tmp_path, "echo 'error: bad input' >&2\nexit 2\n"))

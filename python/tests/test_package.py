@@ -61,6 +61,25 @@ def test_sizes():
     assert hbm_doctor.parse_size("512M") == 512 << 20
 
 
+def test_sizes_agree_with_the_rust_formatter():
+    """The cases crates/hbm_doctor_units/src/size.rs is tested on: one spelling everywhere."""
+    import json as _json
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "crates/hbm_doctor_units/tests/vectors.json"
+    vectors = _json.loads(path.read_text())
+    for n, text in vectors["format"]:
+        assert hbm_doctor.format_size(n) == text, (n, text)
+    for text, n in vectors["parse"]:
+        if n is None:
+            try:
+                hbm_doctor.parse_size(text)
+            except ValueError:
+                continue
+            raise AssertionError(f"{text!r} is not a size")
+        assert hbm_doctor.parse_size(text) == n, (text, n)
+
+
 def test_chip_table_is_the_binarys():
     """fit reads the chip facts from the Rust table (`hbm-doctor chips --format json`); the built-in
     copy, used only without the binary, is the same."""
@@ -72,4 +91,4 @@ def test_chip_table_is_the_binarys():
     doc = _json.loads(run_binary(["chips", "--format", "json"], ok_codes=(0,)).stdout)
     table = {t["name"]: (t["physical_bytes"], t["usable_bytes"]) for t in doc["tpus"]}
     assert table == chip_table() == _BUILTIN_CHIPS
-    assert table["v4"] == (32 << 30, 33_017_561_088) and table["v7-core"][1] == 101_732_843_520
+    assert table["v4"] == (32 << 30, 33_017_561_088) and table["v7"] == (96 << 30, 101_732_843_520)

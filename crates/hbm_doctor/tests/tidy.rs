@@ -63,6 +63,7 @@ fn pure_crates_do_no_io() {
     ];
     let mut bad = Vec::new();
     for c in [
+        "hbm_doctor_units",
         "hbm_doctor_hlo",
         "hbm_doctor_log",
         "hbm_doctor_analysis",
@@ -97,6 +98,7 @@ fn pure_crates_do_no_io() {
 fn crates_depend_in_one_direction() {
     // Each crate may depend only on crates earlier in this list.
     let order = [
+        "hbm_doctor_units",
         "hbm_doctor_hlo",
         "hbm_doctor_log",
         "hbm_doctor_analysis",
@@ -123,5 +125,59 @@ fn crates_depend_in_one_direction() {
     assert!(
         bad.is_empty(),
         "dependencies against the pipeline's direction: {bad:?}"
+    );
+}
+
+#[test]
+fn units_have_one_home() {
+    // Sizes, dates and chips live in hbm_doctor_units (ARCHITECTURE.md, "Units"): no other crate
+    // computes calendars, prints `GiB`, or knows a chip's usable HBM.
+    let forbidden = [
+        "719_468",
+        "719468",
+        "146_097",
+        "146097",
+        " GiB\"",
+        "GiB\", ",
+        "16_909_336_576",
+        "33_550_237_696",
+        "33_017_561_088",
+        "101_732_843_520",
+        "102_803_439_616",
+    ];
+    let mut files = Vec::new();
+    for c in std::fs::read_dir(root().join("crates"))
+        .expect("crates")
+        .flatten()
+    {
+        let src = c.path().join("src");
+        if src.is_dir() && !c.path().ends_with("hbm_doctor_units") {
+            rust_files(&src, &mut files);
+        }
+    }
+    let mut bad = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read");
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in code.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            if let Some(w) = forbidden.iter().find(|w| line.contains(*w)) {
+                bad.push(format!("{}:{}: `{w}`", f.display(), n + 1));
+            }
+        }
+    }
+    let js = root().join("crates/hbm_doctor_render/assets/view.js");
+    let text = std::fs::read_to_string(&js).expect("view.js");
+    for (n, line) in text.lines().enumerate() {
+        if line.contains("'KiB'") || line.contains("' GiB'") || line.contains("' MiB'") {
+            bad.push(format!("{}:{}: IEC spelling", js.display(), n + 1));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "a second home for units (use hbm_doctor_units):\n{}",
+        bad.join("\n")
     );
 }

@@ -6,149 +6,22 @@
 //! once however many values share it. With only a scheduled HLO module the peak is a heap
 //! simulation over the schedule and is labelled an estimate.
 
-use crate::model::{Category, Cause, SCHEMA_VERSION};
+use crate::model::{Category, SCHEMA_VERSION};
+// analyze's report types live in model.rs (and its naming helpers in origin.rs); these keep the
+// paths `hbm_doctor_analysis::analyze::*` working.
+pub use crate::model::{
+    AnalyzeDiagnosis, AnalyzeOptions, AnalyzeReport, BufferAtPeak, Group, KindTimeline,
+    ModuleInput, ModuleReport, SpaceReport, XlaFigures, LARGEST_BUFFERS,
+};
+pub use crate::origin::op_name_parts;
+pub(crate) use crate::origin::{origin, shape_without_layout};
 use hbm_doctor_hlo::buffer_assignment::{Allocation, BufferAssignment};
 use hbm_doctor_hlo::hlo::{shape_leaves, tuple_elements, HloModule, Instruction};
 use hbm_doctor_hlo::live_range::LiveRange;
-use hbm_doctor_hlo::text::unescape;
-use hbm_doctor_hlo::usage_report::UsageReport;
 use hbm_doctor_hlo::Shape;
-use serde::Serialize;
 // FxHash: the name indexes hold 100k+ keys on large dumps (SipHash was a quarter of the time).
 use hbm_doctor_hlo::hash::FxHashMap as HashMap;
 use std::borrow::Cow;
-
-/// The parsed artifacts of one module (any of them may be missing).
-#[derive(Debug, Default)]
-pub struct ModuleInput<'a> {
-    /// Module name.
-    pub name: String,
-    /// The after-optimizations HLO module.
-    pub hlo: Option<&'a HloModule<'a>>,
-    /// The buffer assignment.
-    pub buffer_assignment: Option<&'a BufferAssignment<'a>>,
-    /// Live ranges (from `-live-range.txt` or appended to the buffer assignment).
-    pub live_range: Option<&'a LiveRange<'a>>,
-    /// The memory-usage report.
-    pub usage_report: Option<&'a UsageReport<'a>>,
-    /// What is missing or was skipped, with the XLA flag that produces it.
-    pub notes: Vec<String>,
-}
-
-/// Options of `analyze`.
-#[derive(Debug, Clone, Default)]
-pub struct AnalyzeOptions {
-    /// Device memory the program must fit in (from `--budget` or `--target`).
-    pub budget_bytes: Option<u64>,
-    /// Name of the target, for messages.
-    pub target: Option<String>,
-}
-
-/// One buffer live at the peak.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct BufferAtPeak {
-    /// Instruction name (with `{index}` for a tuple element).
-    pub name: String,
-    /// Bytes it occupies (padded on TPU).
-    pub size_bytes: u64,
-    /// Logical bytes.
-    pub unpadded_bytes: u64,
-    /// Shape without layout.
-    pub shape: String,
-    /// `parameter` | `output` | `temp` | `constant` | `thread_local`.
-    pub kind: String,
-    /// The framework op name.
-    pub op_name: Option<String>,
-    /// The user's `file:line` (file base name).
-    pub source: Option<String>,
-    /// Extension: shape with layout.
-    pub layout_shape: String,
-    /// Extension: the HLO opcode.
-    pub opcode: Option<String>,
-    /// Extension: full path of the source file.
-    pub source_path: Option<String>,
-    /// Extension: Python function of the source line.
-    pub function: Option<String>,
-    /// Extension: live range in schedule positions (inclusive).
-    pub live: Option<(u64, u64)>,
-    /// Extension: allocation index in the buffer assignment.
-    pub allocation: Option<u64>,
-}
-
-/// Bytes at the peak grouped by one key.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Group {
-    /// The key (a `file:line`, or an op_name path prefix).
-    pub key: String,
-    /// Nesting depth for op_name paths (0 = first component).
-    pub depth: usize,
-    /// Bytes.
-    pub bytes: u64,
-    /// Number of buffers.
-    pub buffers: usize,
-}
-
-/// One memory space of one module.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct SpaceReport {
-    /// `hbm`, `vmem`, `host` or `space<N>`.
-    pub space: String,
-    /// What the compiler reserves in this space: the sum of its allocations.
-    pub total_bytes: u64,
-    /// The most live at one point of the program.
-    pub peak_bytes: u64,
-    /// Entry parameters (including donated ones).
-    pub arguments_bytes: u64,
-    /// Outputs that are not donated parameters.
-    pub outputs_bytes: u64,
-    /// Parameters whose buffer is reused for an output.
-    pub aliased_bytes: u64,
-    /// The temp arena(s).
-    pub temp_bytes: u64,
-    /// Padding among the buffers live at the peak.
-    pub padding_bytes: u64,
-    /// Buffers live at the peak, largest first.
-    pub buffers_at_peak: Vec<BufferAtPeak>,
-    /// Extension: the color (memory space number).
-    pub color: u32,
-    /// Extension: constants.
-    pub constants_bytes: u64,
-    /// Extension: thread-local allocations (not in the device heap).
-    pub thread_local_bytes: u64,
-    /// Extension: total minus peak (temp arena packing loss).
-    pub fragmentation_bytes: u64,
-    /// Extension: schedule position of the peak.
-    pub peak_time: Option<u64>,
-    /// Extension: the instruction scheduled at the peak.
-    pub peak_instruction: Option<String>,
-    /// Extension: bytes live at the peak grouped by user source line.
-    pub by_source: Vec<Group>,
-    /// Extension: bytes live at the peak grouped by op_name path prefix.
-    pub by_op_name: Vec<Group>,
-    /// Extension: bytes live at each schedule position (program order).
-    pub timeline: Vec<u64>,
-    /// Extension: `timeline` split by kind (`parameter`, `output`, `constant`, `temp`): the
-    /// series add up to `timeline` at every position. Empty when `timeline` is.
-    pub timeline_by_kind: Vec<KindTimeline>,
-    /// Extension: the largest buffers of this space over the whole program (not only those live
-    /// at the peak), largest first, with their live ranges: at most [`LARGEST_BUFFERS`].
-    pub largest_buffers: Vec<BufferAtPeak>,
-    /// Extension: how many buffers (values with a live range, plus the parameter, output and
-    /// constant allocations) this space holds over the whole program.
-    pub buffer_count: u64,
-}
-
-/// Bytes of one kind live at each schedule position.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct KindTimeline {
-    /// `parameter` | `output` | `constant` | `temp`.
-    pub kind: String,
-    /// Bytes at each schedule position (same length as `timeline`).
-    pub bytes: Vec<u64>,
-}
-
-/// How many buffers `largest_buffers` keeps per memory space.
-pub const LARGEST_BUFFERS: usize = 500;
 
 /// The per-kind split of a timeline whose fixed part (allocations live throughout) is
 /// `parameter + output + constant` and whose rest is the temp arena.
@@ -218,78 +91,6 @@ fn largest_buffers(
     });
     out.truncate(LARGEST_BUFFERS);
     out
-}
-
-/// XLA's own figures for the module, and ours recomputed the same way.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct XlaFigures {
-    /// `Live ranges at N (peak)` as stated.
-    pub live_range_peak_time: Option<u64>,
-    /// The stated live-range peak bytes (logical sizes, all memory spaces).
-    pub live_range_peak_bytes: Option<u64>,
-    /// Our recomputation of that peak time with XLA's rule.
-    pub recomputed_peak_time: Option<u64>,
-    /// Our recomputation of that peak's bytes.
-    pub recomputed_peak_bytes: Option<u64>,
-    /// The memory-usage report's totals per color.
-    pub report_totals: Vec<(u32, u64)>,
-    /// `Total bytes used` of the buffer assignment.
-    pub total_bytes_used: Option<u64>,
-}
-
-/// One module's analysis.
-#[derive(Debug, Clone, Serialize)]
-pub struct ModuleReport {
-    /// Module name.
-    pub name: String,
-    /// Per memory space.
-    pub memory_spaces: Vec<SpaceReport>,
-    /// Extension: `buffer_assignment` (exact) or `heap_simulation` (estimate from the schedule).
-    pub method: String,
-    /// Extension: true when the figures are estimates.
-    pub estimate: bool,
-    /// Extension: `num_partitions` of the module.
-    pub num_partitions: u32,
-    /// Extension: XLA's own figures.
-    pub xla: XlaFigures,
-    /// Extension: what was missing and how to get it.
-    pub notes: Vec<String>,
-    /// Extension: causes found in this module.
-    pub causes: Vec<Cause>,
-    /// Extension: the instruction at each schedule position (the x axis of `timeline`), from the
-    /// live ranges' instruction sequence or, for an estimate, the entry computation's order.
-    pub schedule: Vec<String>,
-}
-
-/// The diagnosis over all modules.
-#[derive(Debug, Clone, Serialize)]
-pub struct AnalyzeDiagnosis {
-    /// Category.
-    pub category: Category,
-    /// Ranked causes.
-    pub causes: Vec<Cause>,
-    /// Extension: the budget checked against.
-    pub budget_bytes: Option<u64>,
-    /// Extension: whether every module's HBM total fits the budget (null without a budget).
-    pub fits: Option<bool>,
-    /// Extension: one sentence.
-    pub summary: String,
-    /// Extension: what the main module's HBM holds, part by part (see `ledger`).
-    pub ledger: Vec<crate::model::LedgerEntry>,
-    /// Extension: the changes asked for with `--what-if`, applied to the main module.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub what_if: Vec<crate::model::WhatIf>,
-}
-
-/// The whole `analyze` report.
-#[derive(Debug, Clone, Serialize)]
-pub struct AnalyzeReport {
-    /// Always [`SCHEMA_VERSION`].
-    pub schema_version: u32,
-    /// Modules.
-    pub modules: Vec<ModuleReport>,
-    /// Diagnosis.
-    pub diagnosis: AnalyzeDiagnosis,
 }
 
 /// The contract's name of a color.
@@ -384,59 +185,6 @@ pub fn physical_bytes(shape: &str) -> u64 {
             s.unpadded_bytes()
         }
     })
-}
-
-pub(crate) fn shape_without_layout(shape: &str) -> String {
-    if tuple_elements(shape).is_some() {
-        let parts: Vec<String> = tuple_elements(shape)
-            .unwrap_or_default()
-            .iter()
-            .map(|p| shape_without_layout(p))
-            .collect();
-        return format!("({})", parts.join(", "));
-    }
-    match shape.find(']') {
-        Some(k) => shape[..=k].to_string(),
-        None => shape.to_string(),
-    }
-}
-
-/// Where an instruction comes from.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Origin {
-    pub op_name: Option<String>,
-    pub source: Option<String>,
-    pub source_path: Option<String>,
-    pub function: Option<String>,
-    pub opcode: Option<String>,
-}
-
-pub(crate) fn origin(hlo: Option<&HloModule<'_>>, inst: Option<&Instruction<'_>>) -> Origin {
-    let (Some(m), Some(i)) = (hlo, inst) else {
-        return Origin::default();
-    };
-    let op_name =
-        (!i.metadata.op_name.is_empty()).then(|| unescape(i.metadata.op_name).into_owned());
-    let src = m.user_source(&i.metadata);
-    let (source, source_path, function) = match src {
-        Some(s) if !s.file.is_empty() => {
-            let file = unescape(s.file).into_owned();
-            let base = file.rsplit('/').next().unwrap_or(&file).to_string();
-            (
-                Some(format!("{base}:{}", s.line)),
-                Some(file),
-                (!s.function.is_empty()).then(|| unescape(s.function).into_owned()),
-            )
-        }
-        _ => (None, None, None),
-    };
-    Origin {
-        op_name,
-        source,
-        source_path,
-        function,
-        opcode: Some(i.opcode.to_string()),
-    }
 }
 
 /// Index of every instruction of a module by name.
@@ -1069,25 +817,6 @@ fn group_by_source(buffers: &[BufferAtPeak]) -> Vec<Group> {
     }
     map.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
     map
-}
-
-/// Splits an op_name at `/` outside parentheses and brackets.
-pub fn op_name_parts(op: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (k, c) in op.char_indices() {
-        match c {
-            '(' | '[' => depth += 1,
-            ')' | ']' => depth -= 1,
-            '/' if depth <= 0 => {
-                out.push(&op[start..k]);
-                start = k + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&op[start..]);
-    out
 }
 
 fn group_by_op_name(buffers: &[BufferAtPeak]) -> Vec<Group> {

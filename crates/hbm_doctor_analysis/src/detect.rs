@@ -1,10 +1,10 @@
 //! Detectors for known waste in one analyzed module. Each gives a contract cause with the buffers
 //! it rests on as evidence and an estimate of the peak reduction (`savings_bytes`).
 
-use crate::analyze::{
-    op_name_parts, AnalyzeOptions, BufferAtPeak, ModuleInput, ModuleReport, SpaceReport,
+use crate::model::{
+    AnalyzeOptions, BufferAtPeak, Cause, CauseKind, ModuleInput, ModuleReport, Snippet, SpaceReport,
 };
-use crate::model::{Cause, CauseKind, Snippet};
+use crate::origin::op_name_parts;
 use hbm_doctor_hlo::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use hbm_doctor_hlo::hlo::{shape_leaves, sharding_is_replicated, HloModule, Instruction};
 use hbm_doctor_hlo::text::unescape;
@@ -369,7 +369,7 @@ fn debug_print(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>
         .collect();
     let src = transfers
         .iter()
-        .find_map(|t| crate::analyze::origin(Some(m), Some(t)).source)
+        .find_map(|t| crate::origin::origin(Some(m), Some(t)).source)
         .map(|s| format!(" at {s}"))
         .unwrap_or_default();
     let heldtxt = if held.is_empty() {
@@ -577,7 +577,7 @@ fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
             format!(
                 "parameter {} {} ({}{})",
                 p.parameter_number().unwrap_or(0),
-                crate::analyze::shape_without_layout(p.shape),
+                crate::origin::shape_without_layout(p.shape),
                 format_size(*z),
                 if op.is_empty() {
                     String::new()

@@ -2010,7 +2010,7 @@ mod corpus_tests {
         assert_eq!(d.category, Category::Aggregate);
         assert_eq!(
             d.chip.as_deref(),
-            Some("TPU v4 (megacore) (32.00 GiB HBM per device)")
+            Some("TPU v4 (megacore) (32.00G HBM per device)")
         );
     }
 

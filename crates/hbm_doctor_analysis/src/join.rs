@@ -7,8 +7,7 @@
 //! lines), and merges the dump's causes into the ranking: causes that close the gap first, then
 //! causes the dump measured, then by savings.
 
-use crate::analyze::{AnalyzeReport, ModuleReport};
-use crate::model::{Cause, ExplainReport};
+use crate::model::{AnalyzeReport, Cause, ExplainReport, ModuleReport};
 use hbm_doctor_log::Allocation;
 
 /// The module of `dump` that the event's program names, else the one with the most HBM.
@@ -106,7 +105,7 @@ pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<Str
 }
 
 /// The buffers live at the peak (the 20 largest) as a message's allocation list.
-fn allocations_of(space: &crate::analyze::SpaceReport) -> Vec<Allocation> {
+fn allocations_of(space: &crate::model::SpaceReport) -> Vec<Allocation> {
     space
         .buffers_at_peak
         .iter()

@@ -285,9 +285,9 @@ fn names_optimizer_state(op_name: &str) -> bool {
 }
 
 /// The ledger of one memory space of a dump: measured, not estimated.
-pub fn of_space(s: &crate::analyze::SpaceReport) -> Vec<LedgerEntry> {
+pub fn of_space(s: &crate::model::SpaceReport) -> Vec<LedgerEntry> {
     let mut out = Vec::new();
-    let params: Vec<&crate::analyze::BufferAtPeak> = s
+    let params: Vec<&crate::model::BufferAtPeak> = s
         .buffers_at_peak
         .iter()
         .filter(|b| b.kind == "parameter")

@@ -11,7 +11,9 @@
 
 pub mod analyze;
 pub mod causes;
-pub mod chips;
+/// The chip table: re-exported from its one home, `hbm_doctor_units::chips`, so that
+/// `hbm_doctor_analysis::chips::*` keeps working.
+pub use hbm_doctor_units::chips;
 pub mod detect;
 pub mod dump;
 pub mod evidence;
@@ -19,6 +21,7 @@ pub mod explain;
 pub mod join;
 pub mod ledger;
 pub mod model;
+pub mod origin;
 pub mod whatif;
 
 pub use explain::{explain, explain_with_warnings};

@@ -1,5 +1,11 @@
-//! The report model of `explain`, serialized exactly as `docs/contract.md` specifies.
+//! The report models, serialized exactly as `docs/contract.md` specifies: `explain`'s
+//! ([`ExplainReport`]) and `analyze`'s ([`AnalyzeReport`], with its input [`ModuleInput`] and
+//! options). Every other module of the crate reads and writes these; none defines a report type.
 
+use hbm_doctor_hlo::buffer_assignment::BufferAssignment;
+use hbm_doctor_hlo::hlo::HloModule;
+use hbm_doctor_hlo::live_range::LiveRange;
+use hbm_doctor_hlo::usage_report::UsageReport;
 use hbm_doctor_log::{Event, WarningSummary};
 use serde::{Deserialize, Serialize};
 
@@ -244,4 +250,210 @@ pub struct ExplainReport {
     /// there were none. The last remat warning before a failure is also that event's `remat`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<WarningSummary>,
+}
+
+// ---- analyze (`hbm-doctor analyze --format json`) ----
+
+/// The parsed artifacts of one module (any of them may be missing).
+#[derive(Debug, Default)]
+pub struct ModuleInput<'a> {
+    /// Module name.
+    pub name: String,
+    /// The after-optimizations HLO module.
+    pub hlo: Option<&'a HloModule<'a>>,
+    /// The buffer assignment.
+    pub buffer_assignment: Option<&'a BufferAssignment<'a>>,
+    /// Live ranges (from `-live-range.txt` or appended to the buffer assignment).
+    pub live_range: Option<&'a LiveRange<'a>>,
+    /// The memory-usage report.
+    pub usage_report: Option<&'a UsageReport<'a>>,
+    /// What is missing or was skipped, with the XLA flag that produces it.
+    pub notes: Vec<String>,
+}
+
+/// Options of `analyze`.
+#[derive(Debug, Clone, Default)]
+pub struct AnalyzeOptions {
+    /// Device memory the program must fit in (from `--budget` or `--target`).
+    pub budget_bytes: Option<u64>,
+    /// Name of the target, for messages.
+    pub target: Option<String>,
+}
+
+/// One buffer live at the peak.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct BufferAtPeak {
+    /// Instruction name (with `{index}` for a tuple element).
+    pub name: String,
+    /// Bytes it occupies (padded on TPU).
+    pub size_bytes: u64,
+    /// Logical bytes.
+    pub unpadded_bytes: u64,
+    /// Shape without layout.
+    pub shape: String,
+    /// `parameter` | `output` | `temp` | `constant` | `thread_local`.
+    pub kind: String,
+    /// The framework op name.
+    pub op_name: Option<String>,
+    /// The user's `file:line` (file base name).
+    pub source: Option<String>,
+    /// Extension: shape with layout.
+    pub layout_shape: String,
+    /// Extension: the HLO opcode.
+    pub opcode: Option<String>,
+    /// Extension: full path of the source file.
+    pub source_path: Option<String>,
+    /// Extension: Python function of the source line.
+    pub function: Option<String>,
+    /// Extension: live range in schedule positions (inclusive).
+    pub live: Option<(u64, u64)>,
+    /// Extension: allocation index in the buffer assignment.
+    pub allocation: Option<u64>,
+}
+
+/// Bytes at the peak grouped by one key.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Group {
+    /// The key (a `file:line`, or an op_name path prefix).
+    pub key: String,
+    /// Nesting depth for op_name paths (0 = first component).
+    pub depth: usize,
+    /// Bytes.
+    pub bytes: u64,
+    /// Number of buffers.
+    pub buffers: usize,
+}
+
+/// One memory space of one module.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SpaceReport {
+    /// `hbm`, `vmem`, `host` or `space<N>`.
+    pub space: String,
+    /// What the compiler reserves in this space: the sum of its allocations.
+    pub total_bytes: u64,
+    /// The most live at one point of the program.
+    pub peak_bytes: u64,
+    /// Entry parameters (including donated ones).
+    pub arguments_bytes: u64,
+    /// Outputs that are not donated parameters.
+    pub outputs_bytes: u64,
+    /// Parameters whose buffer is reused for an output.
+    pub aliased_bytes: u64,
+    /// The temp arena(s).
+    pub temp_bytes: u64,
+    /// Padding among the buffers live at the peak.
+    pub padding_bytes: u64,
+    /// Buffers live at the peak, largest first.
+    pub buffers_at_peak: Vec<BufferAtPeak>,
+    /// Extension: the color (memory space number).
+    pub color: u32,
+    /// Extension: constants.
+    pub constants_bytes: u64,
+    /// Extension: thread-local allocations (not in the device heap).
+    pub thread_local_bytes: u64,
+    /// Extension: total minus peak (temp arena packing loss).
+    pub fragmentation_bytes: u64,
+    /// Extension: schedule position of the peak.
+    pub peak_time: Option<u64>,
+    /// Extension: the instruction scheduled at the peak.
+    pub peak_instruction: Option<String>,
+    /// Extension: bytes live at the peak grouped by user source line.
+    pub by_source: Vec<Group>,
+    /// Extension: bytes live at the peak grouped by op_name path prefix.
+    pub by_op_name: Vec<Group>,
+    /// Extension: bytes live at each schedule position (program order).
+    pub timeline: Vec<u64>,
+    /// Extension: `timeline` split by kind (`parameter`, `output`, `constant`, `temp`): the
+    /// series add up to `timeline` at every position. Empty when `timeline` is.
+    pub timeline_by_kind: Vec<KindTimeline>,
+    /// Extension: the largest buffers of this space over the whole program (not only those live
+    /// at the peak), largest first, with their live ranges: at most [`LARGEST_BUFFERS`].
+    pub largest_buffers: Vec<BufferAtPeak>,
+    /// Extension: how many buffers (values with a live range, plus the parameter, output and
+    /// constant allocations) this space holds over the whole program.
+    pub buffer_count: u64,
+}
+
+/// Bytes of one kind live at each schedule position.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct KindTimeline {
+    /// `parameter` | `output` | `constant` | `temp`.
+    pub kind: String,
+    /// Bytes at each schedule position (same length as `timeline`).
+    pub bytes: Vec<u64>,
+}
+
+/// How many buffers `largest_buffers` keeps per memory space.
+pub const LARGEST_BUFFERS: usize = 500;
+
+/// XLA's own figures for the module, and ours recomputed the same way.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct XlaFigures {
+    /// `Live ranges at N (peak)` as stated.
+    pub live_range_peak_time: Option<u64>,
+    /// The stated live-range peak bytes (logical sizes, all memory spaces).
+    pub live_range_peak_bytes: Option<u64>,
+    /// Our recomputation of that peak time with XLA's rule.
+    pub recomputed_peak_time: Option<u64>,
+    /// Our recomputation of that peak's bytes.
+    pub recomputed_peak_bytes: Option<u64>,
+    /// The memory-usage report's totals per color.
+    pub report_totals: Vec<(u32, u64)>,
+    /// `Total bytes used` of the buffer assignment.
+    pub total_bytes_used: Option<u64>,
+}
+
+/// One module's analysis.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModuleReport {
+    /// Module name.
+    pub name: String,
+    /// Per memory space.
+    pub memory_spaces: Vec<SpaceReport>,
+    /// Extension: `buffer_assignment` (exact) or `heap_simulation` (estimate from the schedule).
+    pub method: String,
+    /// Extension: true when the figures are estimates.
+    pub estimate: bool,
+    /// Extension: `num_partitions` of the module.
+    pub num_partitions: u32,
+    /// Extension: XLA's own figures.
+    pub xla: XlaFigures,
+    /// Extension: what was missing and how to get it.
+    pub notes: Vec<String>,
+    /// Extension: causes found in this module.
+    pub causes: Vec<Cause>,
+    /// Extension: the instruction at each schedule position (the x axis of `timeline`), from the
+    /// live ranges' instruction sequence or, for an estimate, the entry computation's order.
+    pub schedule: Vec<String>,
+}
+
+/// The diagnosis over all modules.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnalyzeDiagnosis {
+    /// Category.
+    pub category: Category,
+    /// Ranked causes.
+    pub causes: Vec<Cause>,
+    /// Extension: the budget checked against.
+    pub budget_bytes: Option<u64>,
+    /// Extension: whether every module's HBM total fits the budget (null without a budget).
+    pub fits: Option<bool>,
+    /// Extension: one sentence.
+    pub summary: String,
+    /// Extension: what the main module's HBM holds, part by part (see `ledger`).
+    pub ledger: Vec<crate::model::LedgerEntry>,
+    /// Extension: the changes asked for with `--what-if`, applied to the main module.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub what_if: Vec<crate::model::WhatIf>,
+}
+
+/// The whole `analyze` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnalyzeReport {
+    /// Always [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Modules.
+    pub modules: Vec<ModuleReport>,
+    /// Diagnosis.
+    pub diagnosis: AnalyzeDiagnosis,
 }

@@ -9,8 +9,7 @@
 //! not seen: an estimate that is exact when the large buffers have slots of their own, which is
 //! where a change matters.
 
-use crate::analyze::{BufferAtPeak, SpaceReport};
-use crate::model::WhatIf;
+use crate::model::{BufferAtPeak, SpaceReport, WhatIf};
 
 /// Applies `changes` (buffer name, thousandths of it that remain) to `s`.
 pub fn apply(

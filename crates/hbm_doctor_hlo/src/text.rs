@@ -178,27 +178,11 @@ pub fn unescape(s: &str) -> Cow<'_, str> {
 }
 
 /// Parses a byte count as XLA and TSL print it: `512B`, `9.00GiB`, `128.0KiB`, `18.38G`,
-/// `1 234 567 bytes`, `19730009600`.
+/// `1 234 567 bytes`, `19730009600`. Thin wrapper over `hbm_doctor_units::parse_size`, the one
+/// size parser, over the text with its spaces removed (dumps group digits: `1 250 bytes`).
 pub fn parse_bytes(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let digits: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    let t = digits.trim_end_matches("bytes").trim_end_matches("Bytes");
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().ok()?;
-    let mult: u64 = match unit.trim_end_matches('B').trim_end_matches('i') {
-        "" => 1,
-        "K" | "k" => 1 << 10,
-        "M" => 1 << 20,
-        "G" => 1 << 30,
-        "T" => 1 << 40,
-        "P" => 1 << 50,
-        "E" => 1 << 60,
-        _ => return None,
-    };
-    Some((v * mult as f64).round() as u64)
+    let compact: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    hbm_doctor_units::parse_size(&compact)
 }
 
 /// Index of the first byte that cannot continue an identifier (`[a-zA-Z0-9_.-]`), from `i`.

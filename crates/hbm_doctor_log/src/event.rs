@@ -161,6 +161,56 @@ pub enum Family {
 }
 
 impl Family {
+    /// Every family, in declaration order.
+    pub const ALL: [Family; 20] = [
+        Family::TpuCompileHbm,
+        Family::TpuCompileHbmOld,
+        Family::TpuHloTemporaries,
+        Family::TpuTcSc,
+        Family::TpuAbortEarly,
+        Family::TpuCompileVmem,
+        Family::TpuAllocationExceeds,
+        Family::TpuRuntimeAlloc,
+        Family::TpuProgramLoad,
+        Family::GpuOomAllocate,
+        Family::GpuFailedRequest,
+        Family::BfcAllocator,
+        Family::RematWarning,
+        Family::TfOomTensor,
+        Family::HostOom,
+        Family::PytorchCudaOom,
+        Family::CudaOom,
+        Family::VllmKvCache,
+        Family::OtherAccelerator,
+        Family::Unrecognized,
+    ];
+
+    /// The JSON spelling (`tpu_compile_hbm`), which every output uses, the human view too.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::TpuCompileHbm => "tpu_compile_hbm",
+            Family::TpuCompileHbmOld => "tpu_compile_hbm_old",
+            Family::TpuHloTemporaries => "tpu_hlo_temporaries",
+            Family::TpuTcSc => "tpu_tc_sc",
+            Family::TpuAbortEarly => "tpu_abort_early",
+            Family::TpuCompileVmem => "tpu_compile_vmem",
+            Family::TpuAllocationExceeds => "tpu_allocation_exceeds",
+            Family::TpuRuntimeAlloc => "tpu_runtime_alloc",
+            Family::TpuProgramLoad => "tpu_program_load",
+            Family::GpuOomAllocate => "gpu_oom_allocate",
+            Family::GpuFailedRequest => "gpu_failed_request",
+            Family::BfcAllocator => "bfc_allocator",
+            Family::RematWarning => "remat_warning",
+            Family::TfOomTensor => "tf_oom_tensor",
+            Family::HostOom => "host_oom",
+            Family::PytorchCudaOom => "pytorch_cuda_oom",
+            Family::CudaOom => "cuda_oom",
+            Family::VllmKvCache => "vllm_kv_cache",
+            Family::OtherAccelerator => "other_accelerator",
+            Family::Unrecognized => "unrecognized",
+        }
+    }
+
     /// Rough information content, used to pick the richer of two duplicates.
     pub fn richness(self) -> u8 {
         match self {

@@ -22,7 +22,9 @@ mod fast;
 pub mod merge;
 pub mod parse;
 pub mod scan;
-pub mod size;
+/// Byte sizes: re-exported from their one home, `hbm_doctor_units::size`, so that
+/// `hbm_doctor_log::size::*` and `hbm_doctor_log::{format_size, parse_size}` keep working.
+pub use hbm_doctor_units::size;
 
 pub use event::{
     Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Remat, Stage,

@@ -123,7 +123,6 @@ struct Patterns {
     usage_total: Regex,
     usage_row: Regex,
     window: Regex,
-    meta_op: Regex,
 }
 
 fn p() -> &'static Patterns {
@@ -183,7 +182,6 @@ fn p() -> &'static Patterns {
             usage_total: re(r"^Total\s+bytes:\s+(\d+)"),
             usage_row: re(r"^SZ\(\s*\d+%\);\s*SZ;\s*(\d+);\s*(\d+);\s*(.*)$"),
             window: re(r"window\s+shape\s+is\s+(\w+\[[^\]]*\]),\s+while\s+the\s+full\s+shape\s+is\s+(\w+\[[^\]]*\])"),
-            meta_op: re(r#"op_name="([^"]*)""#),
             bin_for: re(r"Bin\s+for\s+SZ\s+was\s+SZ,?\s+Chunk\s+State"),
             pool_limit: re(r"memory_limit_:\s*SZ|memory_limit_:\s*(\d+)"),
         }
@@ -828,589 +826,858 @@ fn talks_about_an_oom(line: &str) -> bool {
     })
 }
 
-/// Tries every family on `flat` (a line and the three after it). Returns the piece and how many
-/// characters of `flat` the headline used.
-fn headline(flat: &str, line: u64, pat: &Patterns) -> Option<(Piece, usize)> {
+/// One message family (or a group that shares a regex): what it yields, as the JSON spells it,
+/// and the function that reads its headline. Order matters: the first row that reads a headline
+/// wins, so more specific shapes come before the looser ones that would also match them.
+struct FamilyRow {
+    /// The `family` (or warning `kind`, or `context`) it yields, in the JSON's spelling.
+    yields: &'static str,
+    /// The message, as users see it.
+    message: &'static str,
+    /// Reads the family's headline, when `flat` starts with one.
+    read: fn(&Headline<'_>) -> Read,
+}
+
+/// What a family's reader says about a headline.
+enum Read {
+    /// Not this family: try the next row.
+    Next,
+    /// This family's shape, but not a failure (the kernel's `Killed process` without OOM): stop.
+    Stop,
+    /// The piece and how many characters of `flat` the headline used.
+    Found((Piece, usize)),
+}
+
+/// A line and the three after it, as a family's reader sees them.
+struct Headline<'a> {
+    flat: &'a str,
+    first_line_len: usize,
+    line: u64,
+    pat: &'static Patterns,
+}
+
+impl<'a> Headline<'a> {
+    fn first_line(&self) -> &'a str {
+        &self.flat[..self.first_line_len]
+    }
+
+    /// The captures of `re` on `flat`, when the match starts on the first line (otherwise the
+    /// next line is the real start).
+    fn first(&self, re: &Regex) -> Option<Captures<'a>> {
+        re.captures(self.flat)
+            .filter(|c| c.get(0).is_some_and(|m| m.start() <= self.first_line_len))
+    }
+}
+
+fn end_of(c: &Captures<'_>) -> usize {
+    c.get(0).map_or(0, |m| m.end())
+}
+
+/// Every message family, in the order they are tried (CONTRIBUTING.md: "a new message family").
+const FAMILIES: &[FamilyRow] = &[
+    FamilyRow {
+        yields: "allocator_retry",
+        message: "warning: `failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY` (the allocator retries smaller)",
+        read: cuda_device_warning,
+    },
+    FamilyRow {
+        yields: "gpu_oom_allocate",
+        message: "`cuMemAllocAsync failed to allocate N bytes`, with `Free memory/Total memory`",
+        read: async_alloc,
+    },
+    FamilyRow {
+        yields: "host_oom",
+        message: "`failed to alloc N bytes on host`, `could not allocate pinned host memory`",
+        read: host_pinned,
+    },
+    FamilyRow {
+        yields: "tpu_tc_sc",
+        message: "`TensorCore Hbm usage: X, SparseCore Hbm usage: Y, exceeding available bytes: Z`",
+        read: tc_sc,
+    },
+    FamilyRow {
+        yields: "tpu_compile_vmem",
+        message: "`Ran out of memory in memory space vmem while allocating on stack for %x = f32[...]`",
+        read: vmem_stack,
+    },
+    FamilyRow {
+        yields: "tpu_compile_hbm",
+        message: "`Ran out of memory in memory space hbm. Used X of Y hbm. Exceeded hbm capacity by Z` (also tpu_compile_hbm_old, and tpu_compile_vmem for vmem/smem)",
+        read: tpu_hbm,
+    },
+    FamilyRow {
+        yields: "tpu_hlo_temporaries",
+        message: "`the total memory required for HLO temporaries (X) exceeds available hbm (Y)`",
+        read: hlo_temporaries,
+    },
+    FamilyRow {
+        yields: "tpu_abort_early",
+        message: "`Aborting compilation early because it's unlikely to have enough memory. Requires X, has Y available`",
+        read: abort_early,
+    },
+    FamilyRow {
+        yields: "tpu_compile_vmem",
+        message: "`Scoped allocation with size X and limit Y exceeded scoped vmem limit by Z`",
+        read: scoped_vmem,
+    },
+    FamilyRow {
+        yields: "tpu_allocation_exceeds",
+        message: "`Allocation (size=N) would exceed memory (size=M) :: #allocation [shape = ...]`",
+        read: allocation_exceeds,
+    },
+    FamilyRow {
+        yields: "tpu_program_load",
+        message: "`Error loading program: Attempting to reserve X at the bottom of memory`",
+        read: program_load,
+    },
+    FamilyRow {
+        yields: "tpu_runtime_alloc",
+        message: "`Attempting to allocate X. That was not possible. There are Y free.`",
+        read: runtime_alloc,
+    },
+    FamilyRow {
+        yields: "tpu_runtime_alloc",
+        message: "the 2022 TPU wording `Could not allocate N bytes in memory hbm; M bytes allocatable, K bytes available`",
+        read: could_not_allocate,
+    },
+    FamilyRow {
+        yields: "context",
+        message: "PyTorch/XLA's `Post Compilation Analysis` (`Graph input size: X GB`): figures for the next failure",
+        read: ptxla_post,
+    },
+    FamilyRow {
+        yields: "context",
+        message: "`rematerialization limit X = P% of hbm (Y) - (arguments (A) - aliased_output (B))`",
+        read: remat_limit,
+    },
+    FamilyRow {
+        yields: "remat_warning",
+        message: "`Can't reduce memory use below X by rematerialization; only reduced to Y`",
+        read: remat,
+    },
+    FamilyRow {
+        yields: "bfc_allocator",
+        message: "`Allocator (GPU_0_bfc) ran out of memory trying to allocate X` (and the warning bfc_not_a_failure)",
+        read: bfc,
+    },
+    FamilyRow {
+        yields: "tf_oom_tensor",
+        message: "`OOM when allocating tensor with shape[...] and type float on /job:.../device:GPU:0`",
+        read: tf_oom,
+    },
+    FamilyRow {
+        yields: "gpu_failed_request",
+        message: "`Failed to allocate request for X (N B) on device ordinal K`",
+        read: failed_request,
+    },
+    FamilyRow {
+        yields: "gpu_oom_allocate",
+        message: "`Out of memory while trying to allocate X` (host_oom with `host`)",
+        read: gpu_oom,
+    },
+    FamilyRow {
+        yields: "host_oom",
+        message: "the kernel's OOM killer: `Out of memory: Killed process N (python)`",
+        read: host_killed,
+    },
+    FamilyRow {
+        yields: "bfc_allocator",
+        message: "the middle of a BFC dump, `Bin for X was Y, Chunk State`: a partial event",
+        read: bin_for,
+    },
+    FamilyRow {
+        yields: "allocator_stats",
+        message: "`Sum Total of in-use chunks: X`: statistics for the previous failure",
+        read: bfc_summary,
+    },
+    FamilyRow {
+        yields: "tpu_compile_hbm",
+        message: "`Ran out of memory in memory space S` with no figure (tpu_compile_vmem for vmem/smem)",
+        read: space_only,
+    },
+    FamilyRow {
+        yields: "(families.rs)",
+        message: "families from outside XLA's runtime: PyTorch CUDA, CUDA driver, CuPy, vLLM, XLA:GPU constants, Gaudi, Tenstorrent",
+        read: outside_xla,
+    },
+    FamilyRow {
+        yields: "unrecognized",
+        message: "an OOM status or phrase with no readable figure",
+        read: generic,
+    },
+];
+
+/// The message families the headline parser reads, in the order it tries them: what each yields
+/// (the JSON's `family`, warning `kind`, or `context`/`allocator_stats` for figures that join a
+/// neighbouring event) and the message it reads. `(families.rs)` stands for the families of
+/// [`crate::families`].
+pub fn family_table() -> Vec<(&'static str, &'static str)> {
+    FAMILIES.iter().map(|r| (r.yields, r.message)).collect()
+}
+
+/// Tries every family on `flat` (a line and the three after it), in [`FAMILIES`]' order. Returns
+/// the piece and how many characters of `flat` the headline used.
+fn headline(flat: &str, line: u64, pat: &'static Patterns) -> Option<(Piece, usize)> {
     let first_line_len = flat.find('\n').unwrap_or(flat.len());
     if talks_about_an_oom(&flat[..first_line_len]) {
         return None;
     }
-    // The match must start on the first line, or the next line is the real start.
-    let on_first = |m: regex::Match<'_>| m.start() <= first_line_len;
-
-    if let Some(c) = pat
-        .cuda_device_warning
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        // cuda_driver's "failed to allocate X from device": the allocator retries smaller; not fatal.
-        let figures = WarningFigures {
-            line,
-            requested_bytes: c[1].parse().ok(),
-            ..WarningFigures::default()
-        };
-        return Some((
-            Piece::Warning {
-                kind: WarningKind::AllocatorRetry,
-                figures,
-            },
-            c.get(0)?.end(),
-        ));
-    }
-    if let Some(c) = pat
-        .async_alloc
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::GpuOomAllocate, Phase::Runtime, flat);
-        e.backend = Some(Backend::Gpu);
-        e.memory_space = Some(MemorySpace::Device);
-        e.requested_bytes = c[2].parse().ok();
-        e.device = c.get(1).map(|m| m.as_str().to_string());
-        let mut used = c.get(0)?.end();
-        if let Some(f) = pat.cuda_free_total.captures(flat) {
-            e.free_bytes = f[1].parse().ok();
-            e.limit_bytes = f[2].parse().ok();
-            used = used.max(f.get(0)?.end());
+    let h = Headline {
+        flat,
+        first_line_len,
+        line,
+        pat,
+    };
+    for row in FAMILIES {
+        match (row.read)(&h) {
+            Read::Next => {}
+            Read::Stop => return None,
+            Read::Found(found) => return Some(found),
         }
-        return Some((Piece::Event(Box::new(e)), used));
-    }
-    if let Some(c) = pat
-        .host_pinned
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
-        e.memory_space = Some(MemorySpace::Host);
-        e.requested_bytes = c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok());
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .tc_sc
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::TpuTcSc, Phase::Compile, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = Some(MemorySpace::Hbm);
-        e.tensorcore_bytes = size(&c, 1);
-        e.sparsecore_bytes = size(&c, 2);
-        e.limit_bytes = size(&c, 3);
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .vmem_stack
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::TpuCompileVmem, Phase::Compile, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = MemorySpace::from_name(&c[1]);
-        let shape = c[3].to_string();
-        let mut used = c.get(0)?.end();
-        let scoped = pat.scoped_vmem.captures(flat);
-        if let Some(sc) = &scoped {
-            e.requested_bytes = size(sc, 1);
-            e.used_bytes = size(sc, 1);
-            e.limit_bytes = size(sc, 2);
-            e.exceeded_bytes = size(sc, 4);
-            used = used.max(sc.get(0)?.end());
-        }
-        e.allocations
-            .extend(e.requested_bytes.map(|size_bytes| Allocation {
-                size_bytes,
-                shape: None,
-                op_name: pat.meta_op.captures(flat).map(|m| m[1].to_string()),
-                label: Some(format!("{} ({shape})", c[2].trim_start_matches('%'))),
-                allocation_type: Some("scoped".into()),
-                ..Allocation::default()
-            }));
-        return Some((Piece::Event(Box::new(e)), used));
-    }
-    if let Some(c) = pat
-        .tpu_hbm
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let old = c.get(1).is_some() || flat.contains("Compilation failure");
-        let family = if old {
-            Family::TpuCompileHbmOld
-        } else {
-            Family::TpuCompileHbm
-        };
-        let space = MemorySpace::from_name(&c[2]);
-        let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) {
-            Family::TpuCompileVmem
-        } else {
-            family
-        };
-        let mut e = new_event(line, family, Phase::Compile, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = space;
-        e.used_bytes = size(&c, 3);
-        e.limit_bytes = size(&c, 4);
-        e.exceeded_bytes = size(&c, 5);
-        if old {
-            e.framework = Some(Framework::Tensorflow).filter(|_| !flat.contains("torch"));
-        }
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .hlo_temporaries
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::TpuHloTemporaries, Phase::Compile, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = MemorySpace::from_name(&c[1]).or(Some(MemorySpace::Hbm));
-        e.used_bytes = size(&c, 2);
-        e.limit_bytes = size(&c, 3);
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .abort_early
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::TpuAbortEarly, Phase::Compile, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = Some(MemorySpace::Hbm);
-        e.used_bytes = size(&c, 1);
-        e.limit_bytes = size(&c, 2);
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .scoped_vmem
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::TpuCompileVmem, Phase::Compile, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = MemorySpace::from_name(&c[3]).or(Some(MemorySpace::Vmem));
-        e.requested_bytes = size(&c, 1);
-        e.used_bytes = size(&c, 1);
-        e.limit_bytes = size(&c, 2);
-        e.exceeded_bytes = size(&c, 4);
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .allocation_exceeds
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let space = c.get(5).and_then(|m| MemorySpace::from_name(m.as_str()));
-        let scoped =
-            flat.contains("scoped") || matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem));
-        let phase = if scoped || flat.contains("compile") {
-            Phase::Compile
-        } else {
-            Phase::Runtime
-        };
-        let mut e = new_event(line, Family::TpuAllocationExceeds, phase, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = space.or(Some(MemorySpace::Hbm));
-        e.requested_bytes = c[1].parse().ok();
-        e.limit_bytes = c[2].parse().ok();
-        if let Some(shape) = c.get(4) {
-            let window = pat.window.captures(flat);
-            let shape = window
-                .as_ref()
-                .map_or(shape.as_str(), |w| w.get(1).map_or("", |m| m.as_str()))
-                .to_string();
-            let bytes = hbm_doctor_shape_bytes(&shape);
-            e.allocations.push(Allocation {
-                size_bytes: e.requested_bytes.unwrap_or(0),
-                unpadded_bytes: bytes.map(|b| b.1).filter(|_| window.is_none()),
-                shape: Some(shape),
-                label: window
-                    .as_ref()
-                    .map(|w| format!("block window of {}", &w[2]))
-                    .or_else(|| {
-                        c.get(6)
-                            .or(c.get(3))
-                            .map(|m| m.as_str().chars().take(200).collect())
-                    }),
-                allocation_type: Some(if scoped {
-                    "scoped".into()
-                } else {
-                    "buffer".into()
-                }),
-                ..Allocation::default()
-            });
-        }
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .program_load
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::TpuProgramLoad, Phase::Runtime, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = Some(MemorySpace::Hbm);
-        e.program = c.get(1).map(|m| m.as_str().to_string());
-        e.requested_bytes = size(&c, 2);
-        e.free_bytes = size(&c, 3);
-        e.reserved_bytes = size(&c, 4);
-        e.largest_free_bytes = size(&c, 5);
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .runtime_alloc
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::TpuRuntimeAlloc, Phase::Runtime, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = Some(MemorySpace::Hbm);
-        e.requested_bytes = size(&c, 1);
-        e.free_bytes = size(&c, 2);
-        e.device = c.get(3).map(|m| m.as_str().to_string());
-        if let Some(l) = pat.largest_free.captures(flat) {
-            e.largest_free_bytes = size(&l, 1);
-        }
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .could_not_allocate
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::TpuRuntimeAlloc, Phase::Runtime, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = Some(MemorySpace::Hbm);
-        e.requested_bytes = c[1].parse().ok();
-        e.device = Some(c[2].to_string());
-        // What one allocation can get (the largest contiguous block) and what is free in all.
-        e.largest_free_bytes = c[3].parse().ok();
-        e.free_bytes = c[4].parse().ok();
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if flat[..first_line_len].contains("Graph input size") {
-        // PyTorch/XLA's PT_XLA_DEBUG "Post Compilation Analysis" block, printed before a run.
-        let (mut arguments, mut outputs, mut aliased, mut temps, mut used) =
-            (None, None, None, None, 0);
-        for c in pat.ptxla_post.captures_iter(flat) {
-            let gb = c[2]
-                .parse::<f64>()
-                .ok()
-                .map(|v| (v * 1024f64.powi(3)).round() as u64);
-            match &c[1] {
-                "Graph input size" => arguments = gb,
-                "Graph output size" => outputs = gb,
-                "Aliased Input size" => aliased = gb,
-                "Intermediate tensor size" => temps = gb,
-                _ => {}
-            }
-            used = c.get(0).map_or(used, |m| m.end());
-        }
-        if arguments.is_some() {
-            return Some((
-                Piece::Context {
-                    line,
-                    arguments,
-                    aliased,
-                    outputs,
-                    temps,
-                },
-                used.max(first_line_len),
-            ));
-        }
-    }
-    if let Some(c) = pat
-        .remat_limit
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        return Some((
-            Piece::Context {
-                line,
-                arguments: size(&c, 3),
-                aliased: size(&c, 4),
-                outputs: None,
-                temps: None,
-            },
-            c.get(0)?.end(),
-        ));
-    }
-    if let Some(c) = pat
-        .remat
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let exact = |i: usize, j: usize| {
-            c.get(i)
-                .and_then(|m| m.as_str().parse().ok())
-                .or_else(|| size(&c, j))
-        };
-        let remat = Remat {
-            target_bytes: exact(2, 1).unwrap_or(0),
-            reduced_to_bytes: exact(4, 3).unwrap_or(0),
-            original_bytes: exact(6, 5),
-        };
-        return Some((
-            Piece::Remat {
-                line,
-                remat,
-                message: headline_text(flat),
-            },
-            c.get(0)?.end(),
-        ));
-    }
-    if let Some(c) = pat
-        .bfc
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        if flat.contains("not a failure") || flat.contains("caller indicates") {
-            let figures = WarningFigures {
-                line,
-                requested_bytes: c
-                    .get(3)
-                    .and_then(|m| m.as_str().parse().ok())
-                    .or_else(|| size(&c, 2)),
-                ..WarningFigures::default()
-            };
-            return Some((
-                Piece::Warning {
-                    kind: WarningKind::BfcNotAFailure,
-                    figures,
-                },
-                c.get(0)?.end(),
-            ));
-        }
-        // Old TensorFlow (`gpu_bfc_allocator.cc`) names no allocator: the file says it is a GPU's.
-        let allocator = c
-            .get(1)
-            .map_or_else(|| "gpu_bfc".to_string(), |m| m.as_str().to_string());
-        let host = allocator.to_ascii_lowercase().contains("cpu")
-            || allocator.to_ascii_lowercase().contains("host");
-        let mut e = new_event(line, Family::BfcAllocator, Phase::Runtime, flat);
-        e.backend = if host { None } else { Some(Backend::Gpu) };
-        e.memory_space = Some(if host {
-            MemorySpace::Host
-        } else {
-            MemorySpace::Device
-        });
-        e.requested_bytes = c
-            .get(3)
-            .and_then(|m| m.as_str().parse().ok())
-            .or_else(|| size(&c, 2));
-        e.device = Some(allocator);
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .tf_oom
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::TfOomTensor, Phase::Runtime, flat);
-        e.framework = Some(Framework::Tensorflow);
-        let dims: Vec<u64> = c[1]
-            .split(',')
-            .filter_map(|d| d.trim().parse().ok())
-            .collect();
-        // Old messages name neither the type nor the device: only what is stated is kept.
-        let dtype = c.get(2).map(|m| m.as_str().to_string());
-        let device = c
-            .get(3)
-            .map(|m| m.as_str().trim_end_matches([',', '.']).to_string());
-        let lower = device.as_deref().unwrap_or("").to_ascii_lowercase();
-        e.backend = if lower.contains("gpu") {
-            Some(Backend::Gpu)
-        } else if lower.contains("tpu") {
-            Some(Backend::Tpu)
-        } else if lower.contains("cpu") {
-            Some(Backend::Cpu)
-        } else {
-            None
-        };
-        e.memory_space = match e.backend {
-            Some(Backend::Gpu) => Some(MemorySpace::Device),
-            Some(Backend::Tpu) => Some(MemorySpace::Hbm),
-            Some(Backend::Cpu) => Some(MemorySpace::Host),
-            None => None,
-        };
-        if let Some(dtype) = dtype {
-            let bits = hbm_doctor_hlo::PrimitiveType::parse(&dtype).map_or(32, |t| t.bits());
-            let elements = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
-            let bytes = elements.saturating_mul(u64::from(bits)).div_ceil(8);
-            e.requested_bytes = Some(bytes);
-            let shape = format!(
-                "{dtype}[{}]",
-                dims.iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
-            e.allocations.push(Allocation {
-                size_bytes: bytes,
-                shape: Some(shape),
-                allocation_type: Some("tensor".into()),
-                ..Allocation::default()
-            });
-        }
-        e.device = device;
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .failed_request
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let mut e = new_event(line, Family::GpuFailedRequest, Phase::Runtime, flat);
-        e.requested_bytes = c
-            .get(2)
-            .and_then(|m| m.as_str().parse().ok())
-            .or_else(|| size(&c, 1));
-        e.device = c.get(3).map(|d| format!("device ordinal {}", d.as_str()));
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .gpu_oom
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let host = c.get(1).is_some();
-        let mut e = new_event(
-            line,
-            if host {
-                Family::HostOom
-            } else {
-                Family::GpuOomAllocate
-            },
-            Phase::Runtime,
-            flat,
-        );
-        e.requested_bytes = size(&c, 2);
-        if host {
-            e.memory_space = Some(MemorySpace::Host);
-        }
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .host_killed
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        if !(flat.contains("Out of memory") || flat.contains("oom") || flat.contains("OOM")) {
-            return None;
-        }
-        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
-        e.memory_space = Some(MemorySpace::Host);
-        e.device = c
-            .get(2)
-            .filter(|m| !m.as_str().is_empty())
-            .map(|m| format!("process {}", m.as_str()));
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .bin_for
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        // The middle of a BFC dump: the bin the failed request fell in names its size.
-        let mut e = new_event(line, Family::BfcAllocator, Phase::Runtime, flat);
-        e.partial = true;
-        e.requested_bytes = size(&c, 1);
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .bfc_summary
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        // The stats follow within a few lines; read them from `flat` and the region later.
-        let stats = Piece::AllocatorStats {
-            line,
-            limit: None,
-            in_use: size(&c, 1),
-            largest_free: None,
-        };
-        return Some((stats, c.get(0)?.end()));
-    }
-    if let Some(c) = pat
-        .space_only
-        .captures(flat)
-        .filter(|c| on_first(c.get(0).expect("match")))
-    {
-        let space = MemorySpace::from_name(&c[1]);
-        let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) {
-            Family::TpuCompileVmem
-        } else {
-            Family::TpuCompileHbm
-        };
-        let mut e = new_event(line, family, Phase::Compile, flat);
-        e.backend = Some(Backend::Tpu);
-        e.memory_space = space;
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(found) = crate::families::headline(flat, first_line_len, line) {
-        return Some(found);
-    }
-    let first = &flat[..first_line_len];
-    if let Some(m) = pat.generic.find(first) {
-        if pat.not_memory.is_match(first) {
-            return None;
-        }
-        // "out of memory" in prose (a log that *talks* about OOMs) is not an event unless it is
-        // the status text itself.
-        // The status word used as a noun in a sentence ("can produce a RESOURCE_EXHAUSTED
-        // message") is prose, not a status.
-        let prose = [
-            "a RESOURCE_EXHAUSTED",
-            "RESOURCE_EXHAUSTED message",
-            "RESOURCE_EXHAUSTED error",
-        ]
-        .iter()
-        .any(|p| first.contains(p))
-            && first.split_whitespace().count() > 12;
-        if prose {
-            return None;
-        }
-        let status = first.contains("RESOURCE_EXHAUSTED")
-            || first.contains("Resource exhausted")
-            || first.contains("ResourceExhausted")
-            || first.contains("OOM when")
-            || first.contains("ScopedVmemOom");
-        let oom_phrase = first.contains("Ran out of memory")
-            || first.contains("Out of memory")
-            || first.contains("out of memory");
-        if !status && !oom_phrase {
-            return None;
-        }
-        if !status && first.split_whitespace().count() > 40 {
-            return None;
-        }
-        // A sentence that tells of running out of memory ("causing the TPUs to run out of
-        // memory."), not a message: lower-case verb, no `Error:`-style colon on the line.
-        let told = [
-            "run out of memory",
-            "runs out of memory",
-            "running out of memory",
-            " ran out of memory",
-        ]
-        .iter()
-        .any(|v| {
-            first.to_ascii_lowercase().contains(v)
-                && !first.contains(&capitalize_first(v.trim_start()))
-        });
-        if !status && told && !first.contains(':') {
-            return None;
-        }
-        let _ = m;
-        let mut e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
-        if first.contains("compil") {
-            e.phase = Phase::Compile;
-        }
-        if first.contains("vmem") || first.contains("ScopedVmemOom") {
-            e.memory_space = Some(MemorySpace::Vmem);
-            e.phase = Phase::Compile;
-            e.backend = Some(Backend::Tpu);
-        }
-        return Some((Piece::Event(Box::new(e)), first_line_len));
     }
     None
+}
+
+fn cuda_device_warning(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.cuda_device_warning) else {
+        return Read::Next;
+    };
+    let line = h.line;
+    // cuda_driver's "failed to allocate X from device": the allocator retries smaller; not fatal.
+    let figures = WarningFigures {
+        line,
+        requested_bytes: c[1].parse().ok(),
+        ..WarningFigures::default()
+    };
+    Read::Found((
+        Piece::Warning {
+            kind: WarningKind::AllocatorRetry,
+            figures,
+        },
+        end_of(&c),
+    ))
+}
+
+fn async_alloc(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.async_alloc) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let pat = h.pat;
+    let mut e = new_event(line, Family::GpuOomAllocate, Phase::Runtime, flat);
+    e.backend = Some(Backend::Gpu);
+    e.memory_space = Some(MemorySpace::Device);
+    e.requested_bytes = c[2].parse().ok();
+    e.device = c.get(1).map(|m| m.as_str().to_string());
+    let mut used = end_of(&c);
+    if let Some(f) = pat.cuda_free_total.captures(flat) {
+        e.free_bytes = f[1].parse().ok();
+        e.limit_bytes = f[2].parse().ok();
+        used = used.max(end_of(&f));
+    }
+    Read::Found((Piece::Event(Box::new(e)), used))
+}
+
+fn host_pinned(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.host_pinned) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+    e.memory_space = Some(MemorySpace::Host);
+    e.requested_bytes = c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok());
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn tc_sc(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.tc_sc) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let mut e = new_event(line, Family::TpuTcSc, Phase::Compile, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = Some(MemorySpace::Hbm);
+    e.tensorcore_bytes = size(&c, 1);
+    e.sparsecore_bytes = size(&c, 2);
+    e.limit_bytes = size(&c, 3);
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn vmem_stack(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.vmem_stack) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let pat = h.pat;
+    let mut e = new_event(line, Family::TpuCompileVmem, Phase::Compile, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = MemorySpace::from_name(&c[1]);
+    let shape = c[3].to_string();
+    let mut used = end_of(&c);
+    let scoped = pat.scoped_vmem.captures(flat);
+    if let Some(sc) = &scoped {
+        e.requested_bytes = size(sc, 1);
+        e.used_bytes = size(sc, 1);
+        e.limit_bytes = size(sc, 2);
+        e.exceeded_bytes = size(sc, 4);
+        used = used.max(end_of(sc));
+    }
+    e.allocations.extend(e.requested_bytes.map(|size_bytes| {
+        Allocation {
+            size_bytes,
+            shape: None,
+            // Only a closed `op_name="..."` (the listing's own regex also reads a cut one).
+            op_name: pat
+                .op_name
+                .captures(flat)
+                .filter(|m| m[0].ends_with('"'))
+                .map(|m| m[1].to_string()),
+            label: Some(format!("{} ({shape})", c[2].trim_start_matches('%'))),
+            allocation_type: Some("scoped".into()),
+            ..Allocation::default()
+        }
+    }));
+    Read::Found((Piece::Event(Box::new(e)), used))
+}
+
+fn tpu_hbm(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.tpu_hbm) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let old = c.get(1).is_some() || flat.contains("Compilation failure");
+    let family = if old {
+        Family::TpuCompileHbmOld
+    } else {
+        Family::TpuCompileHbm
+    };
+    let space = MemorySpace::from_name(&c[2]);
+    let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) {
+        Family::TpuCompileVmem
+    } else {
+        family
+    };
+    let mut e = new_event(line, family, Phase::Compile, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = space;
+    e.used_bytes = size(&c, 3);
+    e.limit_bytes = size(&c, 4);
+    e.exceeded_bytes = size(&c, 5);
+    if old {
+        e.framework = Some(Framework::Tensorflow).filter(|_| !flat.contains("torch"));
+    }
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn hlo_temporaries(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.hlo_temporaries) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let mut e = new_event(line, Family::TpuHloTemporaries, Phase::Compile, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = MemorySpace::from_name(&c[1]).or(Some(MemorySpace::Hbm));
+    e.used_bytes = size(&c, 2);
+    e.limit_bytes = size(&c, 3);
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn abort_early(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.abort_early) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let mut e = new_event(line, Family::TpuAbortEarly, Phase::Compile, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = Some(MemorySpace::Hbm);
+    e.used_bytes = size(&c, 1);
+    e.limit_bytes = size(&c, 2);
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn scoped_vmem(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.scoped_vmem) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let mut e = new_event(line, Family::TpuCompileVmem, Phase::Compile, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = MemorySpace::from_name(&c[3]).or(Some(MemorySpace::Vmem));
+    e.requested_bytes = size(&c, 1);
+    e.used_bytes = size(&c, 1);
+    e.limit_bytes = size(&c, 2);
+    e.exceeded_bytes = size(&c, 4);
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn allocation_exceeds(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.allocation_exceeds) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let pat = h.pat;
+    let space = c.get(5).and_then(|m| MemorySpace::from_name(m.as_str()));
+    let scoped =
+        flat.contains("scoped") || matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem));
+    let phase = if scoped || flat.contains("compile") {
+        Phase::Compile
+    } else {
+        Phase::Runtime
+    };
+    let mut e = new_event(line, Family::TpuAllocationExceeds, phase, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = space.or(Some(MemorySpace::Hbm));
+    e.requested_bytes = c[1].parse().ok();
+    e.limit_bytes = c[2].parse().ok();
+    if let Some(shape) = c.get(4) {
+        let window = pat.window.captures(flat);
+        let shape = window
+            .as_ref()
+            .map_or(shape.as_str(), |w| w.get(1).map_or("", |m| m.as_str()))
+            .to_string();
+        let bytes = hbm_doctor_shape_bytes(&shape);
+        e.allocations.push(Allocation {
+            size_bytes: e.requested_bytes.unwrap_or(0),
+            unpadded_bytes: bytes.map(|b| b.1).filter(|_| window.is_none()),
+            shape: Some(shape),
+            label: window
+                .as_ref()
+                .map(|w| format!("block window of {}", &w[2]))
+                .or_else(|| {
+                    c.get(6)
+                        .or(c.get(3))
+                        .map(|m| m.as_str().chars().take(200).collect())
+                }),
+            allocation_type: Some(if scoped {
+                "scoped".into()
+            } else {
+                "buffer".into()
+            }),
+            ..Allocation::default()
+        });
+    }
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn program_load(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.program_load) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let mut e = new_event(line, Family::TpuProgramLoad, Phase::Runtime, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = Some(MemorySpace::Hbm);
+    e.program = c.get(1).map(|m| m.as_str().to_string());
+    e.requested_bytes = size(&c, 2);
+    e.free_bytes = size(&c, 3);
+    e.reserved_bytes = size(&c, 4);
+    e.largest_free_bytes = size(&c, 5);
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn runtime_alloc(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.runtime_alloc) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let pat = h.pat;
+    let mut e = new_event(line, Family::TpuRuntimeAlloc, Phase::Runtime, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = Some(MemorySpace::Hbm);
+    e.requested_bytes = size(&c, 1);
+    e.free_bytes = size(&c, 2);
+    e.device = c.get(3).map(|m| m.as_str().to_string());
+    if let Some(l) = pat.largest_free.captures(flat) {
+        e.largest_free_bytes = size(&l, 1);
+    }
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn could_not_allocate(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.could_not_allocate) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let mut e = new_event(line, Family::TpuRuntimeAlloc, Phase::Runtime, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = Some(MemorySpace::Hbm);
+    e.requested_bytes = c[1].parse().ok();
+    e.device = Some(c[2].to_string());
+    // What one allocation can get (the largest contiguous block) and what is free in all.
+    e.largest_free_bytes = c[3].parse().ok();
+    e.free_bytes = c[4].parse().ok();
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn ptxla_post(h: &Headline<'_>) -> Read {
+    if !h.first_line().contains("Graph input size") {
+        return Read::Next;
+    }
+    let flat = h.flat;
+    let line = h.line;
+    let pat = h.pat;
+    let first_line_len = h.first_line_len;
+    // PyTorch/XLA's PT_XLA_DEBUG "Post Compilation Analysis" block, printed before a run.
+    let (mut arguments, mut outputs, mut aliased, mut temps, mut used) =
+        (None, None, None, None, 0);
+    for c in pat.ptxla_post.captures_iter(flat) {
+        let gb = c[2]
+            .parse::<f64>()
+            .ok()
+            .map(|v| (v * 1024f64.powi(3)).round() as u64);
+        match &c[1] {
+            "Graph input size" => arguments = gb,
+            "Graph output size" => outputs = gb,
+            "Aliased Input size" => aliased = gb,
+            "Intermediate tensor size" => temps = gb,
+            _ => {}
+        }
+        used = c.get(0).map_or(used, |m| m.end());
+    }
+    if arguments.is_some() {
+        return Read::Found((
+            Piece::Context {
+                line,
+                arguments,
+                aliased,
+                outputs,
+                temps,
+            },
+            used.max(first_line_len),
+        ));
+    }
+    Read::Next
+}
+
+fn remat_limit(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.remat_limit) else {
+        return Read::Next;
+    };
+    let line = h.line;
+    Read::Found((
+        Piece::Context {
+            line,
+            arguments: size(&c, 3),
+            aliased: size(&c, 4),
+            outputs: None,
+            temps: None,
+        },
+        end_of(&c),
+    ))
+}
+
+fn remat(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.remat) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let exact = |i: usize, j: usize| {
+        c.get(i)
+            .and_then(|m| m.as_str().parse().ok())
+            .or_else(|| size(&c, j))
+    };
+    let remat = Remat {
+        target_bytes: exact(2, 1).unwrap_or(0),
+        reduced_to_bytes: exact(4, 3).unwrap_or(0),
+        original_bytes: exact(6, 5),
+    };
+    Read::Found((
+        Piece::Remat {
+            line,
+            remat,
+            message: headline_text(flat),
+        },
+        end_of(&c),
+    ))
+}
+
+fn bfc(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.bfc) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    if flat.contains("not a failure") || flat.contains("caller indicates") {
+        let figures = WarningFigures {
+            line,
+            requested_bytes: c
+                .get(3)
+                .and_then(|m| m.as_str().parse().ok())
+                .or_else(|| size(&c, 2)),
+            ..WarningFigures::default()
+        };
+        return Read::Found((
+            Piece::Warning {
+                kind: WarningKind::BfcNotAFailure,
+                figures,
+            },
+            end_of(&c),
+        ));
+    }
+    // Old TensorFlow (`gpu_bfc_allocator.cc`) names no allocator: the file says it is a GPU's.
+    let allocator = c
+        .get(1)
+        .map_or_else(|| "gpu_bfc".to_string(), |m| m.as_str().to_string());
+    let host = allocator.to_ascii_lowercase().contains("cpu")
+        || allocator.to_ascii_lowercase().contains("host");
+    let mut e = new_event(line, Family::BfcAllocator, Phase::Runtime, flat);
+    e.backend = if host { None } else { Some(Backend::Gpu) };
+    e.memory_space = Some(if host {
+        MemorySpace::Host
+    } else {
+        MemorySpace::Device
+    });
+    e.requested_bytes = c
+        .get(3)
+        .and_then(|m| m.as_str().parse().ok())
+        .or_else(|| size(&c, 2));
+    e.device = Some(allocator);
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn tf_oom(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.tf_oom) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let mut e = new_event(line, Family::TfOomTensor, Phase::Runtime, flat);
+    e.framework = Some(Framework::Tensorflow);
+    let dims: Vec<u64> = c[1]
+        .split(',')
+        .filter_map(|d| d.trim().parse().ok())
+        .collect();
+    // Old messages name neither the type nor the device: only what is stated is kept.
+    let dtype = c.get(2).map(|m| m.as_str().to_string());
+    let device = c
+        .get(3)
+        .map(|m| m.as_str().trim_end_matches([',', '.']).to_string());
+    let lower = device.as_deref().unwrap_or("").to_ascii_lowercase();
+    e.backend = if lower.contains("gpu") {
+        Some(Backend::Gpu)
+    } else if lower.contains("tpu") {
+        Some(Backend::Tpu)
+    } else if lower.contains("cpu") {
+        Some(Backend::Cpu)
+    } else {
+        None
+    };
+    e.memory_space = match e.backend {
+        Some(Backend::Gpu) => Some(MemorySpace::Device),
+        Some(Backend::Tpu) => Some(MemorySpace::Hbm),
+        Some(Backend::Cpu) => Some(MemorySpace::Host),
+        None => None,
+    };
+    if let Some(dtype) = dtype {
+        let bits = hbm_doctor_hlo::PrimitiveType::parse(&dtype).map_or(32, |t| t.bits());
+        let elements = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+        let bytes = elements.saturating_mul(u64::from(bits)).div_ceil(8);
+        e.requested_bytes = Some(bytes);
+        let shape = format!(
+            "{dtype}[{}]",
+            dims.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        e.allocations.push(Allocation {
+            size_bytes: bytes,
+            shape: Some(shape),
+            allocation_type: Some("tensor".into()),
+            ..Allocation::default()
+        });
+    }
+    e.device = device;
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn failed_request(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.failed_request) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let mut e = new_event(line, Family::GpuFailedRequest, Phase::Runtime, flat);
+    e.requested_bytes = c
+        .get(2)
+        .and_then(|m| m.as_str().parse().ok())
+        .or_else(|| size(&c, 1));
+    e.device = c.get(3).map(|d| format!("device ordinal {}", d.as_str()));
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn gpu_oom(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.gpu_oom) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let host = c.get(1).is_some();
+    let mut e = new_event(
+        line,
+        if host {
+            Family::HostOom
+        } else {
+            Family::GpuOomAllocate
+        },
+        Phase::Runtime,
+        flat,
+    );
+    e.requested_bytes = size(&c, 2);
+    if host {
+        e.memory_space = Some(MemorySpace::Host);
+    }
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn host_killed(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.host_killed) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    if !(flat.contains("Out of memory") || flat.contains("oom") || flat.contains("OOM")) {
+        return Read::Stop;
+    }
+    let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+    e.memory_space = Some(MemorySpace::Host);
+    e.device = c
+        .get(2)
+        .filter(|m| !m.as_str().is_empty())
+        .map(|m| format!("process {}", m.as_str()));
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn bin_for(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.bin_for) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    // The middle of a BFC dump: the bin the failed request fell in names its size.
+    let mut e = new_event(line, Family::BfcAllocator, Phase::Runtime, flat);
+    e.partial = true;
+    e.requested_bytes = size(&c, 1);
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn bfc_summary(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.bfc_summary) else {
+        return Read::Next;
+    };
+    let line = h.line;
+    // The stats follow within a few lines; read them from `flat` and the region later.
+    let stats = Piece::AllocatorStats {
+        line,
+        limit: None,
+        in_use: size(&c, 1),
+        largest_free: None,
+    };
+    Read::Found((stats, end_of(&c)))
+}
+
+fn space_only(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.space_only) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let space = MemorySpace::from_name(&c[1]);
+    let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) {
+        Family::TpuCompileVmem
+    } else {
+        Family::TpuCompileHbm
+    };
+    let mut e = new_event(line, family, Phase::Compile, flat);
+    e.backend = Some(Backend::Tpu);
+    e.memory_space = space;
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn outside_xla(h: &Headline<'_>) -> Read {
+    crate::families::headline(h.flat, h.first_line_len, h.line).map_or(Read::Next, Read::Found)
+}
+
+fn generic(h: &Headline<'_>) -> Read {
+    let first = h.first_line();
+    let Some(m) = h.pat.generic.find(first) else {
+        return Read::Next;
+    };
+    let flat = h.flat;
+    let line = h.line;
+    let pat = h.pat;
+    let first_line_len = h.first_line_len;
+    if pat.not_memory.is_match(first) {
+        return Read::Stop;
+    }
+    // "out of memory" in prose (a log that *talks* about OOMs) is not an event unless it is
+    // the status text itself.
+    // The status word used as a noun in a sentence ("can produce a RESOURCE_EXHAUSTED
+    // message") is prose, not a status.
+    let prose = [
+        "a RESOURCE_EXHAUSTED",
+        "RESOURCE_EXHAUSTED message",
+        "RESOURCE_EXHAUSTED error",
+    ]
+    .iter()
+    .any(|p| first.contains(p))
+        && first.split_whitespace().count() > 12;
+    if prose {
+        return Read::Stop;
+    }
+    let status = first.contains("RESOURCE_EXHAUSTED")
+        || first.contains("Resource exhausted")
+        || first.contains("ResourceExhausted")
+        || first.contains("OOM when")
+        || first.contains("ScopedVmemOom");
+    let oom_phrase = first.contains("Ran out of memory")
+        || first.contains("Out of memory")
+        || first.contains("out of memory");
+    if !status && !oom_phrase {
+        return Read::Stop;
+    }
+    if !status && first.split_whitespace().count() > 40 {
+        return Read::Stop;
+    }
+    // A sentence that tells of running out of memory ("causing the TPUs to run out of
+    // memory."), not a message: lower-case verb, no `Error:`-style colon on the line.
+    let told = [
+        "run out of memory",
+        "runs out of memory",
+        "running out of memory",
+        " ran out of memory",
+    ]
+    .iter()
+    .any(|v| {
+        first.to_ascii_lowercase().contains(v) && !first.contains(&capitalize_first(v.trim_start()))
+    });
+    if !status && told && !first.contains(':') {
+        return Read::Stop;
+    }
+    let _ = m;
+    let mut e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
+    if first.contains("compil") {
+        e.phase = Phase::Compile;
+    }
+    if first.contains("vmem") || first.contains("ScopedVmemOom") {
+        e.memory_space = Some(MemorySpace::Vmem);
+        e.phase = Phase::Compile;
+        e.backend = Some(Backend::Tpu);
+    }
+    Read::Found((Piece::Event(Box::new(e)), first_line_len))
 }
 
 /// `Ran out of memory` from `ran out of memory`: the spelling a message starts with.
@@ -1914,7 +2181,26 @@ fn short_label(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::{scan_all, Stage};
+    use crate::{scan_all, Family, Stage, WarningKind};
+
+    #[test]
+    fn every_family_row_yields_a_json_spelling() {
+        for f in Family::ALL {
+            assert_eq!(
+                serde_json::to_value(f).expect("json"),
+                serde_json::Value::from(f.as_str())
+            );
+        }
+        let table = super::family_table();
+        assert_eq!(table.len(), super::FAMILIES.len());
+        for (yields, message) in table {
+            let known = Family::ALL.iter().any(|f| f.as_str() == yields)
+                || WarningKind::ALL.iter().any(|k| k.as_str() == yields)
+                || matches!(yields, "context" | "allocator_stats" | "(families.rs)");
+            assert!(known, "{yields}: {message}");
+            assert!(!message.is_empty());
+        }
+    }
 
     fn stage(text: &str) -> Option<Stage> {
         scan_all(text.as_bytes()).last().and_then(|e| e.stage)

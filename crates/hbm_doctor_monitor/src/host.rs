@@ -2,6 +2,7 @@
 //! chip, and kernel OOM-killer lines (so a silent death can be told apart: HBM vs host RAM).
 
 use crate::sample::{Event, ProcessSample};
+use hbm_doctor_units::chips::{self, TpuGeneration};
 use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
@@ -16,27 +17,10 @@ pub fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Formats Unix seconds as RFC 3339 UTC with whole seconds (`2026-11-21T23:09:56Z`).
+/// Formats Unix seconds as RFC 3339 UTC with whole seconds (`2026-11-21T23:09:56Z`). Thin
+/// wrapper over `hbm_doctor_units::time::rfc3339`, kept for existing callers.
 pub fn rfc3339(ts: f64) -> String {
-    let secs = ts.floor() as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (H. Hinnant).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    hbm_doctor_units::time::rfc3339(ts)
 }
 
 /// This machine's name.
@@ -160,7 +144,17 @@ pub struct TpuChip {
     pub kind: &'static str,
 }
 
-/// The TPU generation of this host from the PCI bus, or `TPU_ACCELERATOR_TYPE`.
+impl TpuChip {
+    fn of(t: &'static TpuGeneration) -> TpuChip {
+        TpuChip {
+            chip_type: t.label,
+            kind: t.device_kind,
+        }
+    }
+}
+
+/// The TPU generation of this host from the PCI bus, or `TPU_ACCELERATOR_TYPE`; names and ids
+/// come from the chip table (`hbm_doctor_units::chips`).
 pub fn tpu_chip() -> Option<TpuChip> {
     let from_pci = || -> Option<TpuChip> {
         for dev in fs::read_dir("/sys/bus/pci/devices").ok()?.flatten() {
@@ -172,57 +166,28 @@ pub fn tpu_chip() -> Option<TpuChip> {
             if read("vendor") != "0x1ae0" {
                 continue;
             }
-            let chip = match (read("device").as_str(), read("subsystem_device").as_str()) {
-                ("0x0027", "0x004e") => ("v2", "TPU v2"),
-                ("0x0027", _) => ("v3", "TPU v3"),
-                ("0x005e", _) => ("v4", "TPU v4"),
-                ("0x0063", _) => ("v5e", "TPU v5 lite"),
-                ("0x0062", _) => ("v5p", "TPU v5"),
-                ("0x006f", _) => ("v6e", "TPU v6 lite"),
-                ("0x0076", _) => ("7x", "TPU7x"),
-                _ => continue,
-            };
-            return Some(TpuChip {
-                chip_type: chip.0,
-                kind: chip.1,
-            });
+            if let Some(t) = chips::tpu_by_pci(&read("device"), &read("subsystem_device")) {
+                return Some(TpuChip::of(t));
+            }
         }
         None
     };
     from_pci().or_else(|| {
-        let t = std::env::var("TPU_ACCELERATOR_TYPE")
-            .ok()?
-            .to_ascii_lowercase();
-        let chip = match t.split('-').next()? {
-            "v2" => ("v2", "TPU v2"),
-            "v3" => ("v3", "TPU v3"),
-            "v4" => ("v4", "TPU v4"),
-            "v5litepod" | "v5e" => ("v5e", "TPU v5 lite"),
-            "v5p" => ("v5p", "TPU v5"),
-            "v6e" => ("v6e", "TPU v6 lite"),
-            "tpu7x" | "7x" | "v7x" => ("7x", "TPU7x"),
-            _ => return None,
-        };
-        Some(TpuChip {
-            chip_type: chip.0,
-            kind: chip.1,
-        })
+        let t = std::env::var("TPU_ACCELERATOR_TYPE").ok()?;
+        chips::tpu_by_name(&t)
+            .filter(|t| !t.label.is_empty())
+            .map(TpuChip::of)
     })
 }
 
-/// The short chip name for a device kind as JAX prints it (`TPU v5 lite` -> `v5e`).
+/// The short chip name for a device kind as JAX prints it (`TPU v5 lite` -> `v5e`, `TPU7x` ->
+/// `7x`): the chip table's `label`.
 pub fn chip_type_of_kind(kind: &str) -> Option<&'static str> {
-    Some(match kind.trim() {
-        "TPU v2" => "v2",
-        "TPU v3" => "v3",
-        "TPU v4" => "v4",
-        "TPU v4 lite" => "v4i",
-        "TPU v5 lite" | "TPU v5e" => "v5e",
-        "TPU v5" | "TPU v5p" => "v5p",
-        "TPU v6 lite" | "TPU v6e" => "v6e",
-        "TPU7x" | "TPU 7x" => "7x",
-        _ => return None,
-    })
+    if let Some(t) = chips::tpu_by_device_kind(kind) {
+        return Some(t.label);
+    }
+    // The inference chip, which the table (training generations, per-device HBM) leaves out.
+    (kind.trim() == "TPU v4 lite").then_some("v4i")
 }
 
 /// Reads new kernel log records from `/dev/kmsg` (non-blocking) and picks OOM-killer lines.

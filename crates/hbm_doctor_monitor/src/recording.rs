@@ -8,89 +8,15 @@
 //! one. The format is documented in docs/recording.md.
 
 use crate::host::{now, rfc3339};
-use crate::sample::{DeviceSample, Event, ProcessSample, XlaCounters};
-use serde::{Deserialize, Serialize};
+use crate::sample::{DeviceSample, Event};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The value of `format` in a header line.
-pub const FORMAT: &str = "hbm-doctor-recording";
-/// The schema version of the lines.
-pub const SCHEMA_VERSION: u32 = 1;
-
-/// One line of a recording.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Record {
-    /// First line of every file (and of every restart of the recorder appending to it).
-    Header {
-        /// `hbm-doctor-recording`.
-        format: String,
-        /// Schema version of the lines.
-        schema_version: u32,
-        /// The host recorded.
-        host: String,
-        /// Unix time the file (or this run of the recorder) started.
-        ts: f64,
-        /// The same as RFC 3339.
-        time: String,
-        /// hbm-doctor's version.
-        version: String,
-        /// Sampling interval, seconds.
-        #[serde(default)]
-        interval_seconds: Option<f64>,
-        /// The process watched, if any.
-        #[serde(default)]
-        pid: Option<u32>,
-        /// The sources configured.
-        #[serde(default)]
-        sources: Vec<String>,
-    },
-    /// One device's figures (`ts` is inside the device object).
-    Sample {
-        /// Host name.
-        #[serde(default)]
-        host: Option<String>,
-        /// The figures.
-        #[serde(flatten)]
-        device: DeviceSample,
-    },
-    /// The trainer's RSS.
-    Process {
-        /// Unix time.
-        ts: f64,
-        /// Host name.
-        #[serde(default)]
-        host: Option<String>,
-        /// The figures.
-        #[serde(flatten)]
-        process: ProcessSample,
-    },
-    /// PyTorch/XLA counters.
-    Counters {
-        /// Unix time.
-        ts: f64,
-        /// Host name.
-        #[serde(default)]
-        host: Option<String>,
-        /// The counters.
-        #[serde(flatten)]
-        counters: XlaCounters,
-    },
-    /// Something that happened.
-    Event {
-        /// Unix time.
-        ts: f64,
-        /// Host name.
-        #[serde(default)]
-        host: Option<String>,
-        /// What.
-        #[serde(flatten)]
-        event: Event,
-    },
-}
+// The line types are modelled once, in `hbm_doctor_trend::recording` (trend reads recordings
+// through them too); re-exported so that `hbm_doctor_monitor::recording::*` keeps working.
+pub use hbm_doctor_trend::recording::{Record, FORMAT, SCHEMA_VERSION};
 
 /// Rotation and durability settings.
 #[derive(Debug, Clone)]

@@ -36,20 +36,10 @@ pub struct TopState {
     pub notes: Vec<String>,
 }
 
-/// Formats bytes in binary units as XLA prints them (`9.00G`).
+/// Formats bytes as XLA prints them (`9.00G`, `4.0K`). Thin wrapper over
+/// `hbm_doctor_units::format_size`, kept for existing callers.
 pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b}B")
-    } else {
-        format!("{v:.2}{}", UNITS[u])
-    }
+    hbm_doctor_units::format_size(b)
 }
 
 fn opt_bytes(b: Option<u64>) -> String {

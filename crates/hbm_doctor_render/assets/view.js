@@ -19,13 +19,20 @@
     return e;
   }
   var KIB = 1024, MIB = KIB * 1024, GIB = MIB * 1024;
+  // Sizes as every human output of hbm-doctor prints them (crates/hbm_doctor_units/src/size.rs,
+  // its tests/vectors.json): 512B, 4.0K (one decimal in K), 528.00M, 28.50G; ties to even.
+  function fixedEven(v, d) {
+    var m = Math.pow(10, d), x = v * m, f = Math.floor(x);
+    var r = x - f === 0.5 ? (f % 2 === 0 ? f : f + 1) : Math.round(x);
+    return (r / m).toFixed(d);
+  }
   function fmt(b) {
     if (b === null || b === undefined) return '–';
-    var a = Math.abs(b);
-    if (a >= GIB) return (b / GIB).toFixed(2) + ' GiB';
-    if (a >= MIB) return (b / MIB).toFixed(2) + ' MiB';
-    if (a >= KIB) return (b / KIB).toFixed(1) + ' KiB';
-    return b + ' B';
+    var a = Math.abs(b), sign = b < 0 ? '-' : '';
+    if (a < KIB) return b + 'B';
+    var units = ['K', 'M', 'G', 'T', 'P', 'E'], v = a / KIB, u = 0;
+    while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+    return sign + fixedEven(v, u === 0 ? 1 : 2) + units[u];
   }
   function fmtDelta(d) { return (d > 0 ? '+' : d < 0 ? '−' : '±') + fmt(Math.abs(d)); }
   function pct(d, base) { return base ? ((d > 0 ? '+' : d < 0 ? '−' : '') + Math.abs(100 * d / base).toFixed(1) + '%') : ''; }
@@ -411,7 +418,7 @@
     for (var q = 0; q < n; q++) if (tl[q] > ymax) ymax = tl[q];
     ymax = ymax * 1.1 || 1;
     var unit = ymax >= GIB ? GIB : ymax >= MIB ? MIB : ymax >= KIB ? KIB : 1;
-    var uname = { 1: 'B' }; uname[KIB] = 'KiB'; uname[MIB] = 'MiB'; uname[GIB] = 'GiB';
+    var uname = { 1: 'B' }; uname[KIB] = 'K'; uname[MIB] = 'M'; uname[GIB] = 'G';
     var step = niceStep(ymax / unit / 5) * unit;
     function X(i) { return L + i / n * W; }
     function Y(b) { return T + H - b / ymax * H; }

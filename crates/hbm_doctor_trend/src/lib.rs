@@ -24,6 +24,7 @@
 pub mod detect;
 pub mod live;
 pub mod reader;
+pub mod recording;
 pub mod report;
 pub mod simulate;
 pub mod stats;

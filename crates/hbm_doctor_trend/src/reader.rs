@@ -17,9 +17,9 @@
 //!   messages, the kernel OOM killer).
 
 use crate::detect::{Marker, MarkerKind};
+use crate::recording::{Event, Record, SourceKind};
 use crate::store::{Sample, Series};
 use regex::Regex;
-use serde::Deserialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::OnceLock;
 
@@ -324,27 +324,6 @@ fn pats() -> &'static Patterns {
     })
 }
 
-#[derive(Deserialize)]
-struct RecLine {
-    #[serde(rename = "type")]
-    ty: Option<String>,
-    host: Option<String>,
-    id: Option<serde_json::Value>,
-    used_bytes: Option<u64>,
-    limit_bytes: Option<u64>,
-    peak_bytes: Option<u64>,
-    step: Option<u64>,
-    ts: Option<f64>,
-    source: Option<String>,
-    rss_bytes: Option<u64>,
-    event: Option<String>,
-    host_oom_killed: Option<bool>,
-    pid: Option<u64>,
-    uncached_compiles: Option<u64>,
-    live_data_handles: Option<i64>,
-    live_xla_tensors: Option<i64>,
-}
-
 /// Unix seconds of an RFC 3339 / ISO 8601 time (`2026-11-21T10:00:00Z`,
 /// `2026-11-21 10:00:00,123`), or plain seconds.
 pub fn parse_time(s: &str) -> Option<f64> {
@@ -374,55 +353,18 @@ fn time_of(c: &regex::Captures<'_>) -> Option<f64> {
             off = sign * (hh * 3600 + mm * 60);
         }
     }
-    Some((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se - off) as f64 + frac)
+    Some(hbm_doctor_units::time::unix_seconds(y, mo, d, h, mi, se, off)? as f64 + frac)
 }
 
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// RFC 3339 UTC (`2026-11-23T04:00:00Z`) of Unix seconds.
+/// RFC 3339 UTC (`2026-11-23T04:00:00Z`) of Unix seconds. Thin wrapper over
+/// `hbm_doctor_units::time::rfc3339`, kept for existing callers.
 pub fn format_time(t: f64) -> String {
-    let secs = t.floor() as i64;
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    let z = days + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    hbm_doctor_units::time::rfc3339(t)
 }
 
+/// Bytes per unit (`gb`, `MiB`, `k`, `bytes`): `hbm_doctor_units::size::unit_bytes`.
 fn unit_scale(u: &str) -> Option<f64> {
-    let u = u.to_ascii_lowercase();
-    let k = 1024f64;
-    Some(match u.trim_end_matches("ib").trim_end_matches('b') {
-        "" | "bytes" | "byte" => 1.0,
-        "k" => k,
-        "m" => k * k,
-        "g" => k * k * k,
-        "t" => k * k * k * k,
-        "p" => k * k * k * k * k,
-        _ if u == "bytes" => 1.0,
-        _ => return None,
-    })
+    hbm_doctor_units::size::unit_bytes(u).map(|m| m as f64)
 }
 
 fn number(s: &str) -> Option<f64> {
@@ -655,17 +597,30 @@ impl Reader {
             return;
         }
         if t.starts_with('{') && t.contains("\"type\"") {
-            match serde_json::from_str::<RecLine>(t) {
-                Ok(r) if r.ty.is_some() => {
+            match serde_json::from_str::<Record>(t) {
+                Ok(r) => {
                     self.recording = true;
                     self.record_line(c, r);
                     return;
                 }
-                Ok(_) => {}
-                Err(_) => {
-                    c.skipped_lines += 1;
-                    return;
-                }
+                Err(_) => match serde_json::from_str::<serde_json::Value>(t) {
+                    // A line type the format does not define: ignored, as docs/recording.md
+                    // asks of readers.
+                    Ok(v)
+                        if v.get("type").and_then(|t| t.as_str()).is_some_and(|t| {
+                            !matches!(t, "header" | "sample" | "process" | "counters" | "event")
+                        }) =>
+                    {
+                        self.recording = true;
+                        return;
+                    }
+                    // No `type`: another reader's JSON (a memory dict, TensorBoard).
+                    Ok(v) if v.get("type").is_none_or(serde_json::Value::is_null) => {}
+                    _ => {
+                        c.skipped_lines += 1;
+                        return;
+                    }
+                },
             }
         }
         // PyTorch/XLA metrics blocks.
@@ -688,92 +643,101 @@ impl Reader {
         self.log_line(c, line);
     }
 
-    fn record_line(&mut self, c: &mut Collected, r: RecLine) {
-        let host = r.host.clone().unwrap_or_else(|| self.host.clone());
-        match r.ty.as_deref() {
-            Some("sample") => {
-                let Some(used) = r.used_bytes else {
+    fn record_line(&mut self, c: &mut Collected, r: Record) {
+        let host = |h: &Option<String>| h.clone().unwrap_or_else(|| self.host.clone());
+        match r {
+            Record::Header { .. } => {}
+            Record::Sample { host: h, device: d } => {
+                let host = host(&h);
+                let Some(used) = d.used_bytes else {
                     return;
                 };
-                let id = match &r.id {
-                    Some(serde_json::Value::String(s)) => s.clone(),
-                    Some(v @ serde_json::Value::Number(_)) => v.to_string(),
-                    _ => "0".into(),
-                };
-                let source = r.source.clone().unwrap_or_else(|| "recording".into());
-                match source.as_str() {
-                    "jax" => c.framework = c.framework.or(Some(Framework::Jax)),
-                    "torch_xla" | "metrics_file" => c.framework = Some(Framework::PytorchXla),
+                let source = d.source.as_str();
+                match d.source {
+                    SourceKind::Jax => c.framework = c.framework.or(Some(Framework::Jax)),
+                    SourceKind::TorchXla | SourceKind::MetricsFile => {
+                        c.framework = Some(Framework::PytorchXla);
+                    }
                     _ => {}
                 }
-                c.device(&host, &id, &source).series.push_from(
+                c.device(&host, &d.id, source).series.push_from(
                     Sample {
-                        step: r.step,
-                        ts: r.ts,
+                        step: d.step,
+                        ts: d.ts,
                         used,
-                        limit: r.limit_bytes,
-                        peak: r.peak_bytes,
+                        limit: d.limit_bytes,
+                        peak: d.peak_bytes,
                     },
-                    r.pid,
+                    d.pid.map(u64::from),
                 );
             }
-            Some("process") => {
-                if let Some(rss) = r.rss_bytes {
-                    c.host(&host).rss.push(Sample {
+            Record::Process {
+                ts,
+                host: h,
+                process,
+            } => {
+                if let Some(rss) = process.rss_bytes {
+                    c.host(&host(&h)).rss.push(Sample {
                         step: None,
-                        ts: r.ts,
+                        ts: Some(ts),
                         used: rss,
                         ..Sample::default()
                     });
                 }
             }
-            Some("counters") => {
+            Record::Counters {
+                host: h, counters, ..
+            } => {
                 c.framework = Some(Framework::PytorchXla);
                 self.ordinal += 1;
                 let p = CounterPoint {
-                    step: r.step,
+                    step: counters.step,
                     ordinal: self.ordinal,
-                    uncached_compiles: r.uncached_compiles,
-                    live_data_handles: r.live_data_handles,
-                    live_xla_tensors: r.live_xla_tensors,
+                    uncached_compiles: counters.uncached_compiles,
+                    live_data_handles: counters.live_data_handles,
+                    live_xla_tensors: counters.live_xla_tensors,
                     ..CounterPoint::default()
                 };
-                c.host(&host).push_counter(p);
+                c.host(&host(&h)).push_counter(p);
             }
-            Some("event") => match r.event.as_deref() {
-                Some("process_exit") => {
-                    let oom = r.host_oom_killed.unwrap_or(false);
-                    let h = c.host(&host);
-                    h.ending = if oom {
-                        Ending::HostOom
-                    } else {
-                        h.ending.max(Ending::Silent)
-                    };
-                    if oom {
-                        h.host_oom_evidence =
-                            Some("recording: process_exit with host_oom_killed".into());
-                    }
-                    for ((hh, _), d) in c.devices.iter_mut() {
-                        if *hh == host {
-                            d.series.mark_break();
+            Record::Event { host: h, event, .. } => {
+                let host = host(&h);
+                match event {
+                    Event::ProcessExit {
+                        host_oom_killed: oom,
+                        ..
+                    } => {
+                        let h = c.host(&host);
+                        h.ending = if oom {
+                            Ending::HostOom
+                        } else {
+                            h.ending.max(Ending::Silent)
+                        };
+                        if oom {
+                            h.host_oom_evidence =
+                                Some("recording: process_exit with host_oom_killed".into());
+                        }
+                        for ((hh, _), d) in c.devices.iter_mut() {
+                            if *hh == host {
+                                d.series.mark_break();
+                            }
                         }
                     }
-                }
-                Some("kernel_oom") => {
-                    let h = c.host(&host);
-                    h.ending = Ending::HostOom;
-                    h.host_oom_evidence = Some("recording: kernel_oom event".into());
-                }
-                Some("source_down") => {
-                    for ((hh, _), d) in c.devices.iter_mut() {
-                        if *hh == host {
-                            d.series.mark_break();
+                    Event::KernelOom { .. } => {
+                        let h = c.host(&host);
+                        h.ending = Ending::HostOom;
+                        h.host_oom_evidence = Some("recording: kernel_oom event".into());
+                    }
+                    Event::SourceDown { .. } => {
+                        for ((hh, _), d) in c.devices.iter_mut() {
+                            if *hh == host {
+                                d.series.mark_break();
+                            }
                         }
                     }
+                    _ => {}
                 }
-                _ => {}
-            },
-            _ => {}
+            }
         }
     }
 

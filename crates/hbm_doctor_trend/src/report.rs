@@ -193,22 +193,9 @@ fn cause(kind: CauseKind, evidence: String, actions: Vec<String>) -> Cause {
     Cause::new(kind, None, evidence, actions)
 }
 
+/// A signed size in the human spelling of `hbm_doctor_units::size` (`1.50G`, `-4.0K`).
 fn gib(b: f64) -> String {
-    let a = b.abs();
-    let s = if a >= 1024f64.powi(3) {
-        format!("{:.2}G", a / 1024f64.powi(3))
-    } else if a >= 1024f64.powi(2) {
-        format!("{:.1}M", a / 1024f64.powi(2))
-    } else if a >= 1024.0 {
-        format!("{:.1}K", a / 1024.0)
-    } else {
-        format!("{a:.0}B")
-    };
-    if b < 0.0 {
-        format!("-{s}")
-    } else {
-        s
-    }
+    hbm_doctor_units::size::format_signed_f64(b)
 }
 
 struct Rates {
