@@ -1372,7 +1372,11 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
 
 fn preallocation(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    if e.backend != Some(Backend::Gpu) && e.memory_space != Some(MemorySpace::Device) {
+    // The 75% cap is a GPU pool's (JAX's preallocation); other accelerators' allocators
+    // (Tenstorrent banks, Gaudi) have limits of their own that may also fall near 75%.
+    if e.family == Family::OtherAccelerator
+        || (e.backend != Some(Backend::Gpu) && e.memory_space != Some(MemorySpace::Device))
+    {
         return None;
     }
     let l = e.limit_bytes?;

@@ -67,9 +67,10 @@ fn p() -> &'static Patterns {
         // across 12 banks, where each bank needs to store 178956800 B"
         // ... "but bank size is 1071821792 B (allocated: 784847680 B, free: 286974112 B,
         // largest free block: 216504544 B)": the tail, when printed, is per bank.
+        // Users paste it hard-wrapped: a space may be a line break.
         tenstorrent: re(&format!(
             r"Out of Memory: Not enough space to allocate {SZ} (DRAM|L1) buffer(?: across (\d+) banks, where each bank needs to store {SZ}(?:, but bank size is (?:only )?{SZ}(?: \(allocated: {SZ}, free: {SZ}, largest free block: {SZ}\))?)?)?"
-        )),
+        ).replace(' ', r"\s+")),
     })
 }
 

@@ -445,11 +445,49 @@ fn model_params(t: &str) -> Option<u64> {
         .windows(2)
         .any(|w| w[0].is_ascii_digit() && (w[1] | 0x20) == b'b')
         && !t.contains("billion")
+        && !t.contains("aram")
     {
         return None;
     }
-    let ws: Vec<&str> = words(t).collect();
+    let ws: Vec<&str> = words(t)
+        .filter(|w| w.bytes().any(|b| b.is_ascii_alphanumeric()))
+        .collect();
+    // `~6`, `**Params**`: markdown and approximation marks around a word.
+    let bare = |w: &str| -> String {
+        w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '.')
+            .trim_end_matches('.')
+            .to_ascii_lowercase()
+    };
+    // A count written as one word (`6B`) or two (`6 B`, `6 billion`) at word `i`.
+    let count_at = |i: usize| -> Option<u64> {
+        let w = bare(ws.get(i)?);
+        if let Some(n) = billions(&w) {
+            return Some(n);
+        }
+        let unit = bare(ws.get(i + 1)?);
+        if unit == "b" || unit == "billion" {
+            return billions(&format!("{w}b"));
+        }
+        None
+    };
     for (i, w) in ws.iter().enumerate() {
+        // `Params: ~6 B`, `parameters: 6.7B`; `6 B params`, `6 billion parameters`.
+        let lw = bare(w);
+        if matches!(lw.as_str(), "params" | "parameters" | "param") {
+            if let Some(n) = count_at(i + 1) {
+                return Some(n);
+            }
+        }
+        if lw == "b" || lw == "billion" {
+            let is_param = ws
+                .get(i + 1)
+                .is_some_and(|n| bare(n).starts_with("param") || bare(n) == "model");
+            if is_param && i > 0 {
+                if let Some(n) = count_at(i - 1) {
+                    return Some(n);
+                }
+            }
+        }
         // A part of a hyphenated or underscored name, after a part with a letter.
         let parts: Vec<&str> = w.split(['-', '_']).collect();
         for k in 1..parts.len() {
@@ -2248,6 +2286,13 @@ mod tests {
             model_params("Failed to allocate request for 100.00MiB (104857600B)"),
             None
         );
+        assert_eq!(
+            model_params("**Params:** ~6 B (Flux-style)"),
+            Some(6_000_000_000)
+        );
+        assert_eq!(model_params("a 6.7 B parameter model"), Some(6_700_000_000));
+        assert_eq!(model_params("parameters: 13B"), Some(13_000_000_000));
+        assert_eq!(model_params("batch size 8 B per step"), None);
         assert_eq!(model_params("at 0x7b and jaxlib 0.4.7b"), None);
         assert_eq!(model_params("sha-256 digest v2-8 TPU"), None);
     }
