@@ -1483,7 +1483,7 @@ fn model_state_at_load(ctx: &Ctx<'_>) -> Option<Cause> {
     Some(ctx.cause(
         CauseKind::ArgumentsExceed,
         None,
-        format!("the traceback shows the failure while {what}{figures}, before any training step: the model state alone does not fit the device as it is placed"),
+        format!("the failure came while {what}{figures}, before any training step: the model state alone does not fit the device as it is placed"),
         vec![
             "Create or load the parameters already sharded over the devices (FSDP), instead of whole on one device and then split: jax.jit(init_fn, out_shardings=...) / orbax restore with the target shardings; PyTorch/XLA: FSDPv2 or xs.mark_sharding before moving weights.".into(),
             "Load weights in bf16 (or int8 for inference), and keep optimizer state sharded or on the host.".into(),

@@ -2166,7 +2166,32 @@ fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
         let lower = t.to_ascii_lowercase();
         after_frame = frame && !lower.contains("site-packages") && !lower.contains("/_src/");
     }
+    // No frame says it: the user's own words may ("I am not able to load the 2.7B model",
+    // "crashes when loading the checkpoint").
+    if found.is_none() {
+        found = before[start..]
+            .iter()
+            .chain(after.iter().take(LOOKAHEAD_STAGE_LINES))
+            .find_map(|l| prose_stage(&l.text));
+    }
     e.stage = e.stage.or(found);
+}
+
+/// A stage a sentence states: failing while loading a model, its weights or a checkpoint.
+fn prose_stage(t: &str) -> Option<Stage> {
+    static LOAD: OnceLock<Regex> = OnceLock::new();
+    if !t.contains("load") && !t.contains("Load") {
+        return None;
+    }
+    let re = LOAD.get_or_init(|| {
+        Regex::new(
+            r"(?i)\b(?:fail\w*|unable|not able|cannot|can't|can not|crash\w*|error|when|while|during)\b[^\n]{0,24}\bload(?:ing)?\b(?:\s+\S+){0,6}?\s+(?:model|weights|checkpoint|parameters)\b",
+        )
+        .expect("prose stage pattern")
+    });
+    // Code is not prose: `model = load_model(...)`.
+    let code = t.contains('(') && t.contains('=');
+    (!code && re.is_match(t)).then_some(Stage::Restore)
 }
 
 /// Lines before an event searched for its traceback.
@@ -2256,6 +2281,25 @@ mod tests {
         // A file called generate.py is not generation; library frames say nothing.
         let t = tb("  File \"generate.py\", line 1, in main\n    run()\n  File \"/x/site-packages/jax/_src/api.py\", line 5, in generate_thing\n    f()\n");
         assert_eq!(stage(&t), None);
+    }
+
+    #[test]
+    fn a_sentence_about_loading_a_model_is_the_restore_stage() {
+        use super::prose_stage;
+        for t in [
+            "I am not able to load the Flax GPT-Neo 2.7B model in my TPU VM v3-8 instance.",
+            "while loading model getting below error :",
+            "my program crashes with a resource exhaustion error when I try to load the model parameters:",
+        ] {
+            assert_eq!(prose_stage(t), Some(Stage::Restore), "{t}");
+        }
+        for t in [
+            "model = load_model(path)  # then train",
+            "Failed to load libtpu.so",
+            "I load the data, then train the model",
+        ] {
+            assert_eq!(prose_stage(t), None, "{t}");
+        }
     }
 
     #[test]
