@@ -190,7 +190,15 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
     let ctx = Ctx {
         e,
         category,
-        limit: e.limit_bytes,
+        // Unstated, a TPU's limit is what one device of the generation the text names offers
+        // (`v2-8`: 7.48G usable per device).
+        limit: e.limit_bytes.or_else(|| {
+            (e.memory_space == Some(MemorySpace::Hbm))
+                .then_some(e.accelerator.as_deref())
+                .flatten()
+                .and_then(chips::tpu_by_name)
+                .map(|t| t.usable_bytes)
+        }),
         // A report pasted without its headline still states the program's requirement, or at
         // least lists its buffers.
         used: e.used_bytes.or(e.program_bytes).or_else(|| {

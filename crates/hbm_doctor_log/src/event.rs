@@ -360,6 +360,11 @@ pub struct Event {
     /// still failed (`even with batch size 1`, `I tried reducing the batch size`).
     #[serde(default)]
     pub batch_tried: Option<String>,
+    /// Not serialized: a report pasted without its headline showed TPU's `Largest program
+    /// allocations in <space>:` header, which the compiler prints only in an out-of-memory error
+    /// (a successful compile may log `Total hbm usage >=`, never the listing header).
+    #[serde(skip)]
+    pub listing_header: bool,
 }
 
 impl Event {

@@ -250,14 +250,26 @@ impl Merger {
         }
         // A requirement block with no listing and no figure over a limit is what a *successful*
         // compile logs (`Total hbm usage >= 1.88G`): not an event.
+        // Unless the compiler's out-of-memory listing header was pasted with it, or it needs
+        // more than the TPU the text names can hold.
         events.retain(|e| {
             !(e.partial
                 && e.allocations.is_empty()
                 && e.family != Family::BfcAllocator
-                && e.exceeded_bytes.is_none())
+                && e.exceeded_bytes.is_none()
+                && !e.listing_header
+                && !over_named_tpu(e))
         });
         (events, self.warnings.summaries())
     }
+}
+
+/// A requirement that exceeds what one device of the TPU the text names (`v2-8`, `v5e`) offers.
+fn over_named_tpu(e: &Event) -> bool {
+    let (Some(used), Some(acc)) = (e.used_bytes, e.accelerator.as_deref()) else {
+        return false;
+    };
+    hbm_doctor_units::chips::tpu_by_name(acc).is_some_and(|t| used > t.usable_bytes)
 }
 
 fn remat_event(line: u64, remat: Remat, message: String) -> Event {

@@ -580,12 +580,14 @@ fn tpu_named(t: &str) -> Option<String> {
             .into_iter()
             .find(|g| l.starts_with(g))?;
         let rest = &l[gen.len()..];
+        // `v2.8 TPU`: a dot for the dash, only beside the word TPU (`v2.8` alone is a version).
+        let sep: &[char] = if mentions_tpu(t) { &['-', '.'] } else { &['-'] };
         let ok = rest.is_empty()
             || rest
-                .strip_prefix('-')
+                .strip_prefix(sep)
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
         // `v2`/`v3`/`v4` alone are too common (versions): they need a slice size.
-        (ok && (!rest.is_empty() || gen.len() > 2)).then(|| l.to_string())
+        (ok && (!rest.is_empty() || gen.len() > 2)).then(|| l.replacen('.', "-", 1))
     })
 }
 
@@ -1876,6 +1878,7 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
         }
         if pat.largest_header.is_match(t) || t.starts_with("Peak buffers") {
             in_largest = true;
+            e.listing_header |= t.starts_with("Largest");
             continue;
         }
         if in_largest {
@@ -2368,6 +2371,8 @@ mod tests {
         );
         assert_eq!(tpu_named("tpu-v6e-8").as_deref(), Some("v6e-8"));
         assert_eq!(tpu_named("python v3 and protobuf v4"), None);
+        assert_eq!(tpu_named("I am using v2.8 TPU.").as_deref(), Some("v2-8"));
+        assert_eq!(tpu_named("with transformers v4.8 on GPU"), None);
     }
 
     #[test]
