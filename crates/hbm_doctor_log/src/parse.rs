@@ -86,6 +86,7 @@ struct Patterns {
     remat: Regex,
     tf_oom: Regex,
     host_killed: Regex,
+    shell_killed: Regex,
     generic: Regex,
     not_memory: Regex,
     // report lines
@@ -148,6 +149,10 @@ fn p() -> &'static Patterns {
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
             tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\s+(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?(?:[\s.,"*]|$)"#),
             host_killed: re(r"(?:Out\s+of\s+memory:\s+Killed\s+process|oom-kill:.*?task=|Killed\s+process)\s*(\d+)?\s*\(?([\w.\-]*)\)?"),
+            // The shell's word for a process the kernel killed (`Killed`, `./run.sh: line 3: 812
+            // Killed  python train.py`, `zsh: killed  python`), the same word quoted as the output
+            // a user got, or SIGKILL said with memory.
+            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\]\s+\d+\s+)[Kk]illed\b.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             not_memory: re(r"(?i)message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
             total_usage: re(r"^Total\s+(\w+)\s+usage\s*>=\s*SZ"),
@@ -1021,6 +1026,11 @@ const FAMILIES: &[FamilyRow] = &[
         read: host_killed,
     },
     FamilyRow {
+        yields: "host_oom",
+        message: "the shell's `Killed` (a process the kernel killed, almost always for memory), `\"killed\"` quoted as the output a user got, or SIGKILL said with out-of-memory",
+        read: shell_killed,
+    },
+    FamilyRow {
         yields: "bfc_allocator",
         message: "the middle of a BFC dump, `Bin for X was Y, Chunk State`: a partial event",
         read: bin_for,
@@ -1599,6 +1609,16 @@ fn host_killed(h: &Headline<'_>) -> Read {
         .filter(|m| !m.as_str().is_empty())
         .map(|m| format!("process {}", m.as_str()));
     Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn shell_killed(h: &Headline<'_>) -> Read {
+    let first = h.first_line();
+    let Some(m) = h.pat.shell_killed.find(first) else {
+        return Read::Next;
+    };
+    let mut e = new_event(h.line, Family::HostOom, Phase::Runtime, h.flat);
+    e.memory_space = Some(MemorySpace::Host);
+    Read::Found((Piece::Event(Box::new(e)), m.end()))
 }
 
 fn bin_for(h: &Headline<'_>) -> Read {
@@ -2355,6 +2375,33 @@ mod tests {
         );
         assert_eq!(param_bits("params in float32"), Some(32));
         assert_eq!(param_bits("cut the batch in half"), None);
+    }
+
+    #[test]
+    fn a_process_the_kernel_killed() {
+        for text in [
+            "Killed\n",
+            "./train.sh: line 3: 81234 Killed                  python train.py\n",
+            "zsh: killed     python train.py\n",
+            "I run the script but get \"killed\" output.\n",
+            "the script is killed: SIGKILL. The SIGKILL is because of out-of-memory.\n",
+        ] {
+            let ev = scan_all(text.as_bytes());
+            assert_eq!(ev.len(), 1, "{text}");
+            assert_eq!(ev[0].family, Family::HostOom, "{text}");
+            assert_eq!(
+                ev[0].memory_space,
+                Some(crate::event::MemorySpace::Host),
+                "{text}"
+            );
+        }
+        for text in [
+            "Killed the old run and restarted it.\n",
+            "I killed the job with ctrl-c\n",
+            "worker exited with SIGKILL\n",
+        ] {
+            assert!(scan_all(text.as_bytes()).is_empty(), "{text}");
+        }
     }
 
     #[test]

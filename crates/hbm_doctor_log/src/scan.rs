@@ -70,6 +70,13 @@ pub(crate) const ANCHORS: &[&str] = &[
     "new constant",
     "DEVMEM",
     "ut of Memory",
+    // The shell's `Killed`, quoted `"killed"`, SIGKILL: a process the kernel killed.
+    "Killed",
+    "killed\"",
+    "killed'",
+    "killed`",
+    "SIGKILL",
+    "zsh: killed",
 ];
 
 /// The multi-pattern searcher for [`ANCHORS`]: the packed SIMD searcher (Teddy) called
