@@ -326,6 +326,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(1.5, runtime_step_batch(&ctx));
         rank!(2.2, torch_cache_fragmentation(&ctx));
         rank!(2.5, cuda_init_starved(&ctx));
+        rank!(2.4, cuda_init_other_process(&ctx));
         rank!(2.1, other_allocator_in_process(&ctx));
         for (prior, c) in vllm_kv_cache(&ctx) {
             add(prior, Some(c));
@@ -1312,8 +1313,9 @@ fn other_process(ctx: &Ctx<'_>) -> Option<Cause> {
     let (l, free) = (e.limit_bytes?, e.free_bytes?);
     let used = e.process_bytes.or(e.used_bytes)?;
     let held = l.saturating_sub(used).saturating_sub(free);
-    // A CUDA context alone takes a few hundred MiB outside the allocator.
-    if (held as f64) < l as f64 * 0.1 || held < 3 << 29 {
+    // A CUDA context takes a few hundred MiB outside the allocator, and a desktop on the same
+    // GPU up to a GiB or more: less than 2 GiB outside is no evidence of another process.
+    if (held as f64) < l as f64 * 0.1 || held < 2 << 30 {
         return None;
     }
     Some(ctx.cause(
@@ -1700,6 +1702,20 @@ fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
             "Let frameworks allocate on demand: XLA_PYTHON_CLIENT_PREALLOCATE=false (JAX), tf.config.experimental.set_memory_growth (TensorFlow); or lower XLA_PYTHON_CLIENT_MEM_FRACTION so the libraries keep room.".into(),
             "Check for another process on the GPU (nvidia-smi) and for two frameworks in one process each preallocating.".into(),
         ],
+        Vec::new(),
+    ))
+}
+
+/// The same starved library handle, from the other side: when no framework of this process is
+/// shown preallocating, the memory may be held by another process (a second trainer, a notebook
+/// kernel still alive, a colleague's job on a shared GPU).
+fn cuda_init_other_process(ctx: &Ctx<'_>) -> Option<Cause> {
+    cuda_init_starved(ctx)?;
+    Some(ctx.cause(
+        CauseKind::OtherProcess,
+        None,
+        "CUDA could not create a library handle before the program allocated anything: if no framework of this process preallocated the device, another process holds it".into(),
+        vec!["List what holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory --format=csv) and stop it, or pick a free GPU with CUDA_VISIBLE_DEVICES.".into()],
         Vec::new(),
     ))
 }

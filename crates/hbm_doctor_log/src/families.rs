@@ -49,8 +49,11 @@ fn p() -> &'static Patterns {
         torch_unallocated: re(&format!(
             r"Of the allocated memory {SZ} is allocated by PyTorch, and {SZ} is reserved by PyTorch but unallocated"
         )),
+        // `failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED`: cuBLAS found no
+        // memory for its handle, the device already taken (a preallocating framework or another
+        // process); the fix users report is a smaller pool or allow_growth.
         cuda_driver: re(
-            r"CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|cuMemAlloc[A-Za-z_]* (?:failed|results in)",
+            r"CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|cuMemAlloc[A-Za-z_]* (?:failed|results in)",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         cupy: re(r"[Oo]ut of memory allocating ([\d,]+) bytes \(allocated so far: ([\d,]+) bytes\)"),

@@ -1515,7 +1515,19 @@ fn tf_oom(h: &Headline<'_>) -> Read {
     let device = c
         .get(3)
         .map(|m| m.as_str().trim_end_matches([',', '.']).to_string());
-    let lower = device.as_deref().unwrap_or("").to_ascii_lowercase();
+    // Old messages without a device still name the op's placement on the node line under it
+    // (`[[Node: ... _device="/job:localhost/replica:0/task:0/device:CPU:0"]]`).
+    let placed = || {
+        let rest = &flat[end_of(&c).min(flat.len())..];
+        let at = rest.find("_device=\"")?;
+        let d = &rest[at + 9..];
+        Some(d[..d.find('"').unwrap_or(d.len())].to_string())
+    };
+    let lower = device
+        .clone()
+        .or_else(placed)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     e.backend = if lower.contains("gpu") {
         Some(Backend::Gpu)
     } else if lower.contains("tpu") {
@@ -1681,6 +1693,16 @@ fn generic(h: &Headline<'_>) -> Read {
     let pat = h.pat;
     let first_line_len = h.first_line_len;
     if pat.not_memory.is_match(first) {
+        return Read::Stop;
+    }
+    // A bare name (`I got ResourceExhaustedError`) says nothing itself: the error printed under
+    // it decides (`ResourceExhaustedError: ...; Too many open files` is not memory).
+    let bare = first[m.end()..]
+        .trim_start_matches(|c: char| c.is_ascii_alphanumeric())
+        .trim()
+        .trim_end_matches(['.', '!', ':'])
+        .is_empty();
+    if bare && pat.not_memory.is_match(flat) {
         return Read::Stop;
     }
     // "out of memory" in prose (a log that *talks* about OOMs) is not an event unless it is
@@ -2375,6 +2397,25 @@ mod tests {
         );
         assert_eq!(param_bits("params in float32"), Some(32));
         assert_eq!(param_bits("cut the batch in half"), None);
+    }
+
+    #[test]
+    fn old_tensorflow_placement_bare_mentions_and_starved_cublas() {
+        use crate::event::MemorySpace;
+        // The node line under an old TF message names the op's device.
+        let ev = scan_all(b"tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[33600,1024]\n\t [[Node: Variable_2/Adam/Assign = Assign[T=DT_FLOAT, _device=\"/job:localhost/replica:0/task:0/device:CPU:0\"](Variable_2/Adam)]]\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].memory_space, Some(MemorySpace::Host));
+        // A bare mention is decided by the error under it.
+        assert!(scan_all(b" I got ResourceExhaustedError \ntensorflow.python.framework.errors_impl.ResourceExhaustedError: /data/73.tfrecords; Too many open files\n").is_empty());
+        assert_eq!(
+            scan_all(b"I got ResourceExhaustedError\nResourceExhaustedError: OOM when allocating tensor with shape[64,1024,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n").len(),
+            1
+        );
+        // cuBLAS could not create its handle: the device was already full.
+        let ev = scan_all(b"E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_blas.cc:226] failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::CudaOom);
     }
 
     #[test]

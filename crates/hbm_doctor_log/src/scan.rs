@@ -64,6 +64,7 @@ pub(crate) const ANCHORS: &[&str] = &[
     "Graph input size",
     "OUT_OF_MEMORY",
     "ALLOC_FAILED",
+    "cublas handle",
     "AllocationError",
     "cache blocks",
     "KV cache (",
