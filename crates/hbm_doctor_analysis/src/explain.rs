@@ -251,6 +251,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         }};
     }
     rank!(10.0, shape_bug(&ctx));
+    rank!(3.5, implausible_dimension(&ctx));
     match category {
         Category::Vmem => rank!(5.0, kernel_tiling(&ctx)),
         Category::HostMemory => rank!(5.0, host_oom(&ctx)),
@@ -583,6 +584,33 @@ fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
         Some(need.saturating_sub(l)),
         evidence,
         Vec::new(),
+        Vec::new(),
+    ))
+}
+
+/// A buffer with an inner dimension of 2^24 or more: no feature, vocabulary or sequence axis of
+/// a real model is that wide, while a count (samples, tokens, the corpus size) put where a size
+/// belongs is. Leading dimensions are left alone (recommender tables have tens of millions of
+/// rows).
+fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
+    const WIDEST: u64 = 1 << 24;
+    let (a, dim) = ctx.e.allocations.iter().find_map(|a| {
+        let shape = a.shape.as_deref()?;
+        let dims = shape.split_once('[')?.1.split(']').next()?;
+        dims.split(',')
+            .skip(1)
+            .filter_map(|d| d.trim().parse::<u64>().ok())
+            .find(|&d| d >= WIDEST)
+            .map(|d| (a, d))
+    })?;
+    Some(ctx.cause(
+        CauseKind::ShapeBug,
+        None,
+        format!(
+            "{} has an inner dimension of {dim}: no feature, vocabulary or sequence axis is that wide, a count (samples, tokens, rows of the dataset) used as a size is",
+            a.shape.as_deref().unwrap_or("a buffer")
+        ),
+        vec![format!("Find where the dimension {dim} comes from (print the shapes of the layer's inputs and weights) and fix it; no batch or precision change makes this fit.")],
         Vec::new(),
     ))
 }

@@ -667,8 +667,24 @@ fn batch_tried(t: &str) -> Option<String> {
         "it works",
     ]
     .iter()
-    .any(|k| l.contains(k));
-    (!solved && (tried || one)).then(|| {
+    .any(|k| l.contains(k))
+        // `could be able to train`, `was able to run it` (not `not able to`, `unable to`).
+        || l.match_indices("able to").any(|(i, _)| {
+            let before = &l[..i];
+            !(before.ends_with("un")
+                || before.ends_with("not ")
+                || before.ends_with("n't ")
+                || before.ends_with("never "))
+        });
+    // A batch that still fails but is itself large (`reduced batch_size to 256`) rules
+    // nothing out: halving it further is still the first thing to do.
+    let still_large = l[b..]
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty())
+        .take(2)
+        .filter_map(|n| n.parse::<u64>().ok())
+        .any(|n| (32..=1 << 20).contains(&n));
+    (!solved && !still_large && (tried || one)).then(|| {
         let s: String = t.trim().chars().take(160).collect();
         s
     })
@@ -2472,6 +2488,14 @@ mod tests {
         .is_some());
         assert!(batch_tried("Even with batch size 1 I get the same error").is_some());
         assert!(batch_tried("batch_size=1 still OOMs").is_some());
+        assert!(batch_tried("I am not able to train even with batch size 2").is_some());
+        assert!(
+            batch_tried("I reduced the batch size down to 2 and could be able to train").is_none()
+        );
+        assert!(batch_tried(
+            "I have reduced batch_size to 256 and img_size to 128 and error persists."
+        )
+        .is_none());
         // The batch was the fix, or it is only mentioned.
         assert!(batch_tried("I can make it work by reducing the batch size").is_none());
         assert!(batch_tried("I tried reducing the batch size and it worked").is_none());
