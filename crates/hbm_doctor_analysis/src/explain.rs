@@ -252,6 +252,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
     }
     rank!(10.0, shape_bug(&ctx));
     rank!(3.5, implausible_dimension(&ctx));
+    rank!(1.7, vocabulary_logits(&ctx));
     match category {
         Category::Vmem => rank!(5.0, kernel_tiling(&ctx)),
         Category::HostMemory => rank!(5.0, host_oom(&ctx)),
@@ -611,6 +612,52 @@ fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
             a.shape.as_deref().unwrap_or("a buffer")
         ),
         vec![format!("Find where the dimension {dim} comes from (print the shapes of the layer's inputs and weights) and fix it; no batch or precision change makes this fit.")],
+        Vec::new(),
+    ))
+}
+
+/// One buffer of a GiB or more whose last dimension is vocabulary-sized (32k to 2^24): the
+/// logits (or their gradient) of every token over the whole vocabulary, the largest activation
+/// of a language model and one that neither the batch alone nor remat addresses well.
+///
+/// Only the tensor a runtime failure names: a compiler's listing is read by the detectors that
+/// know what each buffer is.
+fn vocabulary_logits(ctx: &Ctx<'_>) -> Option<Cause> {
+    if ctx.e.phase != Phase::Runtime {
+        return None;
+    }
+    let (a, dims) = ctx.e.allocations.iter().find_map(|a| {
+        if a.size_bytes < 1 << 30 {
+            return None;
+        }
+        let shape = a.shape.as_deref()?;
+        let dims: Vec<u64> = shape
+            .split_once('[')?
+            .1
+            .split(']')
+            .next()?
+            .split(',')
+            .map(|d| d.trim().parse::<u64>().ok())
+            .collect::<Option<_>>()?;
+        let last = *dims.last()?;
+        (dims.len() >= 2 && (32_000..1 << 24).contains(&last)).then_some((a, dims))
+    })?;
+    let vocab = *dims.last()?;
+    let positions: u64 = dims[..dims.len() - 1]
+        .iter()
+        .fold(1u64, |p, &d| p.saturating_mul(d));
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        Some(a.size_bytes.saturating_sub(a.size_bytes / 8)),
+        format!(
+            "{} ({}) holds the logits of {positions} token positions over a vocabulary of {vocab} at once",
+            a.shape.as_deref().unwrap_or("a buffer"),
+            fmt(a.size_bytes),
+        ),
+        vec![
+            "Compute the loss over the vocabulary in chunks of tokens (a chunked / fused cross-entropy that never holds all logits), or a sampled softmax.".into(),
+            "Keep logits in bf16 and fewer token positions per step (shorter sequences or a smaller batch); a smaller vocabulary if it is yours to choose.".into(),
+        ],
         Vec::new(),
     ))
 }
@@ -1412,7 +1459,8 @@ fn preallocation(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     // The 75% cap is a GPU pool's (JAX's preallocation); other accelerators' allocators
     // (Tenstorrent banks, Gaudi) have limits of their own that may also fall near 75%.
-    if e.family == Family::OtherAccelerator
+    // PyTorch's "total capacity" is the GPU itself, never a pool's share of it.
+    if matches!(e.family, Family::OtherAccelerator | Family::PytorchCudaOom)
         || (e.backend != Some(Backend::Gpu) && e.memory_space != Some(MemorySpace::Device))
     {
         return None;
