@@ -2107,6 +2107,35 @@ mod corpus_tests {
         assert_eq!(r.warnings.len(), 1, "the remat warning is counted");
     }
 
+    fn first_causes(rel: &str) -> Vec<CauseKind> {
+        let r = report(rel);
+        let d = r.diagnosis.as_ref().expect("diagnosis");
+        d.causes.iter().take(3).map(|c| c.cause).collect()
+    }
+
+    #[test]
+    fn shapes_that_tell_the_cause_of_a_runtime_failure() {
+        // A 24M-wide inner dimension: a count used as a size.
+        assert_eq!(
+            first_causes("issues/seyedsaeidmasoumzadeh-Predict-next-word-5.txt")[0],
+            CauseKind::ShapeBug
+        );
+        // [5776, 500002]: tokens x vocabulary logits.
+        assert_eq!(
+            first_causes("issues/tensorflow-nmt-348.txt")[0],
+            CauseKind::LargeActivation
+        );
+        // PyTorch's 6 GiB total capacity is the GPU, not a 75% pool of an 8 GB one.
+        assert!(
+            !first_causes("issues/eps696-aphantasia-22.txt").contains(&CauseKind::Preallocation)
+        );
+        // cuBLAS could not create its handle: the pool, then another process.
+        assert_eq!(
+            first_causes("issues/mfinzi-equivariant-MLP-7.txt")[..2],
+            [CauseKind::Preallocation, CauseKind::OtherProcess]
+        );
+    }
+
     #[test]
     fn many_allocations_past_a_v4_limit_in_an_issue_post() {
         let r = report("issues/erfanzar-EasyDeL-166.txt");
