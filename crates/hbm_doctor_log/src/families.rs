@@ -184,6 +184,17 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.requested_bytes = bytes(&c, 1);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
+    // Older tt-metal threw the message unformatted: `{}` placeholders, each value on a line of its
+    // own after it. Put them back before reading.
+    let filled;
+    let (flat, first, placeholders_end) = match fill_placeholders(flat, first) {
+        Some((text, first_len, end)) => {
+            filled = text;
+            (filled.as_str(), first_len, Some(end))
+        }
+        None => (flat, first, None),
+    };
+    let on_first = |m: &regex::Match<'_>| m.start() <= first;
     if let Some(c) = pat
         .tenstorrent
         .captures(flat)
@@ -205,7 +216,8 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
             e.free_bytes = per_bank(7);
             e.largest_free_bytes = per_bank(8);
         }
-        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+        let end = placeholders_end.unwrap_or(c.get(0)?.end());
+        return Some((Piece::Event(Box::new(e)), end));
     }
     if let Some(c) = pat
         .gaudi
@@ -220,6 +232,43 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     None
 }
 
+/// `flat` with the `{}` of its first line replaced by the lines that follow it, one value a
+/// line (`Not enough space to allocate {} B {} buffer` / `148897792` / `DRAM`): the new text, the
+/// length of its first line, and where in `flat` the last value used ends. `None` when the first
+/// line has no placeholder.
+fn fill_placeholders(flat: &str, first: usize) -> Option<(String, usize, usize)> {
+    let head = &flat[..first.min(flat.len())];
+    if !head.contains("{}") || !head.contains("Not enough space") {
+        return None;
+    }
+    let mut lines = flat[first.min(flat.len())..].split_inclusive('\n');
+    let mut end = first;
+    let mut out = String::with_capacity(flat.len());
+    let mut parts = head.split("{}").peekable();
+    while let Some(part) = parts.next() {
+        out.push_str(part);
+        if parts.peek().is_none() {
+            break;
+        }
+        // The next line that holds one value; a line with spaces is prose, not a value.
+        let value = loop {
+            let Some(l) = lines.next() else {
+                break None;
+            };
+            end += l.len();
+            let v = l.trim();
+            if !v.is_empty() {
+                break (!v.contains(' ')).then_some(v);
+            }
+        };
+        out.push_str(value.unwrap_or("{}"));
+    }
+    let first_len = out.len();
+    out.push('\n');
+    out.push_str(&flat[end.min(flat.len())..]);
+    Some((out, first_len, end))
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{scan_all, Family, Framework};
@@ -228,6 +277,15 @@ mod tests {
 
     fn g(b: Option<u64>) -> f64 {
         (b.unwrap_or(0) as f64 / GIB * 100.0).round() / 100.0
+    }
+
+    #[test]
+    fn tt_metal_unformatted_placeholders() {
+        let text = "RuntimeError: TT_THROW @ tt_metal/impl/allocator/allocator.cpp:107: tt::exception\ninfo:\nOut of Memory: Not enough space to allocate {} B {} buffer across {} banks, where each bank needs to store {} B\n148897792\nDRAM\n8\n18612224\nbacktrace:\n";
+        let ev = scan_all(text.as_bytes());
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::OtherAccelerator);
+        assert_eq!(ev[0].requested_bytes, Some(148_897_792));
     }
 
     #[test]
