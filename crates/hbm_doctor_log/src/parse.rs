@@ -702,7 +702,9 @@ impl Hints {
                 || t.contains("xla_util.cc")
                 || t.contains("SyncTensorsGraph")
                 || t.contains("pytorch/xla")
-                || t.contains("torch/")
+                // A path into torch (`site-packages/torch/`), not any `...pytorch/` directory.
+                || t.contains("/torch/")
+                || t.trim_start().starts_with("torch/")
             {
                 ptxla = true;
             }
@@ -716,6 +718,9 @@ impl Hints {
                 || t.contains("flax")
                 || t.contains("pjit")
                 || t.contains("XLA_PYTHON_CLIENT")
+                // jaxlib (before 0.4.14) built TensorFlow's sources in: its log lines name
+                // `external/org_tensorflow/...`, which TensorFlow's own never do.
+                || t.contains("external/org_tensorflow/")
             {
                 jax = true;
             }
