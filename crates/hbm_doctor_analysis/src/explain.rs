@@ -255,7 +255,14 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
     rank!(1.7, vocabulary_logits(&ctx));
     match category {
         Category::Vmem => rank!(5.0, kernel_tiling(&ctx)),
-        Category::HostMemory => rank!(5.0, host_oom(&ctx)),
+        Category::HostMemory => {
+            rank!(5.0, host_oom(&ctx));
+            // A tensor of the computation itself, placed on the CPU (TensorFlow's `allocator
+            // cpu`): the host is the device, and the step's batch is what fills it.
+            if e.family == Family::TfOomTensor {
+                rank!(5.5, runtime_step_batch(&ctx));
+            }
+        }
         Category::TcScImbalance => {
             rank!(4.0, sparsecore(&ctx));
             rank!(1.0, sparsecore_padding(&ctx));
@@ -1655,10 +1662,10 @@ fn generation_memory(ctx: &Ctx<'_>) -> Option<Cause> {
 fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     if e.phase != Phase::Runtime
-        || !matches!(
+        || !(matches!(
             ctx.category,
             Category::RuntimeAllocation | Category::SingleLargeAllocation | Category::Unknown
-        )
+        ) || (ctx.category == Category::HostMemory && e.family == Family::TfOomTensor))
         || e.step.is_some_and(|s| s >= 100)
     {
         return None;
