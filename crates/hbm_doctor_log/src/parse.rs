@@ -630,7 +630,14 @@ fn batch_tried(t: &str) -> Option<String> {
         "even with the batch",
         "even batch size",
         "even a batch",
-    ]);
+    ]) || {
+        // `I reduced a lot of options such as batch size`: a past-tense cut shortly before it.
+        let before = &l[b.saturating_sub(48)..b];
+        ["reduced ", "lowered ", "decreased ", "cut ", "shrunk "]
+            .iter()
+            .any(|v| before.contains(v))
+            && !before.contains("if ")
+    };
     let one = {
         // `batch size of 1`, `batch_size=1`, `batch size 1` followed by a failure word.
         let rest = &l[b..];
@@ -2494,6 +2501,13 @@ mod tests {
         assert!(batch_tried("Even with batch size 1 I get the same error").is_some());
         assert!(batch_tried("batch_size=1 still OOMs").is_some());
         assert!(batch_tried("I am not able to train even with batch size 2").is_some());
+        assert!(batch_tried(
+            "with GPU I just reduced a lot of options such as batch size, feature_maps etc."
+        )
+        .is_some());
+        assert!(
+            batch_tried("if I reduced options such as the batch size, would it fit?").is_none()
+        );
         assert!(
             batch_tried("I reduced the batch size down to 2 and could be able to train").is_none()
         );
