@@ -556,11 +556,27 @@ fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
     if found.is_empty() {
         return Vec::new();
     }
-    // With donation the outputs reuse the inputs, but an in-place update still needs one
-    // temporary of the largest updated array at a time.
+    // With donation the outputs reuse the inputs, but an in-place update computed from the old
+    // value (an optimizer step) still needs one temporary of the largest updated array at a
+    // time. A parameter the program copies whole (`copy(param)`, then updated in place by a
+    // dynamic-update-slice: a KV cache, a replay buffer) needs none: donated, the copy goes.
+    // A plain copy: the same shape and layout (a layout-changing copy is a transpose).
+    let copied: HashSet<(&str, &str)> = entry
+        .instructions
+        .iter()
+        .filter(|i| i.opcode == "copy" && i.operands.len() == 1)
+        .map(|i| (i.operands[0].trim_start_matches('%'), i.shape))
+        .collect();
+    let is_copied =
+        |p: &Instruction<'_>| copied.contains(&(p.name.trim_start_matches('%'), p.shape));
     let total: u64 = found.iter().map(|(_, z)| z).sum();
-    let largest = found.iter().map(|(_, z)| *z).max().unwrap_or(0);
-    let savings = if found.len() > 1 {
+    let in_place: Vec<u64> = found
+        .iter()
+        .filter(|(p, _)| !is_copied(p))
+        .map(|(_, z)| *z)
+        .collect();
+    let largest = in_place.iter().copied().max().unwrap_or(0);
+    let savings = if in_place.len() > 1 {
         total - largest
     } else {
         total
@@ -599,8 +615,8 @@ fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
     // largest, whose in-place update still needs one temporary of its size.
     let mut taken: Vec<&str> = Vec::new();
     let mut by_size: Vec<&(&Instruction<'_>, u64)> = found.iter().collect();
-    by_size.sort_by_key(|(_, z)| std::cmp::Reverse(*z));
-    let skip = usize::from(found.len() > 1);
+    by_size.sort_by_key(|(p, z)| (is_copied(p), std::cmp::Reverse(*z)));
+    let skip = usize::from(in_place.len() > 1);
     for (p, _) in by_size.into_iter().skip(skip) {
         if let Some(o) = s.buffers_at_peak.iter().find(|b| {
             b.kind == "output"
