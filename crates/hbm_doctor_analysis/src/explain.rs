@@ -116,7 +116,10 @@ pub fn categorize(e: &Event) -> Category {
             .output_bytes
             .unwrap_or(0)
             .saturating_sub(e.output_aliased_bytes.unwrap_or(0));
-        if args >= l || args.saturating_add(outputs) >= l {
+        // Outputs reaching the limit with the arguments are the arguments' story only when no
+        // single buffer (an output gathered whole, stacked logits) is itself half the device.
+        if args >= l || (args.saturating_add(outputs) >= l && !e.allocations.iter().any(over_half))
+        {
             return Category::Arguments;
         }
     }
