@@ -599,12 +599,12 @@ fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
-/// A buffer with an inner dimension of 2^24 or more: no feature, vocabulary or sequence axis of
+/// A buffer with an inner dimension of 2^21 (2,097,152) or more: no feature, vocabulary or sequence axis of
 /// a real model is that wide, while a count (samples, tokens, the corpus size) put where a size
 /// belongs is. Leading dimensions are left alone (recommender tables have tens of millions of
 /// rows).
 fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
-    const WIDEST: u64 = 1 << 24;
+    const WIDEST: u64 = 1 << 21;
     let (a, dim) = ctx.e.allocations.iter().find_map(|a| {
         let shape = a.shape.as_deref()?;
         let dims = shape.split_once('[')?.1.split(']').next()?;
@@ -626,7 +626,7 @@ fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
-/// One buffer of a GiB or more whose last dimension is vocabulary-sized (32k to 2^24): the
+/// One buffer of a GiB or more whose last dimension is vocabulary-sized (32k to 2^21): the
 /// logits (or their gradient) of every token over the whole vocabulary, the largest activation
 /// of a language model and one that neither the batch alone nor remat addresses well.
 ///
@@ -650,7 +650,7 @@ fn vocabulary_logits(ctx: &Ctx<'_>) -> Option<Cause> {
             .map(|d| d.trim().parse::<u64>().ok())
             .collect::<Option<_>>()?;
         let last = *dims.last()?;
-        (dims.len() >= 2 && (32_000..1 << 24).contains(&last)).then_some((a, dims))
+        (dims.len() >= 2 && (32_000..1 << 21).contains(&last)).then_some((a, dims))
     })?;
     let vocab = *dims.last()?;
     let positions: u64 = dims[..dims.len() - 1]
