@@ -111,6 +111,9 @@ pub struct Layout {
 pub struct Shape {
     /// Element type.
     pub element_type: PrimitiveType,
+    /// The element type as XLA spells it (`u8`, `f16`, `f8e4m3fn`; TensorFlow's `float`, `half`,
+    /// `uint8` in XLA's spelling): `element_type` keeps only the kind and width.
+    pub type_name: &'static str,
     /// Dimension sizes, dynamic dimensions at their upper bound.
     pub dims: Vec<u64>,
     /// The printed layout, when there was one.
@@ -126,6 +129,7 @@ impl Shape {
         let text = text.trim();
         let open = text.find('[')?;
         let element_type = PrimitiveType::parse(&text[..open])?;
+        let type_name = xla_type_name(&text[..open]).unwrap_or_else(|| element_type.name());
         let close = open + text[open..].find(']')?;
         let mut dims = Vec::new();
         let inner = text[open + 1..close].trim();
@@ -149,6 +153,7 @@ impl Shape {
         };
         Some(Shape {
             element_type,
+            type_name,
             dims,
             layout,
         })
@@ -284,11 +289,76 @@ impl Shape {
 
     /// The shape without its layout, e.g. `f32[129,1024]`.
     pub fn without_layout(&self) -> String {
-        format_dims(self.element_type_name(), &self.dims)
+        format_dims(self.type_name, &self.dims)
     }
+}
 
-    fn element_type_name(&self) -> &'static str {
-        match self.element_type {
+/// XLA's spelling of an element type name (TensorFlow's names mapped to it), when it is one.
+fn xla_type_name(name: &str) -> Option<&'static str> {
+    const XLA: &[&str] = &[
+        "pred",
+        "s1",
+        "s2",
+        "s4",
+        "s8",
+        "s16",
+        "s32",
+        "s64",
+        "u1",
+        "u2",
+        "u4",
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+        "f16",
+        "bf16",
+        "f32",
+        "f64",
+        "c64",
+        "c128",
+        "f8e5m2",
+        "f8e4m3fn",
+        "f8e4m3b11fnuz",
+        "f8e5m2fnuz",
+        "f8e4m3fnuz",
+        "f8e4m3",
+        "f8e3m4",
+        "f8e8m0fnu",
+        "f4e2m1fn",
+        "f6e2m3fn",
+        "f6e3m2fn",
+        "token",
+        "opaque",
+    ];
+    let lower = name.trim().to_ascii_lowercase();
+    if let Some(n) = XLA.iter().find(|n| **n == lower) {
+        return Some(n);
+    }
+    Some(match lower.as_str() {
+        "bool" => "pred",
+        "bfloat16" => "bf16",
+        "half" | "float16" => "f16",
+        "float" | "float32" => "f32",
+        "double" | "float64" => "f64",
+        "int8" | "qint8" => "s8",
+        "uint8" | "quint8" => "u8",
+        "int16" => "s16",
+        "uint16" => "u16",
+        "int32" | "qint32" => "s32",
+        "uint32" => "u32",
+        "int64" => "s64",
+        "uint64" => "u64",
+        "complex64" => "c64",
+        "complex128" => "c128",
+        _ => return None,
+    })
+}
+
+impl PrimitiveType {
+    /// A name for the kind and width alone (signedness and float format are not kept).
+    pub fn name(&self) -> &'static str {
+        match self {
             PrimitiveType::Pred => "pred",
             PrimitiveType::Int(8) => "s8",
             PrimitiveType::Int(16) => "s16",
@@ -397,6 +467,23 @@ impl Layout {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn element_types_keep_their_spelling() {
+        for (text, printed) in [
+            ("u8[4,8]{1,0}", "u8[4,8]"),
+            ("f16[8,128]", "f16[8,128]"),
+            ("bf16[8,128]", "bf16[8,128]"),
+            ("f8e4m3fn[16]", "f8e4m3fn[16]"),
+            ("u32[]", "u32[]"),
+            ("float[32,23997509]", "f32[32,23997509]"),
+            ("half[2]", "f16[2]"),
+            ("uint8[3]", "u8[3]"),
+        ] {
+            assert_eq!(Shape::parse(text).expect(text).without_layout(), printed);
+        }
+    }
+
     use super::*;
 
     fn check(text: &str, padded: u64, unpadded: u64) {
