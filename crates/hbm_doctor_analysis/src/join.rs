@@ -56,11 +56,14 @@ pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<Str
                 if dc.savings_bytes.is_some() {
                     c.savings_bytes = dc.savings_bytes;
                 }
-                for a in &dc.actions {
-                    if !c.actions.contains(a) {
-                        c.actions.push(a.clone());
+                // The dump's actions name its buffers: they come first, the rule's after.
+                let mut actions = dc.actions.clone();
+                for a in &c.actions {
+                    if !actions.contains(a) {
+                        actions.push(a.clone());
                     }
                 }
+                c.actions = actions;
             }
             None => d.causes.push(dc.clone()),
         }
