@@ -466,6 +466,7 @@ fn summary(ctx: &Ctx<'_>, chip: Option<&str>) -> String {
     let e = ctx.e;
     let space = match e.memory_space {
         Some(MemorySpace::Hbm) => "HBM",
+        Some(MemorySpace::Vmem) if e.family == Family::GpuSharedMemory => "GPU shared memory",
         Some(MemorySpace::Vmem) => "VMEM",
         Some(MemorySpace::Smem) => "SMEM",
         Some(MemorySpace::Host) => "host memory",
@@ -701,6 +702,9 @@ fn kernel_tiling(ctx: &Ctx<'_>) -> Option<Cause> {
         format!("If the blocks are right and the chip's physical {space} is larger than the scoped limit, raise the limit for that kernel: pltpu.CompilerParams(vmem_limit_bytes=...) in pallas_call."),
         "Last resort: raise the scoped limit for every kernel with LIBTPU_INIT_ARGS=--xla_tpu_scoped_vmem_limit_kib=N (TPU flags go in LIBTPU_INIT_ARGS, not XLA_FLAGS).".into(),
     ];
+    if e.family == Family::GpuSharedMemory {
+        return Some(gpu_shared_memory(ctx, need, factor));
+    }
     if let Some(a) = e.allocations.first() {
         actions.insert(0, format!("The allocation that failed: {}.", describe(a)));
     }
@@ -714,6 +718,53 @@ fn kernel_tiling(ctx: &Ctx<'_>) -> Option<Cause> {
             code: "pl.pallas_call(\n    kernel,\n    grid=grid,\n    in_specs=[pl.BlockSpec((256, 512), lambda i, j: (i, j))],  # smaller blocks\n    compiler_params=pltpu.CompilerParams(vmem_limit_bytes=64 * 1024 * 1024),\n)".into(),
         }],
     ))
+}
+
+/// A GPU kernel over its per-block shared memory: a Pallas/Triton kernel's blocks (run time),
+/// or a fusion XLA generated (ptxas at compile time, which names it).
+fn gpu_shared_memory(ctx: &Ctx<'_>, need: Option<u64>, factor: Option<u64>) -> Cause {
+    let e = ctx.e;
+    let limit = e.limit_bytes;
+    let evidence = match (need, limit) {
+        (Some(n), Some(l)) => format!(
+            "the kernel asks {} of shared memory per block; the GPU gives a block {} ({}x)",
+            fmt(n),
+            fmt(l),
+            factor.unwrap_or(1)
+        ),
+        _ => "a GPU kernel asks more shared memory per block than the GPU gives".into(),
+    };
+    let actions = if let (Phase::Compile, Some(fusion)) = (e.phase, e.program.as_deref()) {
+        vec![
+            format!("The kernel is XLA's own fusion `{fusion}`, not your code: upgrade jaxlib / the CUDA plugin (fixed in later XLA releases), or keep XLA from generating it: XLA_FLAGS=--xla_gpu_enable_triton_gemm=false (matmul fusions) or a smaller problem size."),
+            "Report the HLO to XLA (XLA_FLAGS=--xla_dump_to=DIR): a fusion over the shared-memory limit is a compiler bug.".into(),
+        ]
+    } else {
+        let shrink = factor.filter(|&f| f > 1).map_or("smaller".into(), |f| {
+            format!("at least {}x smaller", f.next_power_of_two())
+        });
+        vec![
+            format!("Make the kernel's blocks {shrink}: block_m/block_n/block_k in a Pallas GPU or Triton kernel (the blocks of every operand live in shared memory at once), and fewer pipeline stages (num_stages)."),
+            "Batch size does not matter here: the block, not the array, must fit in shared memory.".into(),
+            "The limit is per block and per GPU generation (48K by default; up to 99K on A100 and 227K on H100 when the kernel opts in): a block tuned for a newer GPU may not fit an older one.".into(),
+        ]
+    };
+    // The table's generic kernel advice is TPU's (scoped VMEM flags): none of it applies here.
+    let mut c = ctx.cause(
+        CauseKind::KernelTiling,
+        need.zip(limit).map(|(n, l)| n.saturating_sub(l)),
+        evidence,
+        actions.clone(),
+        vec![Snippet {
+            framework: "jax".into(),
+            code: "pl.pallas_call(\n    kernel,\n    grid=grid,\n    in_specs=[pl.BlockSpec((64, 64), lambda i, j: (i, j))],  # smaller blocks\n    compiler_params=plgpu.CompilerParams(num_stages=2),\n)".into(),
+        }],
+    );
+    c.actions = actions;
+    if e.phase == Phase::Compile && e.program.is_some() {
+        c.snippets.clear(); // XLA's fusion: no kernel of the user's to change
+    }
+    c
 }
 
 fn host_oom(ctx: &Ctx<'_>) -> Option<Cause> {

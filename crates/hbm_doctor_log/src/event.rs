@@ -153,6 +153,10 @@ pub enum Family {
     /// vLLM's KV cache cannot be sized (`No available memory for the cache blocks`, max seq len
     /// larger than the KV cache).
     VllmKvCache,
+    /// A GPU kernel's per-block shared memory: Pallas/Triton `Shared memory size limit exceeded:
+    /// requested N, available: M`, ptxas `uses too much shared data (X bytes, Y max)` (reported
+    /// in memory space `vmem`, the on-chip scratch).
+    GpuSharedMemory,
     /// An accelerator outside XLA (Gaudi, Tenstorrent), read best-effort.
     OtherAccelerator,
     /// `RESOURCE_EXHAUSTED` about memory with no figures this tool can read.
@@ -162,7 +166,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in declaration order.
-    pub const ALL: [Family; 20] = [
+    pub const ALL: [Family; 21] = [
         Family::TpuCompileHbm,
         Family::TpuCompileHbmOld,
         Family::TpuHloTemporaries,
@@ -181,6 +185,7 @@ impl Family {
         Family::PytorchCudaOom,
         Family::CudaOom,
         Family::VllmKvCache,
+        Family::GpuSharedMemory,
         Family::OtherAccelerator,
         Family::Unrecognized,
     ];
@@ -206,6 +211,7 @@ impl Family {
             Family::PytorchCudaOom => "pytorch_cuda_oom",
             Family::CudaOom => "cuda_oom",
             Family::VllmKvCache => "vllm_kv_cache",
+            Family::GpuSharedMemory => "gpu_shared_memory",
             Family::OtherAccelerator => "other_accelerator",
             Family::Unrecognized => "unrecognized",
         }

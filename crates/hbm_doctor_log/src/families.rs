@@ -22,6 +22,8 @@ struct Patterns {
     constant: Regex,
     gaudi: Regex,
     tenstorrent: Regex,
+    gpu_shared: Regex,
+    ptxas_shared: Regex,
 }
 
 fn re(s: &str) -> Regex {
@@ -70,6 +72,12 @@ fn p() -> &'static Patterns {
         // across 12 banks, where each bank needs to store 178956800 B"
         // ... "but bank size is 1071821792 B (allocated: 784847680 B, free: 286974112 B,
         // largest free block: 216504544 B)": the tail, when printed, is per bank.
+        // A GPU kernel's per-block shared memory (Pallas on GPU, Triton): "Shared memory size
+        // limit exceeded: requested 4194304, available: 101376" (users paste it wrapped).
+        gpu_shared: re(r"Shared memory size limit exceeded:\s*requested (\d+),\s*available:\s*(\d+)"),
+        // ptxas on an XLA:GPU fusion: "Entry function 'fusion_42' uses too much shared data
+        // (0xc600 bytes, 0xc000 max)" (the max is sometimes cut by the log's line).
+        ptxas_shared: re(r"Entry function '([^']+)' uses too much shared data \((0x[0-9a-fA-F]+|\d+) bytes,?\s*(?:(0x[0-9a-fA-F]+|\d+) max)?"),
         // Users paste it hard-wrapped: a space may be a line break.
         tenstorrent: re(&format!(
             r"Out of Memory: Not enough space to allocate {SZ} (DRAM|L1) buffer(?: across (\d+) banks, where each bank needs to store {SZ}(?:, but bank size is (?:only )?{SZ}(?: \(allocated: {SZ}, free: {SZ}, largest free block: {SZ}\))?)?)?"
@@ -184,6 +192,37 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.requested_bytes = bytes(&c, 1);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
+    if let Some(c) = pat
+        .gpu_shared
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = gpu_event(line, Family::GpuSharedMemory, flat);
+        e.memory_space = Some(MemorySpace::Vmem);
+        e.requested_bytes = c[1].parse().ok();
+        e.limit_bytes = c[2].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat
+        .ptxas_shared
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = gpu_event(line, Family::GpuSharedMemory, flat);
+        e.phase = Phase::Compile;
+        e.memory_space = Some(MemorySpace::Vmem);
+        let num = |m: Option<regex::Match<'_>>| {
+            let t = m?.as_str();
+            match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => t.parse().ok(),
+            }
+        };
+        e.requested_bytes = num(c.get(2));
+        e.limit_bytes = num(c.get(3));
+        e.program = Some(c[1].to_string());
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     // Older tt-metal threw the message unformatted: `{}` placeholders, each value on a line of its
     // own after it. Put them back before reading.
     let filled;
@@ -277,6 +316,27 @@ mod tests {
 
     fn g(b: Option<u64>) -> f64 {
         (b.unwrap_or(0) as f64 / GIB * 100.0).round() / 100.0
+    }
+
+    #[test]
+    fn gpu_shared_memory_of_a_kernel() {
+        use crate::event::{MemorySpace, Phase};
+        let ev = scan_all(b"XlaRuntimeError: RESOURCE_EXHAUSTED: Shared memory size limit exceeded:\nrequested 1179648, available: 232448\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::GpuSharedMemory);
+        assert_eq!(ev[0].memory_space, Some(MemorySpace::Vmem));
+        assert_eq!(
+            (ev[0].requested_bytes, ev[0].limit_bytes),
+            (Some(1_179_648), Some(232_448))
+        );
+        let ev = scan_all(b"E nvptx_compiler.cc:414] ptxas error   : Entry function 'fusion_42' uses too much shared data (0xc600 bytes, 0xc000 max)\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].phase, Phase::Compile);
+        assert_eq!(
+            (ev[0].requested_bytes, ev[0].limit_bytes),
+            (Some(0xc600), Some(0xc000))
+        );
+        assert_eq!(ev[0].program.as_deref(), Some("fusion_42"));
     }
 
     #[test]

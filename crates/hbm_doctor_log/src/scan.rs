@@ -65,6 +65,8 @@ pub(crate) const ANCHORS: &[&str] = &[
     "OUT_OF_MEMORY",
     "ALLOC_FAILED",
     "cublas handle",
+    "Shared memory size limit",
+    "too much shared data",
     "AllocationError",
     "cache blocks",
     "KV cache (",

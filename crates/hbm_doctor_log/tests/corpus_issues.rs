@@ -75,6 +75,7 @@ fn families(name: &str) -> &'static [Family] {
         "pytorch_cuda_oom" => &[PytorchCudaOom],
         "cuda_oom" => &[CudaOom, PytorchCudaOom],
         "vllm_kv_cache" => &[VllmKvCache],
+        "gpu_shared_memory" => &[GpuSharedMemory],
         _ => &[],
     }
 }
