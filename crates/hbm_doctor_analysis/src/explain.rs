@@ -1934,6 +1934,8 @@ fn pool_named(ctx: &Ctx<'_>) -> Option<Cause> {
     let advice = match knob {
         "gpu_memory_utilization" | "gpu-memory-utilization" => "vLLM reserves gpu_memory_utilization x the device for weights and the KV cache up front: lower it to leave room for programs loaded later (or raise it when the KV cache is what does not fit); keep max_model_len no larger than you serve.",
         "XLA_PYTHON_CLIENT_MEM_FRACTION" | "XLA_PYTHON_CLIENT_PREALLOCATE" | "set_per_process_memory_fraction" | "per_process_gpu_memory_fraction" => "The pool fraction caps what the process may use: give it more of the device (XLA_PYTHON_CLIENT_MEM_FRACTION=.95) when nothing else shares it, or XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand.",
+        "TF_FORCE_UNIFIED_MEMORY" => "With unified memory the pool may grow past the GPU into host RAM, but only up to XLA_PYTHON_CLIENT_MEM_FRACTION x the GPU's memory (AlphaFold sets 4.0): a request larger than that needs a larger fraction, and runs at host-memory speed.",
+        "XLA_PYTHON_CLIENT_ALLOCATOR" => "The allocator setting decides how the pool grows: XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates on demand (no BFC pool, no fragmentation, slower); remove it to get the preallocated pool back.",
         _ => "Remove or raise the cap unless another program must share the device.",
     };
     Some(ctx.cause(

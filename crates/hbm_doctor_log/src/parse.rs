@@ -371,6 +371,9 @@ const POOL_SETTINGS: &[&str] = &[
     "per_process_gpu_memory_fraction",
     "xla_tpu_max_hbm_size_mib",
     "set_per_process_memory_fraction",
+    // Unified memory lets the pool exceed the GPU, up to the fraction times its memory.
+    "TF_FORCE_UNIFIED_MEMORY",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
 ];
 
 /// `gpu_memory_utilization=0.93` or `gpu-memory-utilization value from 0.93`: the setting with
