@@ -256,6 +256,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
     rank!(10.0, shape_bug(&ctx));
     rank!(3.5, implausible_dimension(&ctx));
     rank!(1.7, vocabulary_logits(&ctx));
+    rank!(2.8, unsharded_init_random_bits(&ctx));
     match category {
         Category::Vmem => rank!(5.0, kernel_tiling(&ctx)),
         Category::HostMemory => {
@@ -607,6 +608,11 @@ fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
 fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
     const WIDEST: u64 = 1 << 21;
     let (a, dim) = ctx.e.allocations.iter().find_map(|a| {
+        // The random bits of threefry are drawn flat (`u32[2,N]` for N elements): not a bug.
+        let op = a.op_name.as_deref().unwrap_or("");
+        if op.contains("threefry") || op.contains("rng_bit_generator") {
+            return None;
+        }
         let shape = a.shape.as_deref()?;
         let dims = shape.split_once('[')?.1.split(']').next()?;
         dims.split(',')
@@ -623,6 +629,46 @@ fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
             a.shape.as_deref().unwrap_or("a buffer")
         ),
         vec![format!("Find where the dimension {dim} comes from (print the shapes of the layer's inputs and weights) and fix it; no batch or precision change makes this fit.")],
+        Vec::new(),
+    ))
+}
+
+/// The random bits of a parameter initializer (`threefry2x32`, `rng_bit_generator` under
+/// `_normal` / `_truncated_normal` / `_uniform`, or in an init function) are a large part of the
+/// listing: the random number generator was not partitioned, so every device draws the whole
+/// array's bits before the parameters are sharded. Dropout masks in a training step are not this.
+fn unsharded_init_random_bits(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let is_init_rng = |a: &Allocation| {
+        let op = a.op_name.as_deref().unwrap_or("").to_ascii_lowercase();
+        let rng = op.contains("threefry") || op.contains("rng_bit_generator");
+        let initializer = ["_normal", "_truncated_normal", "init", "_uniform"]
+            .iter()
+            .any(|k| op.contains(k));
+        let training = ["jvp(", "transpose(", "dropout", "bernoulli", "train_step"]
+            .iter()
+            .any(|k| op.contains(k));
+        rng && (initializer || e.stage == Some(Stage::Init)) && !training
+    };
+    let rng: Vec<&Allocation> = e.allocations.iter().filter(|a| is_init_rng(a)).collect();
+    let bytes: u64 = rng.iter().map(|a| a.size_bytes).sum();
+    let listed: u64 = e.allocations.iter().map(|a| a.size_bytes).sum();
+    if rng.is_empty() || bytes < 1 << 30 || bytes.saturating_mul(4) < listed {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::ReplicatedTensor,
+        None,
+        format!(
+            "{} buffer(s) of {} hold the random bits of parameter initialization ({}): the random number generator was not partitioned, so every device draws the bits of the whole array before it is sharded",
+            rng.len(),
+            fmt(bytes),
+            rng[0].shape.as_deref().unwrap_or("?")
+        ),
+        vec![
+            "Make the generator partitionable: jax.config.update('jax_threefry_partitionable', True) (the default from JAX 0.5), so each device draws only its shard's bits.".into(),
+            "Create the parameters inside jit with out_shardings (or a sharding constraint on each initializer's output), so the random bits are born sharded; or initialize layer by layer.".into(),
+        ],
         Vec::new(),
     ))
 }
@@ -2191,6 +2237,16 @@ mod corpus_tests {
         // PyTorch's 6 GiB total capacity is the GPU, not a 75% pool of an 8 GB one.
         assert!(
             !first_causes("issues/eps696-aphantasia-22.txt").contains(&CauseKind::Preallocation)
+        );
+        // Random bits of parameter initialization drawn whole on every device; dropout masks of
+        // a training step are not that.
+        assert_eq!(
+            first_causes("issues/marin-community-levanter-475.txt")[0],
+            CauseKind::ReplicatedTensor
+        );
+        assert_eq!(
+            first_causes("issues/jax-ml-jax-17982.txt")[0],
+            CauseKind::NoRemat
         );
         // cuBLAS could not create its handle: the pool, then another process.
         assert_eq!(
