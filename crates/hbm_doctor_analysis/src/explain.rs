@@ -266,6 +266,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
             if e.family == Family::TfOomTensor {
                 rank!(5.5, runtime_step_batch(&ctx));
             }
+            rank!(6.0, jit_code_memory(&ctx));
         }
         Category::TcScImbalance => {
             rank!(4.0, sparsecore(&ctx));
@@ -811,6 +812,24 @@ fn gpu_shared_memory(ctx: &Ctx<'_>, need: Option<u64>, factor: Option<u64>) -> C
         c.snippets.clear(); // XLA's fusion: no kernel of the user's to change
     }
     c
+}
+
+/// LLVM's JIT could not map newly compiled code: the host holds the compiled executables, and
+/// a program compiled again for every new shape fills it.
+fn jit_code_memory(ctx: &Ctx<'_>) -> Option<Cause> {
+    if !ctx.e.message.contains("JIT session error") {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::Recompilation,
+        None,
+        "LLVM's JIT could not map newly compiled code into host memory: compiled executables accumulate there, one per new input shape or static argument, and are kept in JAX's caches".into(),
+        vec![
+            "Keep shapes stable across steps (pad or bucket variable sizes; pass changing Python values as traced arguments, not static ones); jax.config.update('jax_log_compiles', True) lists each compile.".into(),
+            "Free what was compiled: jax.clear_caches() every N steps or episodes, when shapes cannot be made stable.".into(),
+        ],
+        Vec::new(),
+    ))
 }
 
 fn host_oom(ctx: &Ctx<'_>) -> Option<Cause> {
@@ -1746,7 +1765,7 @@ fn generation_memory(ctx: &Ctx<'_>) -> Option<Cause> {
         return None;
     }
     Some(ctx.cause(
-        CauseKind::LargeActivation,
+        CauseKind::BatchTooLarge,
         None,
         "the traceback shows the failure during generation: the KV cache and the logits grow with batch size x sequence length".into(),
         vec![
@@ -1933,7 +1952,9 @@ fn vllm_kv_cache(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
     if e.family != Family::VllmKvCache {
         return Vec::new();
     }
-    let length = e.message.starts_with("max model length");
+    // The cache cannot hold one request of the model's maximum length (both message forms: in
+    // tokens, or `X GiB KV cache is needed` against what is available).
+    let length = e.message.starts_with("max model length") || e.requested_bytes.is_some();
     let pool = ctx.cause(
         CauseKind::Preallocation,
         None,
@@ -1943,8 +1964,9 @@ fn vllm_kv_cache(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
         ],
         Vec::new(),
     );
+    // What a serving engine holds per request (max_model_len x max_num_seqs) is its batch.
     let cache = ctx.cause(
-        CauseKind::LargeActivation,
+        CauseKind::BatchTooLarge,
         None,
         format!("the KV cache grows with max_model_len x max_num_seqs{}", if length { &e.message[..] } else { "" }.replace("max model length", ": max model length")),
         vec!["Lower max_model_len (the longest context you serve) or max_num_seqs; use a KV-cache dtype of fp8.".into()],

@@ -18,6 +18,8 @@ struct Patterns {
     cuda_driver: Regex,
     cupy: Regex,
     vllm_cache: Regex,
+    vllm_needed: Regex,
+    llvm_jit: Regex,
     vllm_max_len: Regex,
     constant: Regex,
     gaudi: Regex,
@@ -60,6 +62,14 @@ fn p() -> &'static Patterns {
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         cupy: re(r"[Oo]ut of memory allocating ([\d,]+) bytes \(allocated so far: ([\d,]+) bytes\)"),
         vllm_cache: re(r"No available memory for the cache blocks"),
+        // vLLM v1 (and tpu-inference): "(16.00 GiB KV cache is needed, which is larger than the
+        // available KV cache memory (0.71 GiB)".
+        vllm_needed: re(&format!(
+            r"{SZ} KV cache is needed, which is larger than the available KV cache memory \({SZ}\)"
+        )),
+        // LLVM's JIT could not map newly compiled code (XLA:CPU, and host code of XLA:GPU):
+        // host memory, usually filled by executables compiled for ever new shapes.
+        llvm_jit: re(r"JIT session error: Cannot allocate memory"),
         vllm_max_len: re(
             r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)",
         ),
@@ -177,6 +187,23 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
             &c[1], &c[2]
         );
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat
+        .vllm_needed
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        // vLLM runs on GPUs and TPUs: the backend is left to the text around it.
+        let mut e = new_event(line, Family::VllmKvCache, Phase::Runtime, flat);
+        e.framework = Some(Framework::Pytorch);
+        e.requested_bytes = bytes(&c, 1);
+        e.free_bytes = bytes(&c, 2);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.llvm_jit.find(flat).filter(on_first) {
+        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Host);
+        return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(m) = pat.vllm_cache.find(flat).filter(on_first) {
         let mut e = gpu_event(line, Family::VllmKvCache, flat);
@@ -337,6 +364,20 @@ mod tests {
             (Some(0xc600), Some(0xc000))
         );
         assert_eq!(ev[0].program.as_deref(), Some("fusion_42"));
+    }
+
+    #[test]
+    fn vllm_v1_kv_cache_and_llvm_jit_memory() {
+        let ev = scan_all(b"ValueError: To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (0.71 GiB). Based on the available memory, the estimated maximum model length is 5632.\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::VllmKvCache);
+        assert_eq!(g(ev[0].requested_bytes), 16.0);
+        assert_eq!(g(ev[0].free_bytes), 0.71);
+        let ev = scan_all(
+            b"JIT session error: Cannot allocate memory\nFatal Python error: Segmentation fault\n",
+        );
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::HostOom);
     }
 
     #[test]

@@ -755,7 +755,8 @@ impl Hints {
             if t.contains("GPU")
                 || t.contains("cuda")
                 || t.contains("CUDA")
-                || t.contains("gpu_")
+                // vLLM's `gpu_memory_utilization` option is set on TPUs too.
+                || (t.contains("gpu_") && t.replace("gpu_memory_utilization", "").contains("gpu_"))
                 || t.contains("NVIDIA")
             {
                 h.gpu = true;

@@ -67,6 +67,8 @@ pub(crate) const ANCHORS: &[&str] = &[
     "cublas handle",
     "Shared memory size limit",
     "too much shared data",
+    "KV cache is needed",
+    "JIT session error",
     "AllocationError",
     "cache blocks",
     "KV cache (",
