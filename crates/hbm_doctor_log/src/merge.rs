@@ -297,6 +297,21 @@ pub fn agree(a: Option<u64>, b: Option<u64>) -> Option<bool> {
     }
 }
 
+/// `next` repeats `prev` on another device: printed within a few lines of it, with the same
+/// family, message shape and every stated figure equal.
+fn echoed_by_devices(prev: &Event, prev_last: u64, next: &Event) -> bool {
+    let near = next.line.saturating_sub(prev_last) <= 3;
+    let figures = [
+        (prev.used_bytes, next.used_bytes),
+        (prev.limit_bytes, next.limit_bytes),
+        (prev.requested_bytes, next.requested_bytes),
+        (prev.free_bytes, next.free_bytes),
+    ];
+    near && prev.figure_count() > 0
+        && prev.figure_count() == next.figure_count()
+        && figures.iter().all(|(a, b)| a == b)
+}
+
 fn same_event(prev: &Event, prev_last: u64, next: &Event) -> bool {
     let distance = next.line.saturating_sub(prev_last);
     if prev.memory_space.is_some()
@@ -306,7 +321,10 @@ fn same_event(prev: &Event, prev_last: u64, next: &Event) -> bool {
         return false;
     }
     if let (Some(a), Some(b)) = (&prev.device, &next.device) {
-        if a != b && prev.family == next.family {
+        // The same failure printed by every device of one program at once (SPMD replicas:
+        // `... on device ordinal 7`, `... ordinal 1`, on the next lines, every figure equal) is
+        // one failure; other device pairs are separate failures.
+        if a != b && prev.family == next.family && !echoed_by_devices(prev, prev_last, next) {
             return false;
         }
     }
@@ -389,6 +407,18 @@ fn absorb(into: &mut Event, from: Event) {
         accelerator,
         batch_tried
     );
+    if let (Some(a), Some(b)) = (&mut into.device, &from.device) {
+        // Devices that echoed the same failure, listed once each (a few, then a count).
+        if !a.split(", ").any(|d| d == b) {
+            let listed = a.split(", ").count();
+            if listed < 8 {
+                a.push_str(", ");
+                a.push_str(b);
+            } else if !a.ends_with("more") {
+                a.push_str(", and more");
+            }
+        }
+    }
     if from.allocations.len() > into.allocations.len() {
         into.allocations = from.allocations;
     }

@@ -2451,6 +2451,21 @@ mod tests {
     }
 
     #[test]
+    fn one_failure_echoed_by_every_device_is_one_event() {
+        let echo = b"E pjrt_stream_executor_client.cc:2153] Execution of replica 0 failed: RESOURCE_EXHAUSTED: Failed to allocate request for 625.00MiB (655360000B) on device ordinal 7\nE pjrt_stream_executor_client.cc:2153] Execution of replica 0 failed: RESOURCE_EXHAUSTED: Failed to allocate request for 625.00MiB (655360000B) on device ordinal 1\n";
+        let ev = scan_all(echo);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].repeats, 2);
+        assert_eq!(
+            ev[0].device.as_deref(),
+            Some("device ordinal 7, device ordinal 1")
+        );
+        // Different requests on two devices are two failures.
+        let two = b"RESOURCE_EXHAUSTED: Failed to allocate request for 625.00MiB (655360000B) on device ordinal 7\nRESOURCE_EXHAUSTED: Failed to allocate request for 1.00GiB (1073741824B) on device ordinal 1\n";
+        assert_eq!(scan_all(two).len(), 2);
+    }
+
+    #[test]
     fn a_process_the_kernel_killed() {
         for text in [
             "Killed\n",
