@@ -478,7 +478,43 @@ fn model_params(t: &str) -> Option<u64> {
         }
         None
     };
+    // Model families users name with the size as the next word (`llama 7b`, `Gemma 2B`).
+    const FAMILIES: &[&str] = &[
+        "llama",
+        "llama2",
+        "llama3",
+        "mistral",
+        "mixtral",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "qwen",
+        "qwen2",
+        "qwen3",
+        "falcon",
+        "bloom",
+        "opt",
+        "gpt-j",
+        "gptj",
+        "gpt-neox",
+        "pythia",
+        "phi",
+        "deepseek",
+        "t5",
+        "mt5",
+        "olmo",
+        "yi",
+        "baichuan",
+        "vicuna",
+        "alpaca",
+        "starcoder",
+    ];
     for (i, w) in ws.iter().enumerate() {
+        if FAMILIES.contains(&bare(w).as_str()) {
+            if let Some(n) = ws.get(i + 1).and_then(|n| billions(&bare(n))) {
+                return Some(n);
+            }
+        }
         // `Params: ~6 B`, `parameters: 6.7B`; `6 B params`, `6 billion parameters`.
         let lw = bare(w);
         if matches!(lw.as_str(), "params" | "parameters" | "param") {
@@ -2413,6 +2449,15 @@ mod tests {
         );
         assert_eq!(model_params("a 6.7 B parameter model"), Some(6_700_000_000));
         assert_eq!(model_params("parameters: 13B"), Some(13_000_000_000));
+        assert_eq!(
+            model_params("for llama 7b on tpu v3-8,"),
+            Some(7_000_000_000)
+        );
+        assert_eq!(
+            model_params("fine-tuning Gemma 2B with LoRA"),
+            Some(2_000_000_000)
+        );
+        assert_eq!(model_params("opt 8 bit"), None);
         assert_eq!(model_params("batch size 8 B per step"), None);
         assert_eq!(model_params("at 0x7b and jaxlib 0.4.7b"), None);
         assert_eq!(model_params("sha-256 digest v2-8 TPU"), None);
