@@ -143,7 +143,8 @@ fn p() -> &'static Patterns {
             could_not_allocate: re(r"Could\s+not\s+allocate\s+(\d+)\s+bytes\s+in\s+memory\s+([\w]+);\s+(\d+)\s+bytes\s+allocatable,\s+(\d+)\s+bytes\s+available"),
             runtime_alloc: re(r"(?:Error\s+allocating\s+device\s+buffer:\s+)?Attempting\s+to\s+allocate\s+SZ\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free\.?(?:;?\s*\(([\w]+)\))?"),
             program_load: re(r"(?:Error\s+loading\s+program(?:\s+'([^']+)')?:\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?(?:\s+That\s+was\s+not\s+possible\.?)?(?:\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable)?"),
-            gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+SZ"),
+            // A size, or the placeholder a user typed for sizes that vary (`allocate X bytes`).
+            gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+(?:SZ|[A-Z]\s+bytes\b)"),
             failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?(?:\s+on\s+device\s+ordinal\s+(\d+))?"),
             bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
@@ -2508,6 +2509,14 @@ mod tests {
         // Different requests on two devices are two failures.
         let two = b"RESOURCE_EXHAUSTED: Failed to allocate request for 625.00MiB (655360000B) on device ordinal 7\nRESOURCE_EXHAUSTED: Failed to allocate request for 1.00GiB (1073741824B) on device ordinal 1\n";
         assert_eq!(scan_all(two).len(), 2);
+    }
+
+    #[test]
+    fn a_placeholder_for_a_size_that_varies() {
+        let ev = scan_all(b"jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate X bytes.\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::GpuOomAllocate);
+        assert_eq!(ev[0].requested_bytes, None);
     }
 
     #[test]
