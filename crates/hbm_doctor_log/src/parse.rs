@@ -672,7 +672,11 @@ fn batch_tried(t: &str) -> Option<String> {
         "even a batch",
     ]) || {
         // `I reduced a lot of options such as batch size`: a past-tense cut shortly before it.
-        let before = &l[b.saturating_sub(48)..b];
+        let mut from = b.saturating_sub(48);
+        while !l.is_char_boundary(from) {
+            from -= 1;
+        }
+        let before = &l[from..b];
         ["reduced ", "lowered ", "decreased ", "cut ", "shrunk "]
             .iter()
             .any(|v| before.contains(v))
@@ -2580,6 +2584,11 @@ mod tests {
         .is_some());
         assert!(
             batch_tried("if I reduced options such as the batch size, would it fit?").is_none()
+        );
+        // Multi-byte text just before the word: no slicing inside a character.
+        assert!(
+            batch_tried("我减少了很多选项，例如批次大小和其他的参数 reduced 批 batch size")
+                .is_some()
         );
         assert!(
             batch_tried("I reduced the batch size down to 2 and could be able to train").is_none()
