@@ -323,6 +323,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(if args_heavy { 2.4 } else { 1.0 }, optimizer_state(&ctx));
         rank!(1.4, other_process(&ctx));
         rank!(1.3, preallocation(&ctx));
+        rank!(0.5, jax_gpu_pool(&ctx));
         // A limit no device has is decisive: nothing else is worth doing before lifting it.
         rank!(2.6, hbm_cap(&ctx));
         rank!(
@@ -1603,6 +1604,35 @@ fn preallocation(ctx: &Ctx<'_>) -> Option<Cause> {
         Some((physical << 30).saturating_sub(l) / 2),
         format!("the allocator's limit is {} - about 75% of a {physical} GB GPU, JAX's default preallocation fraction", fmt(l)),
         vec!["Give the pool more of the GPU: XLA_PYTHON_CLIENT_MEM_FRACTION=.95 (JAX) or allow_growth (TensorFlow); XLA_PYTHON_CLIENT_PREALLOCATE=false lets two processes share a GPU.".into()],
+        Vec::new(),
+    ))
+}
+
+/// A JAX program on a GPU failed at run time and the message gives no pool figures: JAX's
+/// allocator is a preallocated BFC pool (75% of the GPU by default), which caps what the program
+/// gets and can fragment; both are worth ruling out, after what the program itself holds.
+fn jax_gpu_pool(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime
+        || e.backend != Some(Backend::Gpu)
+        || !ctx.jax
+        || ctx.ptxla
+        || e.limit_bytes.is_some()
+        || !matches!(
+            e.family,
+            Family::GpuOomAllocate | Family::GpuFailedRequest | Family::BfcAllocator
+        )
+    {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::Preallocation,
+        None,
+        "JAX on a GPU allocates from a preallocated pool (75% of the GPU unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise), and the message states neither the pool's size nor what is free in it".into(),
+        vec![
+            "Print the pool: jax.devices()[0].memory_stats() (bytes_limit, bytes_in_use, largest_free_block_bytes) at the failure; a limit well under the GPU's memory is the fraction, a largest free block under the request is fragmentation.".into(),
+            "Then XLA_PYTHON_CLIENT_MEM_FRACTION=.90 gives the pool more of the GPU; XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates on demand (no pool, no fragmentation, slower).".into(),
+        ],
         Vec::new(),
     ))
 }
