@@ -1918,7 +1918,9 @@ fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
     let m = e.message.to_ascii_lowercase();
     // cuBLAS/cuDNN `STATUS_ALLOC_FAILED`: the library's own handle or workspace, allocated
     // outside the framework's pool, found no room.
+    // `Failed to load in-memory CUBIN: CUDA_ERROR_OUT_OF_MEMORY`: not even a kernel's code fit.
     let init = m.contains("handle")
+        || m.contains("cubin")
         || m.contains("cuinit")
         || m.contains("initializ")
         || m.contains("status_alloc_failed");

@@ -670,7 +670,27 @@ fn batch_tried(t: &str) -> Option<String> {
         "even with the batch",
         "even batch size",
         "even a batch",
-    ]) || {
+    ]) || ({
+        // `I played with a batch_size, but nothing helped`: the batch and a failure in one
+        // sentence.
+        [
+            "nothing helped",
+            "nothing helps",
+            "didn't help",
+            "did not help",
+            "doesn't help",
+            "does not help",
+            "no luck",
+            "still fails",
+            "still failed",
+            "still get",
+            "still got",
+            "still the same",
+            "error persists",
+        ]
+        .iter()
+        .any(|k| l.contains(k))
+    }) || {
         // `I reduced a lot of options such as batch size`: a past-tense cut shortly before it.
         let mut from = b.saturating_sub(48);
         while !l.is_char_boundary(from) {
@@ -2578,6 +2598,7 @@ mod tests {
         assert!(batch_tried("Even with batch size 1 I get the same error").is_some());
         assert!(batch_tried("batch_size=1 still OOMs").is_some());
         assert!(batch_tried("I am not able to train even with batch size 2").is_some());
+        assert!(batch_tried("I played with a batch_size, but nothing helped...").is_some());
         assert!(batch_tried(
             "with GPU I just reduced a lot of options such as batch size, feature_maps etc."
         )
