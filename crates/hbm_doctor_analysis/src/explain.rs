@@ -322,6 +322,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(1.6, debug_print(&ctx));
         rank!(if args_heavy { 2.4 } else { 1.0 }, optimizer_state(&ctx));
         rank!(1.4, other_process(&ctx));
+        rank!(2.9, holder_in_text(&ctx));
         rank!(1.3, preallocation(&ctx));
         rank!(0.5, jax_gpu_pool(&ctx));
         // A limit no device has is decisive: nothing else is worth doing before lifting it.
@@ -1498,6 +1499,25 @@ fn optimizer_state(ctx: &Ctx<'_>) -> Option<Cause> {
             fmt(total)
         ),
         Vec::new(),
+        Vec::new(),
+    ))
+}
+
+/// The user says something else holds the device: nothing this program does about its own
+/// batch frees what another process holds.
+fn holder_in_text(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let said = e.holder_named.as_deref()?;
+    if e.phase != Phase::Runtime {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::OtherProcess,
+        None,
+        format!("the text says something else holds the device: \"{said}\""),
+        vec![
+            "List what holds it (nvidia-smi --query-compute-apps=pid,used_memory --format=csv; tpu-info or lsof /dev/accel* on TPU) and stop it, or run on a free device (CUDA_VISIBLE_DEVICES set before the framework is imported).".into(),
+        ],
         Vec::new(),
     ))
 }

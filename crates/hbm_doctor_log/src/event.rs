@@ -366,6 +366,10 @@ pub struct Event {
     /// still failed (`even with batch size 1`, `I tried reducing the batch size`).
     #[serde(default)]
     pub batch_tried: Option<String>,
+    /// Extension: the user's sentence saying something else holds the device (`in use by
+    /// another process`, `another notebook is running`).
+    #[serde(default)]
+    pub holder_named: Option<String>,
     /// Not serialized: a report pasted without its headline showed TPU's `Largest program
     /// allocations in <space>:` header, which the compiler prints only in an out-of-memory error
     /// (a successful compile may log `Total hbm usage >=`, never the listing header).

@@ -405,7 +405,8 @@ fn absorb(into: &mut Event, from: Event) {
         model_params,
         param_bits,
         accelerator,
-        batch_tried
+        batch_tried,
+        holder_named
     );
     if let (Some(a), Some(b)) = (&mut into.device, &from.device) {
         // Devices that echoed the same failure, listed once each (a few, then a count).

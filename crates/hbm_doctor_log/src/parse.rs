@@ -339,6 +339,35 @@ struct Hints {
     param_bits: Option<u32>,
     accelerator: Option<String>,
     batch_tried: Option<String>,
+    holder_named: Option<String>,
+}
+
+/// The user says something else holds the device: `GPU 0 is in use by another process`,
+/// `another notebook was running`, `occupied by other processes`. The sentence, shortened.
+fn holder_named(t: &str) -> Option<String> {
+    let l = t.to_ascii_lowercase();
+    let holder = [
+        "another process",
+        "other process",
+        "another notebook",
+        "other notebook",
+        "another job",
+        "another program",
+        "another application",
+        "occupied by",
+        "in use by",
+        "used by another",
+    ]
+    .iter()
+    .any(|k| l.contains(k));
+    let device = ["gpu", "memory", "device", "tpu", "card", "vram"]
+        .iter()
+        .any(|k| l.contains(k));
+    // Advice (`check that no other process ...`) and questions are not a statement.
+    let advice = ["make sure", "check ", "if ", "?"]
+        .iter()
+        .any(|k| l.contains(k));
+    (holder && device && !advice).then(|| t.trim().chars().take(160).collect())
 }
 
 /// Whether a line names a TPU: `TPU`, `libtpu`, `tpu_worker`, `/tpu:0`, but not the `tpu` inside
@@ -837,6 +866,9 @@ impl Hints {
             if h.batch_tried.is_none() {
                 h.batch_tried = batch_tried(t);
             }
+            if h.holder_named.is_none() {
+                h.holder_named = holder_named(t);
+            }
             if h.program.is_none() {
                 if let Some(c) = p().exec_name.captures(t) {
                     h.program = Some(c[1].to_string());
@@ -893,6 +925,9 @@ impl Hints {
         }
         if event.accelerator.is_none() {
             event.accelerator.clone_from(&self.accelerator);
+        }
+        if event.holder_named.is_none() {
+            event.holder_named.clone_from(&self.holder_named);
         }
         if event.batch_tried.is_none() {
             event.batch_tried.clone_from(&self.batch_tried);
@@ -2541,6 +2576,19 @@ mod tests {
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].family, Family::GpuOomAllocate);
         assert_eq!(ev[0].requested_bytes, None);
+    }
+
+    #[test]
+    fn the_user_says_something_else_holds_the_device() {
+        use super::holder_named;
+        assert!(holder_named(
+            "GPU 0 is in use by another process from 99%, so I set the other one"
+        )
+        .is_some());
+        assert!(holder_named("some other process occupied my GPU memory").is_some());
+        assert!(holder_named("Make sure no other process uses the GPU.").is_none());
+        assert!(holder_named("Is another process using the GPU?").is_none());
+        assert!(holder_named("the data loader process finished").is_none());
     }
 
     #[test]
