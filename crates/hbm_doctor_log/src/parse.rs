@@ -1825,6 +1825,24 @@ fn generic(h: &Headline<'_>) -> Read {
     }
     // A bare name (`I got ResourceExhaustedError`) says nothing itself: the error printed under
     // it decides (`ResourceExhaustedError: ...; Too many open files` is not memory).
+    // The phrase quoted alone in a sentence (`should observe an 'out of memory' (OOM) error`)
+    // names the message; a pasted message carries its text on (`"Out of memory while ..."`).
+    let quotes = ['\'', '"', '`'];
+    if first[..m.start()].ends_with(quotes)
+        && first[m.end()..].starts_with(quotes)
+        && first.split_whitespace().count() >= 8
+    {
+        return Read::Stop;
+    }
+    // The status word used as a noun inside a long sentence (`instead of the clean
+    // RESOURCE_EXHAUSTED the narrative implies`): a status is followed by its message.
+    if m.as_str() == "RESOURCE_EXHAUSTED"
+        && !first[m.end()..].trim_start().starts_with(':')
+        && first.split_whitespace().count() >= 12
+        && !first[..m.start()].contains("Status")
+    {
+        return Read::Stop;
+    }
     let bare = first[m.end()..]
         .trim_start_matches(|c: char| c.is_ascii_alphanumeric())
         .trim()
@@ -2589,6 +2607,16 @@ mod tests {
         assert!(holder_named("Make sure no other process uses the GPU.").is_none());
         assert!(holder_named("Is another process using the GPU?").is_none());
         assert!(holder_named("the data loader process finished").is_none());
+    }
+
+    #[test]
+    fn a_quoted_phrase_in_a_sentence_names_the_message() {
+        assert!(scan_all(b"The lab text says students \"should observe an 'out of memory' (OOM) error\" when calling fit.\n").is_empty());
+        assert!(scan_all(b"The autotuner surfaces an opaque INTERNAL error instead of the clean RESOURCE_EXHAUSTED the narrative implies.\n").is_empty());
+        assert_eq!(
+            scan_all(b"I get \"RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes.\" on every run of my script\n").len(),
+            1
+        );
     }
 
     #[test]
