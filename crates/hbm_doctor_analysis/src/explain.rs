@@ -616,11 +616,9 @@ fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
         if op.contains("threefry") || op.contains("rng_bit_generator") {
             return None;
         }
-        let shape = a.shape.as_deref()?;
-        let dims = shape.split_once('[')?.1.split(']').next()?;
-        dims.split(',')
+        let dims = shape_of(a)?.dims;
+        dims.into_iter()
             .skip(1)
-            .filter_map(|d| d.trim().parse::<u64>().ok())
             .find(|&d| d >= WIDEST)
             .map(|d| (a, d))
     })?;
@@ -690,15 +688,7 @@ fn vocabulary_logits(ctx: &Ctx<'_>) -> Option<Cause> {
         if a.size_bytes < 1 << 30 {
             return None;
         }
-        let shape = a.shape.as_deref()?;
-        let dims: Vec<u64> = shape
-            .split_once('[')?
-            .1
-            .split(']')
-            .next()?
-            .split(',')
-            .map(|d| d.trim().parse::<u64>().ok())
-            .collect::<Option<_>>()?;
+        let dims = shape_of(a)?.dims;
         let last = *dims.last()?;
         (dims.len() >= 2 && (32_000..1 << 21).contains(&last)).then_some((a, dims))
     })?;

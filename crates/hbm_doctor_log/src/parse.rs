@@ -509,7 +509,7 @@ fn model_params(t: &str) -> Option<u64> {
         None
     };
     // Model families users name with the size as the next word (`llama 7b`, `Gemma 2B`).
-    const FAMILIES: &[&str] = &[
+    const MODEL_FAMILIES: &[&str] = &[
         "llama",
         "llama2",
         "llama3",
@@ -540,7 +540,7 @@ fn model_params(t: &str) -> Option<u64> {
         "starcoder",
     ];
     for (i, w) in ws.iter().enumerate() {
-        if FAMILIES.contains(&bare(w).as_str()) {
+        if MODEL_FAMILIES.contains(&bare(w).as_str()) {
             if let Some(n) = ws.get(i + 1).and_then(|n| billions(&bare(n))) {
                 return Some(n);
             }
