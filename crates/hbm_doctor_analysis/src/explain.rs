@@ -397,6 +397,18 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
                     Vec::new(),
                 )));
             }
+            // Even a tiny allocation fails, whatever the batch: the device was full before the
+            // step; with no model size stated, something else holding it comes first.
+            let tiny = e.requested_bytes.is_some_and(|r| r < 1 << 20);
+            if tiny && e.phase == Phase::Runtime && e.model_params.is_none() {
+                causes.push((2.1, ctx.cause(
+                    CauseKind::OtherProcess,
+                    None,
+                    format!("only {} failed, and a smaller batch did not help: the device was already full before this step, so check what else holds it first", fmt(e.requested_bytes.unwrap_or(0))),
+                    vec!["List what holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory --format=csv): another process, a notebook kernel still alive, a second framework preallocating; stop it or pick a free device.".into()],
+                    Vec::new(),
+                )));
+            }
             causes.push((1.5, ctx.cause(
                 CauseKind::DeviceTooSmall,
                 None,

@@ -148,7 +148,7 @@ fn p() -> &'static Patterns {
             failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?(?:\s+on\s+device\s+ordinal\s+(\d+))?"),
             bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
-            tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\s+(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?(?:[\s.,"*]|$)"#),
+            tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\s+(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)(?:\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?)?(?:[\s.,"*]|$)"#),
             host_killed: re(r"(?:Out\s+of\s+memory:\s+Killed\s+process|oom-kill:.*?task=|Killed\s+process)\s*(\d+)?\s*\(?([\w.\-]*)\)?"),
             // The shell's word for a process the kernel killed (`Killed`, `./run.sh: line 3: 812
             // Killed  python train.py`, `zsh: killed  python`), the same word quoted as the output
@@ -2617,6 +2617,13 @@ mod tests {
             scan_all(b"I get \"RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes.\" on every run of my script\n").len(),
             1
         );
+    }
+
+    #[test]
+    fn a_tf_tensor_with_its_type_but_no_device() {
+        let ev = scan_all(b"ResourceExhaustedError (see above for traceback): OOM when allocating tensor of shape [1024] and type float\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].requested_bytes, Some(4096));
     }
 
     #[test]
