@@ -2300,29 +2300,28 @@ mod corpus_tests {
 
     #[test]
     fn shapes_that_tell_the_cause_of_a_runtime_failure() {
-        // A 24M-wide inner dimension: a count used as a size.
-        assert_eq!(
-            first_causes("issues/seyedsaeidmasoumzadeh-Predict-next-word-5.txt")[0],
-            CauseKind::ShapeBug
-        );
-        // [5776, 500002]: tokens x vocabulary logits.
-        assert_eq!(
-            first_causes("issues/tensorflow-nmt-348.txt")[0],
-            CauseKind::LargeActivation
-        );
+        for (post, first) in [
+            // A 24M-wide inner dimension: a count used as a size.
+            (
+                "seyedsaeidmasoumzadeh-Predict-next-word-5",
+                CauseKind::ShapeBug,
+            ),
+            // [5776, 500002]: tokens x vocabulary logits.
+            ("tensorflow-nmt-348", CauseKind::LargeActivation),
+            // Random bits of parameter initialization drawn whole on every device...
+            ("marin-community-levanter-475", CauseKind::ReplicatedTensor),
+            // ... but dropout masks of a training step are not that.
+            ("jax-ml-jax-17982", CauseKind::NoRemat),
+        ] {
+            assert_eq!(
+                first_causes(&format!("issues/{post}.txt"))[0],
+                first,
+                "{post}"
+            );
+        }
         // PyTorch's 6 GiB total capacity is the GPU, not a 75% pool of an 8 GB one.
         assert!(
             !first_causes("issues/eps696-aphantasia-22.txt").contains(&CauseKind::Preallocation)
-        );
-        // Random bits of parameter initialization drawn whole on every device; dropout masks of
-        // a training step are not that.
-        assert_eq!(
-            first_causes("issues/marin-community-levanter-475.txt")[0],
-            CauseKind::ReplicatedTensor
-        );
-        assert_eq!(
-            first_causes("issues/jax-ml-jax-17982.txt")[0],
-            CauseKind::NoRemat
         );
         // cuBLAS could not create its handle: the pool, then another process.
         assert_eq!(
