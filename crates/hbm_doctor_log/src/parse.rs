@@ -345,6 +345,15 @@ struct Hints {
 /// The user says something else holds the device: `GPU 0 is in use by another process`,
 /// `another notebook was running`, `occupied by other processes`. The sentence, shortened.
 fn holder_named(t: &str) -> Option<String> {
+    // Cheap filter first: this runs on every line around an event.
+    if ![
+        "process", "notebook", "occupied", "in use", "used by", "another",
+    ]
+    .iter()
+    .any(|k| t.contains(k))
+    {
+        return None;
+    }
     let l = t.to_ascii_lowercase();
     let holder = [
         "another process",
