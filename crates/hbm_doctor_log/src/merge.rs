@@ -145,6 +145,14 @@ impl Merger {
                                 | Family::Unrecognized
                         )
                     {
+                        // A bare `ResourceExhaustedError` whose allocator statistics follow:
+                        // the BFC allocator is what failed.
+                        if e.family == Family::Unrecognized && (limit.is_some() || in_use.is_some())
+                        {
+                            e.family = Family::BfcAllocator;
+                            e.memory_space =
+                                e.memory_space.or(Some(crate::event::MemorySpace::Device));
+                        }
                         e.limit_bytes = e.limit_bytes.or(limit);
                         e.used_bytes = e.used_bytes.or(in_use);
                         e.largest_free_bytes = e.largest_free_bytes.or(largest_free);

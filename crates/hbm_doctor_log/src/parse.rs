@@ -212,11 +212,12 @@ fn size(c: &Captures<'_>, i: usize) -> Option<u64> {
 fn may_start(text: &str) -> bool {
     // The scanner's anchors, plus report lines that only matter once a block is open (and that
     // are too common to anchor a multi-GB search on).
-    const MORE: [&str; 6] = [
+    const MORE: [&str; 7] = [
         "of memory",
         "requirement",
         "Size:",
         "Stats:",
+        "Limit:",
         "Hbm usage",
         "on host",
     ];
@@ -278,6 +279,18 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         {
             found = report_start(text, lines[i].number, pat).map(|piece| (piece, 1));
         }
+        // A BFC `Stats:` block pasted without its `Stats:` line: `Limit: N` then `InUse: N`.
+        if found.is_none() && bare_bfc_stats(text, lines.get(i + 1).map(|l| l.text.as_str())) {
+            found = Some((
+                Piece::AllocatorStats {
+                    line: lines[i].number,
+                    limit: None,
+                    in_use: None,
+                    largest_free: None,
+                },
+                1,
+            ));
+        }
         match found {
             Some((piece, used_lines)) => {
                 heads.push((i, used_lines, piece));
@@ -323,6 +336,18 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         }
     }
     out
+}
+
+/// `Limit:                 10198757376` followed by `InUse: ...`: the first two lines of TF's BFC
+/// statistics (printed only when an allocation failed), pasted without their `Stats:` line.
+fn bare_bfc_stats(text: &str, next: Option<&str>) -> bool {
+    let Some(rest) = text.trim_start().strip_prefix("Limit:") else {
+        return false;
+    };
+    let digits = rest.trim();
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && next.is_some_and(|n| n.trim_start().starts_with("InUse:"))
 }
 
 /// Framework and backend clues in the whole block (tracebacks, paths, op names).
@@ -2633,6 +2658,20 @@ mod tests {
         let ev = scan_all(b"ResourceExhaustedError (see above for traceback): OOM when allocating tensor of shape [1024] and type float\n");
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].requested_bytes, Some(4096));
+    }
+
+    #[test]
+    fn bfc_stats_pasted_without_their_stats_line() {
+        let text = b"This resulted in ResourceExhaustedError.\n\nStats which appears in output:\nLimit:                 10198757376\nInUse:                 10029289984\nMaxInUse:              10029289984\n";
+        let ev = scan_all(text);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::BfcAllocator);
+        assert_eq!(
+            (ev[0].limit_bytes, ev[0].used_bytes),
+            (Some(10_198_757_376), Some(10_029_289_984))
+        );
+        // A `Limit:` line alone is not allocator statistics.
+        assert!(scan_all(b"Rate Limit: 100\nResets hourly\n").is_empty());
     }
 
     #[test]

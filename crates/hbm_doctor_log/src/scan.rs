@@ -69,6 +69,7 @@ pub(crate) const ANCHORS: &[&str] = &[
     "too much shared data",
     "KV cache is needed",
     "JIT session error",
+    "MaxInUse:",
     "AllocationError",
     "cache blocks",
     "KV cache (",
