@@ -405,7 +405,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
                     CauseKind::OtherProcess,
                     None,
                     format!("only {} failed, and a smaller batch did not help: the device was already full before this step, so check what else holds it first", fmt(e.requested_bytes.unwrap_or(0))),
-                    vec!["List what holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory --format=csv): another process, a notebook kernel still alive, a second framework preallocating; stop it or pick a free device.".into()],
+                    vec![LIST_DEVICE_HOLDERS.into()],
                     Vec::new(),
                 )));
             }
@@ -1517,9 +1517,7 @@ fn holder_in_text(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::OtherProcess,
         None,
         format!("the text says something else holds the device: \"{said}\""),
-        vec![
-            "List what holds it (nvidia-smi --query-compute-apps=pid,used_memory --format=csv; tpu-info or lsof /dev/accel* on TPU) and stop it, or run on a free device (CUDA_VISIBLE_DEVICES set before the framework is imported).".into(),
-        ],
+        vec![LIST_DEVICE_HOLDERS.into()],
         Vec::new(),
     ))
 }
@@ -1935,8 +1933,12 @@ fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
 /// CUDA could not even create a library handle (cuDNN, cuBLAS) or initialise: the device was
 /// already full before the program allocated anything, usually because a framework
 /// preallocated it (JAX takes 75% by default) or another process holds it.
-fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
-    let e = ctx.e;
+/// What to run to see who holds a device: the action every `other_process` rule names.
+const LIST_DEVICE_HOLDERS: &str = "List what holds the device (nvidia-smi --query-compute-apps=pid,used_memory --format=csv; tpu-info or lsof /dev/accel* on TPU): another process, a notebook kernel still alive, a second framework preallocating; stop it, or run on a free device (CUDA_VISIBLE_DEVICES set before the framework is imported).";
+
+/// A CUDA library could not create its handle or load its code: the device was full before the
+/// program allocated anything.
+fn starved_library_handle(e: &Event) -> bool {
     let m = e.message.to_ascii_lowercase();
     // cuBLAS/cuDNN `STATUS_ALLOC_FAILED`: the library's own handle or workspace, allocated
     // outside the framework's pool, found no room.
@@ -1947,7 +1949,11 @@ fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
         || m.contains("initializ")
         || m.contains("status_alloc_failed");
     let cuda = m.contains("cuda") || m.contains("cudnn") || m.contains("cublas");
-    if !init || !cuda || e.phase != Phase::Runtime {
+    init && cuda && e.phase == Phase::Runtime
+}
+
+fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
+    if !starved_library_handle(ctx.e) {
         return None;
     }
     Some(ctx.cause(
@@ -1966,12 +1972,14 @@ fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
 /// shown preallocating, the memory may be held by another process (a second trainer, a notebook
 /// kernel still alive, a colleague's job on a shared GPU).
 fn cuda_init_other_process(ctx: &Ctx<'_>) -> Option<Cause> {
-    cuda_init_starved(ctx)?;
+    if !starved_library_handle(ctx.e) {
+        return None;
+    }
     Some(ctx.cause(
         CauseKind::OtherProcess,
         None,
         "CUDA could not create a library handle before the program allocated anything: if no framework of this process preallocated the device, another process holds it".into(),
-        vec!["List what holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory --format=csv) and stop it, or pick a free GPU with CUDA_VISIBLE_DEVICES.".into()],
+        vec![LIST_DEVICE_HOLDERS.into()],
         Vec::new(),
     ))
 }

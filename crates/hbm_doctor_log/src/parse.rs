@@ -372,7 +372,7 @@ struct Hints {
 fn holder_named(t: &str) -> Option<String> {
     // Cheap filter first: this runs on every line around an event.
     if ![
-        "process", "notebook", "occupied", "in use", "used by", "another",
+        "process", "notebook", "occupied", "in use", "used by", "nother",
     ]
     .iter()
     .any(|k| t.contains(k))
@@ -2638,6 +2638,7 @@ mod tests {
         )
         .is_some());
         assert!(holder_named("some other process occupied my GPU memory").is_some());
+        assert!(holder_named("Another job was running on the GPU at the time").is_some());
         assert!(holder_named("Make sure no other process uses the GPU.").is_none());
         assert!(holder_named("Is another process using the GPU?").is_none());
         assert!(holder_named("the data loader process finished").is_none());
