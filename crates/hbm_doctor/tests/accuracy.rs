@@ -9,6 +9,9 @@
 //!   and measured (the `-fixed` twin).
 //! - `compiler_dump`: `analyze` on those cases' dumps (with the generation as `--target`).
 //! - `compiler_joined`: `explain stderr.log --dump dump/`.
+//! - `gpu_log`: real GPU failures (`tests/corpus/gpu`: PyTorch, JAX, CuPy, Numba programs run on
+//!   an H100 until they failed), `explain stderr.log`, labelled in `meta.json` by the fixed twin
+//!   that ran to the end.
 //!
 //! Per set: category accuracy, cause@1 (the first cause is one the label accepts), cause@3 (one
 //! of the first three is), over the cases whose label names causes. The figures may only rise:
@@ -77,12 +80,13 @@ impl Case {
     }
 }
 
-const SETS: [&str; 5] = [
+const SETS: [&str; 6] = [
     "posts",
     "compiler_log",
     "compiler_exception",
     "compiler_dump",
     "compiler_joined",
+    "gpu_log",
 ];
 
 /// Category and cause names of an explain run on `text`; "none" when no fatal event is found.
@@ -128,6 +132,44 @@ fn post_cases() -> Vec<Case> {
                 savings: None,
             });
         }
+    }
+    cases
+}
+
+/// The GPU cases: each broken program's log, labelled by its fixed twin (meta.json `label`).
+fn gpu_cases() -> Vec<Case> {
+    let dir = root().join("tests/corpus/gpu");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("accuracy harness input")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("meta.json").is_file())
+        .collect();
+    dirs.sort();
+    let mut cases = Vec::new();
+    for d in dirs {
+        let name = d
+            .file_name()
+            .expect("accuracy harness input")
+            .to_string_lossy()
+            .to_string();
+        let meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(d.join("meta.json")).expect("accuracy harness input"),
+        )
+        .expect("accuracy harness input");
+        let Some(mut label) = meta_label(&name, &meta) else {
+            continue;
+        };
+        label.source = "tests/corpus/gpu/generate.py".into();
+        label.stage = meta["label"]["stage"].as_str().unwrap_or("").to_string();
+        let log = std::fs::read(d.join("stderr.log")).expect("accuracy harness input");
+        let (category, causes) = explain_text(&log);
+        cases.push(Case {
+            set: "gpu_log",
+            label,
+            category,
+            causes,
+            savings: None,
+        });
     }
     cases
 }
@@ -542,6 +584,7 @@ fn ratchet() -> Vec<(String, f64)> {
 fn accuracy_on_every_labelled_case() {
     let mut cases = post_cases();
     cases.extend(compiler_cases());
+    cases.extend(gpu_cases());
     let scores = score(&cases);
     let text = report(&cases, &scores);
     println!("{text}");

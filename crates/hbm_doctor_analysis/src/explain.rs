@@ -85,6 +85,9 @@ pub fn categorize(e: &Event) -> Category {
                 return Category::RuntimeFragmentation;
             }
         }
+        if torch_cache_split(e) {
+            return Category::RuntimeFragmentation;
+        }
         if let (Some(req), Some(largest)) = (e.requested_bytes, e.largest_free_bytes) {
             let free_total = e.free_bytes.or(e
                 .limit_bytes
@@ -340,7 +343,9 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         }
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
-        rank!(2.2, torch_cache_fragmentation(&ctx));
+        // The cache's own figures prove it: ahead of the generic fragmentation advice.
+        rank!(5.5, torch_cache_fragmentation(&ctx));
+        rank!(2.0, intermediate_beyond_device(&ctx));
         rank!(2.5, cuda_init_starved(&ctx));
         rank!(2.4, cuda_init_other_process(&ctx));
         rank!(2.1, other_allocator_in_process(&ctx));
@@ -580,16 +585,64 @@ fn shape_of(a: &Allocation) -> Option<Shape> {
     a.shape.as_deref().and_then(Shape::parse)
 }
 
+/// The most memory one accelerator has (NVIDIA B300: 288 GB; AMD MI325X: 256 GiB).
+const LARGEST_DEVICE: u64 = 288_000_000_000;
+
+/// One run-time request larger than the whole device (but not so far beyond it that a shape
+/// must be wrong): an intermediate such as an N x N distance matrix, a [B, S, V] logits tensor
+/// or an attention score tensor, computed whole where it has to be computed in blocks. No batch
+/// tweak of a few percent closes it, and the rest of the program is not what fills the device.
+fn intermediate_beyond_device(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    // A serving engine's KV cache, or what a model's init or restore allocates, is state sized
+    // by its config, not an intermediate.
+    if e.phase != Phase::Runtime
+        || e.memory_space == Some(MemorySpace::Host)
+        || e.family == Family::VllmKvCache
+        || matches!(e.stage, Some(Stage::Init | Stage::Restore))
+    {
+        return None;
+    }
+    let r = e.requested_bytes?;
+    let device = ctx.limit.unwrap_or(LARGEST_DEVICE);
+    if r < 2 << 30 || r <= device || r >= device.saturating_mul(10) {
+        return None;
+    }
+    if ctx.limit.is_none() && r > LARGEST_DEVICE.saturating_mul(2) {
+        return None;
+    }
+    let whose = if ctx.limit.is_some() {
+        format!("the device's {}", fmt(device))
+    } else {
+        "the memory of any accelerator".to_string()
+    };
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        Some(r - r / 4),
+        format!("one request of {} is more than {whose}: a single intermediate (a pairwise or N x N matrix, logits over a vocabulary, attention scores) computed whole", fmt(r)),
+        vec![
+            "Find the operation at the failing line and compute it in blocks: loop over row chunks (or lax.map / jax.lax.scan over chunks; torch.split) and reduce each chunk before the next, so only one block is alive.".into(),
+            "If the size is not what the model should need, check that operation's shapes: a broadcast (x[:, None] - x[None, :]) or a missing reshape multiplies a dimension.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
 fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
     if ctx.category == Category::Vmem {
         return None;
     }
-    // One request larger than any accelerator's memory is a shape bug whatever the limit.
-    const BEYOND_ANY_DEVICE: u64 = 256 << 30;
+    // Without a limit, only a request far beyond the largest accelerator (twice its memory) is a
+    // shape bug; one just beyond it is an intermediate to compute in pieces
+    // (`intermediate_beyond_device`).
     let l = match ctx.limit {
         Some(l) => l,
-        None if ctx.e.requested_bytes.is_some_and(|r| r > BEYOND_ANY_DEVICE) => {
-            BEYOND_ANY_DEVICE / 10
+        None if ctx
+            .e
+            .requested_bytes
+            .is_some_and(|r| r > LARGEST_DEVICE.saturating_mul(2)) =>
+        {
+            LARGEST_DEVICE / 10
         }
         None => return None,
     };
@@ -1905,23 +1958,37 @@ fn state_heavy_program(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
-/// PyTorch's caching allocator holds more reserved-but-unallocated memory than the request and
-/// a real share of the device: the blocks are split (what `expandable_segments` fixes).
-fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
-    let e = ctx.e;
+/// PyTorch's caching allocator holds, reserved but unallocated, what the request lacks: free
+/// device memory plus those idle blocks would serve it, and the idle blocks are a real share of
+/// the device and of what PyTorch holds. PyTorch frees its wholly idle segments and retries
+/// before it raises, so what is still idle then sits in segments split by live blocks (what
+/// `expandable_segments` fixes).
+pub(crate) fn torch_cache_split(e: &Event) -> bool {
     if e.family != Family::PytorchCudaOom {
-        return None;
+        return false;
     }
-    let (r, idle, l) = (e.requested_bytes?, e.fragmentation_bytes?, e.limit_bytes?);
+    let (Some(r), Some(idle), Some(l)) = (e.requested_bytes, e.fragmentation_bytes, e.limit_bytes)
+    else {
+        return false;
+    };
+    let free = e.free_bytes.unwrap_or(0);
     // "If reserved memory is >> allocated memory": idle blocks a real share of what PyTorch holds.
     let reserved = e.process_bytes.unwrap_or(l);
-    if idle < r || (idle as f64) < l as f64 * 0.05 || (idle as f64) < reserved as f64 * 0.2 {
+    idle.saturating_add(free) >= r
+        && idle as f64 >= l as f64 * 0.05
+        && idle as f64 >= reserved as f64 * 0.1
+}
+
+fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if !torch_cache_split(e) {
         return None;
     }
+    let (r, idle) = (e.requested_bytes?, e.fragmentation_bytes?);
     Some(ctx.cause(
         CauseKind::Fragmentation,
         Some(r),
-        format!("PyTorch holds {} reserved but unallocated, more than the {} requested: its cached blocks are split into pieces too small for the request", fmt(idle), fmt(r)),
+        format!("PyTorch holds {} reserved but unallocated{}, enough for the {} requested: its cached blocks are split into pieces too small for the request", fmt(idle), e.free_bytes.filter(|&f| f > 0).map(|f| format!(" beside {} free on the device", fmt(f))).unwrap_or_default(), fmt(r)),
         vec![
             "Let the allocator grow segments instead of splitting them: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb:128 on older PyTorch).".into(),
             "Avoid many differently sized allocations per step (variable sequence lengths: pad or bucket them); call torch.cuda.empty_cache() only between phases (train/eval), not every step.".into(),

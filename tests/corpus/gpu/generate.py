@@ -9,6 +9,7 @@ total memory, so the same script fails the same way on an 80 GB H100 and a 141 G
     python3 tests/corpus/gpu/generate.py --out DIR                 # every case (about 4 min on an H100)
     python3 tests/corpus/gpu/generate.py --out DIR torch_leak      # some cases
     python3 tests/corpus/gpu/generate.py --list                    # names and purposes
+    python3 tests/corpus/gpu/generate.py --relabel                 # only rewrite the labels' basis here
     HBM_DOCTOR=path/to/hbm-doctor python3 tests/corpus/gpu/generate.py --out DIR
         # also records the leak cases with `hbm-doctor record` (NVML) and runs `top --once`
 
@@ -523,11 +524,38 @@ def run_one(name, fixed, out_dir, hbm_doctor):
     print(f"{dirname}: {status} in {meta['seconds']} s", flush=True)
 
 
+def relabel(out_dir, name):
+    """Writes the broken case's label basis from what its fixed twin measured."""
+    broken = os.path.join(out_dir, name, "meta.json")
+    twin = os.path.join(out_dir, name + "_fixed", "meta.json")
+    if not (os.path.exists(broken) and os.path.exists(twin)):
+        return
+    with open(broken) as f:
+        meta = json.load(f)
+    with open(twin) as f:
+        t = json.load(f)
+    res = t.get("result") or {}
+    peak = res.get("peak_bytes") or res.get("peak_bytes_in_use")
+    if t.get("returncode") == 0:
+        basis = f"measured: {name}_fixed ran to the end on the same GPU"
+        if peak:
+            basis += f", peak {peak / GiB:.2f} GiB"
+    else:
+        basis = f"unverified: {name}_fixed exited {t.get('returncode')}"
+    meta["label"]["basis"] = basis
+    with open(broken, "w") as f:
+        json.dump(meta, f, indent=2)
+
+
 def main():
     argv = sys.argv[1:]
     if argv and argv[0] == "--worker":
         fn = [c for c in CASES if c[0] == argv[1]][0][1]
         fn("--fixed" in argv)
+        return
+    if argv and argv[0] == "--relabel":
+        for c in CASES:
+            relabel(os.path.dirname(HERE), c[0])
         return
     if argv and argv[0] == "--list":
         for c in CASES:
@@ -552,6 +580,7 @@ def main():
                 run_one(name, fixed, out_dir, hbm_doctor)
             except Exception as e:  # noqa: BLE001 - one case's failure must not stop the others
                 print(f"{name} fixed={fixed}: generate.py error {e!r}", flush=True)
+        relabel(out_dir, name)
 
 
 if __name__ == "__main__":
