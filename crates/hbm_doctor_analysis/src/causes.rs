@@ -92,7 +92,7 @@ pub const CAUSES: &[Spec] = &[
     Spec {
         kind: CauseKind::LargeActivation,
         meaning: "one intermediate (e.g. attention scores [B,H,S,S], logits [B,S,V]) dominates",
-        needs: "one temporary (or one shape) that is a large share of the peak, or shaped like attention scores or logits",
+        needs: "one temporary (or one shape) that is a large share of the peak, or shaped like attention scores or logits, or one run-time request beyond the whole device (under 10x it)",
         savings: "that intermediate minus one chunk of it",
         advice: &[
             "Never materialize it whole: a fused attention kernel (jax.nn.dot_product_attention, Pallas flash / splash attention) for [B,H,S,S] scores, a chunked loss for [B,S,V] logits, jax.lax.map / scan over chunks otherwise.",
@@ -169,7 +169,7 @@ pub const CAUSES: &[Spec] = &[
     Spec {
         kind: CauseKind::Fragmentation,
         meaning: "free memory exists but not contiguously",
-        needs: "free memory at least the request while the largest free block is smaller (or reserved far above allocated)",
+        needs: "free memory at least the request while the largest free block is smaller, or PyTorch's reserved-but-unallocated blocks plus the free memory covering the request",
         savings: "the request (it fits once the free memory is contiguous)",
         advice: &[
             "Reduce fragmentation: allocate the large long-lived buffers first, avoid many shape-varying allocations; PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb).",
@@ -198,7 +198,7 @@ pub const CAUSES: &[Spec] = &[
     Spec {
         kind: CauseKind::MemoryLeak,
         meaning: "usage grows steadily over steps",
-        needs: "growth: a failure after many good steps, a growing series, or a holder of many arrays in the process",
+        needs: "growth: a failure after many good steps, a growing series, a holder of many arrays in the process, or the user's sentence saying memory grew (a leak, a steady increase, an OOM only after epochs ran)",
         savings: "what accumulated (the holder's bytes, or the growth over the run)",
         advice: &[
             "Find what keeps per-step outputs alive (lists of losses or metrics, caches keyed by step, closures); keep host values (float(x), jax.device_get) instead of device arrays.",

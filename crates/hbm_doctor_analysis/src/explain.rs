@@ -1720,12 +1720,22 @@ fn runtime_growth(ctx: &Ctx<'_>) -> Option<Cause> {
     {
         return None;
     }
-    // Growth needs evidence: the failure came after many steps that ran.
-    let step = e.step.filter(|&s| s >= 100)?;
-    if matches!(
-        e.stage,
-        Some(Stage::Init | Stage::Restore | Stage::Eval | Stage::CheckpointSave)
-    ) {
+    // Growth needs evidence: the failure came after many steps that ran, or the user says
+    // memory grew (a leak, a steady increase, an OOM only after epochs of training).
+    let step = e.step.filter(|&s| s >= 100);
+    let said = e.growth_said.as_deref();
+    if step.is_none() && said.is_none() {
+        return None;
+    }
+    let blocked = if said.is_some() {
+        matches!(e.stage, Some(Stage::Init | Stage::Restore))
+    } else {
+        matches!(
+            e.stage,
+            Some(Stage::Init | Stage::Restore | Stage::Eval | Stage::CheckpointSave)
+        )
+    };
+    if blocked {
         return None;
     }
     let mut actions = vec![
@@ -1737,7 +1747,10 @@ fn runtime_growth(ctx: &Ctx<'_>) -> Option<Cause> {
     if ctx.jax || !ctx.ptxla {
         actions.push("JAX: do not keep device arrays in Python lists across steps; check len(jax.live_arrays()) over time.".into());
     }
-    let evidence = format!("the failure came at step {step}, after training had run normally: memory that grows step by step (small tensors kept across steps, a growing cache or graph) is the usual cause");
+    let evidence = match step {
+        Some(step) => format!("the failure came at step {step}, after training had run normally: memory that grows step by step (small tensors kept across steps, a growing cache or graph) is the usual cause"),
+        None => format!("the text says memory grew before the failure (\"{}\"): something kept across steps or epochs (tensors with their graph, metrics or outputs on the device, a growing cache) is the usual cause", said.unwrap_or_default()),
+    };
     Some(ctx.cause(CauseKind::MemoryLeak, None, evidence, actions, Vec::new()))
 }
 

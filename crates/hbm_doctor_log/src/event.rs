@@ -370,6 +370,10 @@ pub struct Event {
     /// another process`, `another notebook is running`).
     #[serde(default)]
     pub holder_named: Option<String>,
+    /// Extension: the user's sentence saying memory grew before the failure (`a slow and steady
+    /// increase`, `there appears to be a memory leak`, `runs out of memory on epoch 4`).
+    #[serde(default)]
+    pub growth_said: Option<String>,
     /// Not serialized: a report pasted without its headline showed TPU's `Largest program
     /// allocations in <space>:` header, which the compiler prints only in an out-of-memory error
     /// (a successful compile may log `Total hbm usage >=`, never the listing header).

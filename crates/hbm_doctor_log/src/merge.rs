@@ -414,7 +414,8 @@ fn absorb(into: &mut Event, from: Event) {
         param_bits,
         accelerator,
         batch_tried,
-        holder_named
+        holder_named,
+        growth_said
     );
     if let (Some(a), Some(b)) = (&mut into.device, &from.device) {
         // Devices that echoed the same failure, listed once each (a few, then a count).

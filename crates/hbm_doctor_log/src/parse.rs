@@ -365,6 +365,7 @@ struct Hints {
     accelerator: Option<String>,
     batch_tried: Option<String>,
     holder_named: Option<String>,
+    growth_said: Option<String>,
 }
 
 /// The user says something else holds the device: `GPU 0 is in use by another process`,
@@ -402,6 +403,90 @@ fn holder_named(t: &str) -> Option<String> {
         .iter()
         .any(|k| l.contains(k));
     (holder && device && !advice).then(|| t.trim().chars().take(160).collect())
+}
+
+/// The user says memory grew before the failure: a leak, a steady increase over epochs or
+/// steps, or an OOM that came only after some epochs of training ran. The sentence, shortened.
+fn growth_said(t: &str) -> Option<String> {
+    // Cheap filter first: this runs on every line around an event.
+    if !["leak", "increas", "grow", "epoch", "Epoch"]
+        .iter()
+        .any(|k| t.contains(k))
+    {
+        return None;
+    }
+    let l = t.to_ascii_lowercase();
+    // Advice, questions and denials are not a statement.
+    let advice = [
+        "make sure",
+        "check ",
+        "if ",
+        "?",
+        "no memory leak",
+        "not a memory leak",
+        "not a leak",
+        "no leak",
+        "avoid",
+        "prevent",
+        "fix",
+    ]
+    .iter()
+    .any(|k| l.contains(k));
+    if advice {
+        return None;
+    }
+    let memory = ["memory", "gpu", "vram", "hbm", "ram", "oom"]
+        .iter()
+        .any(|k| l.contains(k));
+    let leak = l.contains("memory leak") || l.contains("leaks memory") || l.contains("leaking");
+    let rising = [
+        "steady increase",
+        "slow increase",
+        "gradual increase",
+        "constant increase",
+        "keeps increasing",
+        "kept increasing",
+        "keeps growing",
+        "kept growing",
+        "keeps rising",
+        "increases every",
+        "increases each",
+        "increases after each",
+        "increasing every",
+        "increasing each",
+        "grows every",
+        "grows each",
+        "grows with each",
+        "grows over",
+    ]
+    .iter()
+    .any(|k| l.contains(k));
+    // `runs out of memory on epoch number 4`, `unable to train for more than ~2 epochs`,
+    // `out of memory from training ... for 125 epochs`: training ran epochs before failing.
+    let oom = l.contains("out of memory") || l.contains("oom");
+    let after_epochs = oom && epochs_ran(&l).is_some_and(|n| n >= 2);
+    ((leak || rising) && memory || after_epochs).then(|| t.trim().chars().take(160).collect())
+}
+
+/// The epoch number a sentence names: `125 epochs`, `~2 epochs`, `epoch 4`, `epoch number 4`.
+fn epochs_ran(l: &str) -> Option<u32> {
+    let i = l.find("epoch")?;
+    let before = l[..i].trim_end();
+    let digits_before: String = before
+        .chars()
+        .rev()
+        .take_while(char::is_ascii_digit)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    if let Ok(n) = digits_before.parse() {
+        return Some(n);
+    }
+    let after = l[i + "epoch".len()..].trim_start_matches('s').trim_start();
+    let after = after.strip_prefix("number").unwrap_or(after).trim_start();
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// Whether a line names a TPU: `TPU`, `libtpu`, `tpu_worker`, `/tpu:0`, but not the `tpu` inside
@@ -903,6 +988,9 @@ impl Hints {
             if h.holder_named.is_none() {
                 h.holder_named = holder_named(t);
             }
+            if h.growth_said.is_none() {
+                h.growth_said = growth_said(t);
+            }
             if h.program.is_none() {
                 if let Some(c) = p().exec_name.captures(t) {
                     h.program = Some(c[1].to_string());
@@ -962,6 +1050,9 @@ impl Hints {
         }
         if event.holder_named.is_none() {
             event.holder_named.clone_from(&self.holder_named);
+        }
+        if event.growth_said.is_none() {
+            event.growth_said.clone_from(&self.growth_said);
         }
         if event.batch_tried.is_none() {
             event.batch_tried.clone_from(&self.batch_tried);
@@ -2632,6 +2723,24 @@ mod tests {
 
     #[test]
     fn the_user_says_something_else_holds_the_device() {
+        use super::growth_said;
+        assert!(growth_said(
+            "Tracking the GPU memory consumption a slow and steady increase is visible."
+        )
+        .is_some());
+        assert!(growth_said(
+            "I believe there is a memory leakage on the ResNet architecture in CUDA."
+        )
+        .is_some());
+        assert!(growth_said("it runs out of memory on epoch number 4:").is_some());
+        assert!(growth_said(
+            "the GPU runs out of memory from training on the task for 125 epochs."
+        )
+        .is_some());
+        assert!(growth_said("Check for a memory leak in your loop").is_none());
+        assert!(growth_said("This is not a memory leak: the batch is too large").is_none());
+        assert!(growth_said("out of memory in the first epoch").is_none());
+        assert!(growth_said("Epoch 1/10: loss 0.3").is_none());
         use super::holder_named;
         assert!(holder_named(
             "GPU 0 is in use by another process from 99%, so I set the other one"
