@@ -24,7 +24,12 @@ fn generated_fixtures_carry_no_absolute_checkout_path() {
     let checkout = root.canonicalize().expect("root");
     let checkout = checkout.to_string_lossy().to_string();
     let mut files = Vec::new();
-    for d in ["tests/corpus/tpu", "tests/corpus/cpu", "examples"] {
+    for d in [
+        "tests/corpus/tpu",
+        "tests/corpus/cpu",
+        "tests/corpus/gpu",
+        "examples",
+    ] {
         walk(&root.join(d), &mut files);
     }
     assert!(files.len() > 100, "fixtures found: {}", files.len());
