@@ -88,6 +88,7 @@ struct Patterns {
     host_killed: Regex,
     shell_killed: Regex,
     generic: Regex,
+    notebook_exception: Regex,
     not_memory: Regex,
     // report lines
     total_usage: Regex,
@@ -155,6 +156,7 @@ fn p() -> &'static Patterns {
             // a user got, or SIGKILL said with memory.
             shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\]\s+\d+\s+)[Kk]illed\b.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
+            notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
             total_usage: re(r"^Total\s+(\w+)\s+usage\s*>=\s*SZ"),
             kv_size: re(r"^\[?(reserved|program|arguments|global|scoped|HLO temp|parameter allocation|constant allocation|maybe_live_out allocation|preallocated temp allocation|total allocation|total fragmentation)\]?:?\s+(SZ|unknown size)"),
@@ -247,11 +249,15 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
             .join("\n");
         let mut found = headline(&flat, lines[i].number, pat)
             .map(|(piece, used)| (piece, flat[..used].matches('\n').count() + 1));
-        let bare = |f: &Option<(Piece, usize)>| {
-            f.as_ref().is_none_or(
-                |(p, _)| matches!(p, Piece::Event(e) if e.family == Family::Unrecognized),
-            )
+        // How much a reading says: nothing, an unrecognized OOM, a family named by its words
+        // only (as a message cut by a terminal reads), a family with figures.
+        let score = |f: &Option<(Piece, usize)>| match f {
+            None => 0,
+            Some((Piece::Event(e), _)) if e.family == Family::Unrecognized => 1,
+            Some((Piece::Event(e), _)) if e.figure_count() == 0 => 2,
+            Some(_) => 3,
         };
+        let bare = |f: &Option<(Piece, usize)>| score(f) < 3;
         if bare(&found) && lines[i].raw_len >= 60 && end > i + 1 {
             let fallback = found.take();
             // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
@@ -268,7 +274,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 }
                 (piece, n)
             });
-            if bare(&found) {
+            if score(&found) <= score(&fallback) {
                 found = fallback;
             }
         }
@@ -1931,6 +1937,19 @@ fn generic(h: &Headline<'_>) -> Read {
     }
     let _ = m;
     let mut e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
+    // The words of a family's message without its figures: PyTorch's `CUDA out of memory`
+    // (the CUDA runtime's own text is `CUDA error: out of memory`), TensorFlow's exception
+    // class as a notebook heads its traceback (`ResourceExhaustedError    Traceback (most
+    // recent call last)`), the traceback cut before its `OOM when allocating` line.
+    if first.to_ascii_lowercase().contains("cuda out of memory") {
+        e.family = Family::PytorchCudaOom;
+        e.framework = Some(Framework::Pytorch);
+        e.backend = Some(Backend::Gpu);
+        e.memory_space = Some(MemorySpace::Device);
+    } else if pat.notebook_exception.is_match(first) {
+        e.family = Family::TfOomTensor;
+        e.framework = Some(Framework::Tensorflow);
+    }
     if first.contains("compil") {
         e.phase = Phase::Compile;
     }
