@@ -132,7 +132,9 @@ fn p() -> &'static Patterns {
     P.get_or_init(|| {
         let re = |s: &str| Regex::new(&ascii_classes(&s.replace("SZ", SZ))).expect("valid built-in regex");
         Patterns {
-            tpu_hbm: re(r"(Compilation failure:\s+)?Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\.?\s+Used\s+SZ\s+of\s+SZ(?:\s+\w+)?\.?(?:\s+Exceeded\s+\w+\s+capacity\s+by\s+SZ)?"),
+            // Newer libtpu (Pallas kernels): "Ran out of memory in memory space vmem. Estimated
+            // 268.96MB exceeds 67.11MB vmem capacity."
+            tpu_hbm: re(r"(Compilation failure:\s+)?Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\.?\s+(?:Used|Estimated)\s+SZ\s+(?:of|exceeds)\s+SZ(?:\s+\w+)?(?:\s+capacity)?\.?(?:\s+Exceeded\s+\w+\s+capacity\s+by\s+SZ)?"),
             hlo_temporaries: re(r"Ran\s+out\s+of\s+memory\s+on\s+(\w+),?\s+the\s+total\s+memory\s+required\s+for\s+HLO\s+temporaries\s+\(SZ\)\s+exceeds\s+available\s+\w+\s+\(SZ\)"),
             tc_sc: re(r"TensorCore\s+Hbm\s+usage:?\s+SZ,?\s+SparseCore\s+Hbm\s+usage:?\s+SZ,?\s+exceeding\s+available\s+bytes:?\s+SZ"),
             abort_early: re(r"Aborting\s+compilation\s+early\s+because\s+it's\s+unlikely\s+to\s+have\s+enough\s+memory\.?\s+Requires\s+SZ,?\s+has\s+SZ\s+available"),
@@ -2031,6 +2033,11 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
             continue;
         }
         saw_scoped |= t == "Allocation type: scoped";
+        // TensorFlow (and XRT) print this hint under an out-of-memory status only: a listing's
+        // tail followed by it is a failure's report, whatever was cut above it.
+        if e.partial && t.contains("report_tensor_allocations_upon_oom") {
+            e.listing_header = true;
+        }
         if let Some(c) = pat.usage_space.captures(t) {
             usage_space = Some(c[1].to_string());
             in_largest = false;
