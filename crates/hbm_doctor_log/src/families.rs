@@ -433,6 +433,49 @@ mod tests {
     }
 
     #[test]
+    fn pytorch_cuda_retyped_and_rewrapped() {
+        // Retyped: lower case, no space before the parenthesis, `totalcapacity`, no space after `;`.
+        let e = &scan_all(b"but l got this problem cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB totalcapacity;1.33GiB already allocated; 43.5MiB free;1.36 GiB reserved in total by Pytorch)\n")[0];
+        assert_eq!(e.family, Family::PytorchCudaOom);
+        assert_eq!(e.requested_bytes, Some(50 << 20));
+        assert_eq!(g(e.limit_bytes), 1.96);
+        assert_eq!(g(e.used_bytes), 1.33);
+        // Re-wrapped by hand, the parentheses dropped.
+        let e = &scan_all(b"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB \nGPU 0; 8.00 GiB total capacity; 7.20 GiB already allocated; 0 bytes free; 7.30 GiB reserved in total by PyTorch\n")[0];
+        assert_eq!((g(e.limit_bytes), g(e.used_bytes)), (8.0, 7.2));
+        assert_eq!(e.free_bytes, Some(0));
+        // Wrapped at a word boundary, and torch 2.1's `capacty`.
+        let e = &scan_all(b"RuntimeError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 has a total capacty of 44.35 GiB\nof which 53.38 MiB is free. Process 3663367 has 44.28 GiB memory\nin use.\n")[0];
+        assert_eq!(e.family, Family::PytorchCudaOom);
+        assert_eq!((g(e.limit_bytes), g(e.used_bytes)), (44.35, 44.28));
+    }
+
+    #[test]
+    fn cuda_runtime_spellings() {
+        for text in [
+            "CUDA status Error: file: ./src/dark_cuda.c : () : line: 373\nCUDA Error: out of memory\n",
+            "and fails on the third card (CUDA error: Out of memory).\n",
+            "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=405 error=2 : out of memory\nRuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCGeneral.cpp:405\n",
+            "CUDA Runtime Error at: /src/data_struct_cuda.cu:83\nout of memory cudaMalloc(&this->d_jcb, size * sizeof(float))\n",
+            "ERROR - Cannot create Cublas handle. Cublas won't be available.\n",
+        ] {
+            let ev: Vec<_> = scan_all(text.as_bytes()).into_iter().filter(|e| e.fatal).collect();
+            assert_eq!(ev.len(), 1, "{text}");
+            assert_eq!(ev[0].family, Family::CudaOom, "{text}");
+        }
+        let e = &scan_all(b"cupy.cuda.memory.OutOfMemoryError: out of memory to allocate 1073741824 bytes (total 12373894656 bytes)\n")[0];
+        assert_eq!(e.family, Family::CudaOom);
+        assert_eq!(e.requested_bytes, Some(1_073_741_824));
+        let ev = scan_all(b"INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB.\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::VllmKvCache);
+        assert!(scan_all(
+            b"INFO worker.py:267] the rest of the memory reserved for KV Cache is 1.05GiB.\n"
+        )
+        .is_empty());
+    }
+
+    #[test]
     fn cuda_driver_cupy_vllm_and_others() {
         for (text, family) in [
             ("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported\n", Family::CudaOom),

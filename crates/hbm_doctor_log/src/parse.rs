@@ -1878,8 +1878,15 @@ fn generic(h: &Headline<'_>) -> Read {
     }
     // The status word used as a noun inside a long sentence (`instead of the clean
     // RESOURCE_EXHAUSTED the narrative implies`): a status is followed by its message.
-    if m.as_str() == "RESOURCE_EXHAUSTED"
-        && !first[m.end()..].trim_start().starts_with(':')
+    // The same for libtpu's error code (`E1001: CompileTimeScopedVmemOom: Ran out of ...`):
+    // named in a sentence (`fails compilation with E1001: CompileTimeScopedVmemOom on every
+    // run`), it is talk about the error.
+    let code_end = m.end()
+        + first[m.end()..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(first.len() - m.end());
+    if matches!(m.as_str(), "RESOURCE_EXHAUSTED" | "ScopedVmemOom")
+        && !first[code_end..].trim_start().starts_with(':')
         && first.split_whitespace().count() >= 12
         && !first[..m.start()].contains("Status")
     {
@@ -2495,7 +2502,26 @@ fn short_label(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::{scan_all, Family, Stage, WarningKind};
+    use crate::{scan_all, Family, Framework, Stage, WarningKind};
+
+    #[test]
+    fn figure_less_messages_named_by_their_family() {
+        let ev = scan_all(b"Unfortunately, after ~2 epochs I keep getting CUDA out of memory.\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::PytorchCudaOom);
+        let ev = scan_all(b"ResourceExhaustedError                    Traceback (most recent call last)\n<ipython-input-35-1a3bbd5216b5> in <module>\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::TfOomTensor);
+        assert_eq!(ev[0].framework, Some(Framework::Tensorflow));
+    }
+
+    #[test]
+    fn an_error_code_named_in_a_sentence_is_talk() {
+        let talk = b"The kernel needs ~33.6 MiB of scoped VMEM, which exceeds the 32 MiB default and fails compilation with `E1001: CompileTimeScopedVmemOom` on every cold-cache run.\n";
+        assert!(scan_all(talk).iter().all(|e| !e.fatal));
+        let error = b"jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory space vmem while allocating on stack for %fusion.1 = f32[8,128]{1,0} fusion(), kind=kLoop\n";
+        assert_eq!(scan_all(error).iter().filter(|e| e.fatal).count(), 1);
+    }
 
     #[test]
     fn every_family_row_yields_a_json_spelling() {
