@@ -375,6 +375,44 @@ struct Hints {
     holder_named: Option<String>,
 }
 
+/// `line` with every path into a Python installation cut to its package
+/// (`/opt/torch/.venv/lib/python3.12/site-packages/jax/_src/api.py` becomes `jax/_src/api.py`):
+/// the directories above `site-packages/` (or `dist-packages/`) are the user's, and name no
+/// framework even when one is called `torch` or `jax`.
+fn installed_paths(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains("-packages/") {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(i) = ["site-packages/", "dist-packages/"]
+        .iter()
+        .filter_map(|k| rest.find(k).map(|i| (i, k.len())))
+        .min()
+    {
+        let (at, len) = i;
+        // The path starts after the last separator before it (a space, a quote, a bracket).
+        let start = rest[..at]
+            .rfind(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '(' | '[' | '=' | ','))
+            .map_or(0, |j| j + 1);
+        out.push_str(&rest[..start]);
+        rest = &rest[at + len..];
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
+/// Whether a path in `t` starts with `dir` (`torch/nn/modules/module.py`, `"torch/...`), not
+/// one that only passes through a directory of that name.
+fn starts_a_path(t: &str, dir: &str) -> bool {
+    t.match_indices(dir).any(|(i, _)| {
+        t[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '(' | '[' | '=' | ','))
+    })
+}
+
 /// The user says something else holds the device: `GPU 0 is in use by another process`,
 /// `another notebook was running`, `occupied by other processes`. The sentence, shortened.
 fn holder_named(t: &str) -> Option<String> {
@@ -837,16 +875,16 @@ impl Hints {
         let mut h = Hints::default();
         let (mut jax, mut ptxla, mut tf, mut tf_strong) = (false, false, false, false);
         for line in lines {
-            let t = line.text.as_str();
+            let t = &*installed_paths(&line.text);
             if t.contains("torch_xla")
                 || t.contains("Bad StatusOr access")
                 || t.contains("PT_XLA")
                 || t.contains("xla_util.cc")
                 || t.contains("SyncTensorsGraph")
                 || t.contains("pytorch/xla")
-                // A path into torch (`site-packages/torch/`), not any `...pytorch/` directory.
-                || t.contains("/torch/")
-                || t.trim_start().starts_with("torch/")
+                // A path into the torch package (`site-packages/torch/`), not a directory that
+                // happens to be named `torch` (`/opt/torch/.venv/...`).
+                || starts_a_path(t, "torch/")
             {
                 ptxla = true;
             }
@@ -867,6 +905,7 @@ impl Hints {
                 jax = true;
             }
             if t.contains("tensorflow/python")
+                || t.contains("tensorflow.python")
                 || t.contains("ResourceExhaustedError")
                 || t.contains("OOM when allocating")
                 || t.contains("import tensorflow")
@@ -2503,6 +2542,30 @@ fn short_label(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use crate::{scan_all, Family, Framework, Stage, WarningKind};
+
+    #[test]
+    fn framework_from_the_package_not_a_directory_named_like_one() {
+        let jax = b"Traceback (most recent call last):\n  File \"/opt/torch/.venv/lib/python3.12/site-packages/jax/_src/api.py\", line 2790, in block_until_ready\n    xc.batched_block_until_ready(arrays)\njax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 23.50GiB with allocator GPU_0_bfc on device 0.\n";
+        let ev = scan_all(jax);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].framework, Some(Framework::Jax));
+        let torch = b"  File \"/opt/jax/venv/lib/python3.10/dist-packages/torch_xla/core/xla_model.py\", line 1, in mark_step\nRuntimeError: RESOURCE_EXHAUSTED: Attempting to allocate 1.00G. That was not possible. There are 512.00M free.\n";
+        assert_eq!(scan_all(torch)[0].framework, Some(Framework::PytorchXla));
+        let tf = b"  File \"/home/u/torch/env/lib/python3.8/site-packages/tensorflow/python/eager/execute.py\", line 54\ntensorflow.python.framework.errors_impl.ResourceExhaustedError: Attempting to allocate 1.00G. That was not possible. There are 512.00M free.\n";
+        assert_eq!(scan_all(tf)[0].framework, Some(Framework::Tensorflow));
+        assert_eq!(
+            super::installed_paths("at /opt/torch/.venv/lib/python3.12/site-packages/jax/_src/api.py:1 and \"/usr/lib/python3/dist-packages/numpy/x.py\""),
+            "at jax/_src/api.py:1 and \"numpy/x.py\""
+        );
+        assert!(super::starts_a_path(
+            "File \"torch/nn/functional.py\"",
+            "torch/"
+        ));
+        assert!(!super::starts_a_path(
+            "File \"/opt/torch/train.py\"",
+            "torch/"
+        ));
+    }
 
     #[test]
     fn figure_less_messages_named_by_their_family() {
