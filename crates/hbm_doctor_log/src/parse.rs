@@ -183,7 +183,10 @@ fn p() -> &'static Patterns {
             async_alloc: re(r"(\w+)?\s*cuMemAllocAsync\s+failed\s+to\s+allocate\s+(\d+)\s*bytes"),
             cuda_free_total: re(r"Free\s+memory/Total\s+memory:\s*(\d+)\s*/\s*(\d+)"),
             host_pinned: re(r"(?:failed\s+to\s+alloc(?:ate)?\s+(\d+)\s+bytes\s+on\s+host|could\s+not\s+allocate\s+pinned\s+host\s+memory\s+of\s+size:\s*(\d+))"),
-            cuda_device_warning: re(r"failed\s+to\s+allocate\s+\S+\s+\((\d+)\s+bytes\)\s+from\s+devic\s*e:\s+CUDA_ERROR_OUT_OF_MEMORY"),
+            // Newer XLA: "Failed to allocate device memory of 59.38GiB (63763906560 bytes):
+            // RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory" (cuda_executor.cc),
+            // printed for each smaller size JAX's preallocation and the BFC region growth retry.
+            cuda_device_warning: re(r"(?:failed\s+to\s+allocate\s+\S+\s+\((\d+)\s+bytes\)\s+from\s+devic\s*e|Failed\s+to\s+allocate\s+device\s+memory\s+of\s+\S+\s+\((\d+)\s+bytes\)):\s+(?:RESOURCE_EXHAUSTED:\s*:\s*)?CUDA_ERROR_OUT_OF_MEMORY"),
             capacity: re(r"^(\w+)\s+capacity\s+SZ:?"),
             report_start: re(r"^(?:(Largest\s+program\s+allocations\s+in\s+(\w+))|(Peak\s+buffers:|BufferAssignment\s+OOM\s+Debugging)|(?:Program\s+(\w+)\s+requirement|Total\s+(\w+)\s+usage\s*>=)|((?:\d+\.\s+)?Size:\s+\d|Allocation\s+type:|XLA\s+[lL]abel:)|(Stats:\s*$|Stats:\s+Limit|.*memory_limit_))"),
             step: re(r"(?i)\b(?:step|iteration|iter|global_step)\b\s*[=:#]?\s*(\d{1,9})\b"),
@@ -1131,7 +1134,7 @@ fn end_of(c: &Captures<'_>) -> usize {
 const FAMILIES: &[FamilyRow] = &[
     FamilyRow {
         yields: "allocator_retry",
-        message: "warning: `failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY` (the allocator retries smaller)",
+        message: "warning: `failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY`, `Failed to allocate device memory of X (N bytes): RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY` (the allocator retries smaller)",
         read: cuda_device_warning,
     },
     FamilyRow {
@@ -1305,7 +1308,7 @@ fn cuda_device_warning(h: &Headline<'_>) -> Read {
     // cuda_driver's "failed to allocate X from device": the allocator retries smaller; not fatal.
     let figures = WarningFigures {
         line,
-        requested_bytes: c[1].parse().ok(),
+        requested_bytes: c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok()),
         ..WarningFigures::default()
     };
     Read::Found((
