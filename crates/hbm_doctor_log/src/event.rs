@@ -376,7 +376,9 @@ pub struct Event {
     pub growth_said: Option<String>,
     /// Not serialized: a report pasted without its headline showed TPU's `Largest program
     /// allocations in <space>:` header, which the compiler prints only in an out-of-memory error
-    /// (a successful compile may log `Total hbm usage >=`, never the listing header).
+    /// (a successful compile may log `Total hbm usage >=`, never the listing header), or a
+    /// listing followed by TensorFlow's `report_tensor_allocations_upon_oom` hint (also printed
+    /// under an out-of-memory status only).
     #[serde(skip)]
     pub listing_header: bool,
 }

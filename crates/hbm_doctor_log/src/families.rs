@@ -18,6 +18,7 @@ struct Patterns {
     cuda_driver: Regex,
     cupy: Regex,
     vllm_cache: Regex,
+    vllm_negative: Regex,
     vllm_needed: Regex,
     llvm_jit: Regex,
     vllm_max_len: Regex,
@@ -38,30 +39,45 @@ fn p() -> &'static Patterns {
     P.get_or_init(|| Patterns {
         // torch >= 2.1: "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total
         // capacity of 14.75 GiB of which 3.06 MiB is free."
+        // Users retype and re-wrap it: any case, spaces dropped or doubled, a line break for a
+        // space, the typo `capacty` (torch 2.1), the period after the request lost.
         torch_new: re(&format!(
-            r"(?:CUDA|XPU|MPS|HIP) out of memory\. Tried to allocate {SZ}\. (?:GPU|Device) (\d+) has a total capacity of {SZ} of which {SZ} is free\."
+            r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d+)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+which\s*{SZ}\s*is\s+free\."
         )),
         // older: "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total
         // capacity; 12.23 GiB already allocated; 1.43 GiB free; 13.23 GiB reserved in total by
-        // PyTorch)"
+        // PyTorch)"; retyped as `cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB
+        // totalcapacity;1.33GiB ...` or re-wrapped without the parentheses.
         torch_old: re(&format!(
-            r"CUDA out of memory\. Tried to allocate {SZ} \(GPU (\d+); {SZ} total capacity; {SZ} already allocated; {SZ} free; (?:{SZ} cached|{SZ} reserved in total by PyTorch)"
+            r"(?i)CUDA\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
         )),
         torch_process: re(&format!(
-            r"(?:Process \d+ has|this process has) {SZ} memory in use"
+            r"(?:Process\s+\d+\s+has|this\s+process\s+has)\s+{SZ}\s+memory\s+in\s+use"
         )),
         torch_unallocated: re(&format!(
-            r"Of the allocated memory {SZ} is allocated by PyTorch, and {SZ} is reserved by PyTorch but unallocated"
+            r"Of\s+the\s+allocated\s+memory\s+{SZ}\s+is\s+allocated\s+by\s+PyTorch,\s+and\s+{SZ}\s+is\s+reserved\s+by\s+PyTorch\s+but\s+unallocated"
         )),
+        // The CUDA runtime's "out of memory" as C programs print it: `CUDA error: out of memory`
+        // (PyTorch), `CUDA Error: out of memory` (darknet), `cuda runtime error (2) : out of
+        // memory` (old PyTorch), `out of memory cudaMalloc(&p, n)` / `cudaMalloc failed: out of
+        // memory` (hand-written CUDA checks that print the call).
+        // Caffe's `Cannot create Cublas handle. Cublas won't be available.` is the same cuBLAS
+        // failure as the one below.
         // `failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED`: cuBLAS found no
         // memory for its handle, the device already taken (a preallocating framework or another
         // process); the fix users report is a smaller pool or allow_growth.
         cuda_driver: re(
-            r"CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|cuMemAlloc[A-Za-z_]* (?:failed|results in)",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
-        cupy: re(r"[Oo]ut of memory allocating ([\d,]+) bytes \(allocated so far: ([\d,]+) bytes\)"),
+        // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
+        // (the pool's total, not read as a figure).
+        cupy: re(r"[Oo]ut of memory (?:allocating|to allocate) ([\d,]+) bytes \((?:allocated so far: ([\d,]+) bytes\)|total [\d,]+ bytes\))"),
         vllm_cache: re(r"No available memory for the cache blocks"),
+        // vLLM's memory profile leaving the KV cache a negative budget, which fails the engine
+        // (no cache block fits): V0 "the rest of the memory reserved for KV Cache is -1.05GiB.",
+        // V1 "Available KV cache memory: -1.05 GiB".
+        vllm_negative: re(r"(?i:reserved\s+for\s+KV\s+Cache\s+is|Available\s+KV\s+cache\s+memory:)\s*-\s*\d"),
         // vLLM v1 (and tpu-inference): "(16.00 GiB KV cache is needed, which is larger than the
         // available KV cache memory (0.71 GiB)".
         vllm_needed: re(&format!(
@@ -203,6 +219,12 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     if let Some(m) = pat.llvm_jit.find(flat).filter(on_first) {
         let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
         e.memory_space = Some(MemorySpace::Host);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(m) = pat.vllm_negative.find(flat).filter(on_first) {
+        // vLLM runs on GPUs and TPUs: the backend is left to the text around it.
+        let mut e = new_event(line, Family::VllmKvCache, Phase::Runtime, flat);
+        e.framework = Some(Framework::Pytorch);
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(m) = pat.vllm_cache.find(flat).filter(on_first) {
@@ -408,6 +430,49 @@ mod tests {
         assert_eq!(g(e.used_bytes), 12.23);
         assert_eq!(g(e.free_bytes), 1.43);
         assert_eq!(g(e.fragmentation_bytes), 1.0);
+    }
+
+    #[test]
+    fn pytorch_cuda_retyped_and_rewrapped() {
+        // Retyped: lower case, no space before the parenthesis, `totalcapacity`, no space after `;`.
+        let e = &scan_all(b"but l got this problem cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB totalcapacity;1.33GiB already allocated; 43.5MiB free;1.36 GiB reserved in total by Pytorch)\n")[0];
+        assert_eq!(e.family, Family::PytorchCudaOom);
+        assert_eq!(e.requested_bytes, Some(50 << 20));
+        assert_eq!(g(e.limit_bytes), 1.96);
+        assert_eq!(g(e.used_bytes), 1.33);
+        // Re-wrapped by hand, the parentheses dropped.
+        let e = &scan_all(b"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB \nGPU 0; 8.00 GiB total capacity; 7.20 GiB already allocated; 0 bytes free; 7.30 GiB reserved in total by PyTorch\n")[0];
+        assert_eq!((g(e.limit_bytes), g(e.used_bytes)), (8.0, 7.2));
+        assert_eq!(e.free_bytes, Some(0));
+        // Wrapped at a word boundary, and torch 2.1's `capacty`.
+        let e = &scan_all(b"RuntimeError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 has a total capacty of 44.35 GiB\nof which 53.38 MiB is free. Process 3663367 has 44.28 GiB memory\nin use.\n")[0];
+        assert_eq!(e.family, Family::PytorchCudaOom);
+        assert_eq!((g(e.limit_bytes), g(e.used_bytes)), (44.35, 44.28));
+    }
+
+    #[test]
+    fn cuda_runtime_spellings() {
+        for text in [
+            "CUDA status Error: file: ./src/dark_cuda.c : () : line: 373\nCUDA Error: out of memory\n",
+            "and fails on the third card (CUDA error: Out of memory).\n",
+            "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=405 error=2 : out of memory\nRuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCGeneral.cpp:405\n",
+            "CUDA Runtime Error at: /src/data_struct_cuda.cu:83\nout of memory cudaMalloc(&this->d_jcb, size * sizeof(float))\n",
+            "ERROR - Cannot create Cublas handle. Cublas won't be available.\n",
+        ] {
+            let ev: Vec<_> = scan_all(text.as_bytes()).into_iter().filter(|e| e.fatal).collect();
+            assert_eq!(ev.len(), 1, "{text}");
+            assert_eq!(ev[0].family, Family::CudaOom, "{text}");
+        }
+        let e = &scan_all(b"cupy.cuda.memory.OutOfMemoryError: out of memory to allocate 1073741824 bytes (total 12373894656 bytes)\n")[0];
+        assert_eq!(e.family, Family::CudaOom);
+        assert_eq!(e.requested_bytes, Some(1_073_741_824));
+        let ev = scan_all(b"INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB.\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::VllmKvCache);
+        assert!(scan_all(
+            b"INFO worker.py:267] the rest of the memory reserved for KV Cache is 1.05GiB.\n"
+        )
+        .is_empty());
     }
 
     #[test]

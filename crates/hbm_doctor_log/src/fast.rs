@@ -30,6 +30,8 @@ const BFC_HEAD: &[u8] = b"Allocator (";
 const BFC_MID: &[u8] = b") ran out of memory trying to allocate ";
 const CUDA_HEAD: &[u8] = b"failed to allocate ";
 const CUDA_TAIL: &[u8] = b" bytes) from device: CUDA_ERROR_OUT_OF_MEMORY";
+const DEVICE_HEAD: &[u8] = b"Failed to allocate device memory of ";
+const DEVICE_TAIL: &[u8] = b" bytes): RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY";
 
 fn finder(which: usize) -> &'static memmem::Finder<'static> {
     static F: OnceLock<[memmem::Finder<'static>; 3]> = OnceLock::new();
@@ -347,14 +349,19 @@ fn bfc(line: &[u8], head: usize, hit: usize) -> Option<Found> {
 #[inline]
 fn cuda(line: &[u8], hit: usize) -> Option<Found> {
     let head = hit.checked_sub(1)?;
-    let mut i = expect(line, head, CUDA_HEAD)?;
+    // Newer XLA's `Failed to allocate device memory of 59.38GiB (63763906560 bytes):
+    // RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory`.
+    let (mut i, tail) = match expect(line, head, DEVICE_HEAD) {
+        Some(i) => (i, DEVICE_TAIL),
+        None => (expect(line, head, CUDA_HEAD)?, CUDA_TAIL),
+    };
     let token = line[i..].iter().position(|&b| b == b' ' || b == b'\t')?;
     if token == 0 {
         return None;
     }
     i = expect(line, i + token, b" (")?;
     let (n, next) = digits(line, i)?;
-    expect(line, next, CUDA_TAIL)?;
+    expect(line, next, tail)?;
     Some((head, Fast::Warning(WarningKind::AllocatorRetry, Some(n))))
 }
 
@@ -809,6 +816,8 @@ mod tests {
             ("I tensorflow/core/common_runtime/bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.21GiB with freed_by_count=0. The caller indicates that this is not a failure, but may mean that there could be performance gains if more memory were available.", WarningKind::BfcNotAFailure, 2372969431),
             ("W1121 12:00:00.000000 1 bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.00GiB (rounded to 1073741824) with freed_by_count=0. The caller indicates that this is not a failure", WarningKind::BfcNotAFailure, 1073741824),
             ("2023-01-01 12:00:00.000000: I external/xla/xla/stream_executor/cuda/cuda_driver.cc:739] failed to allocate 2.12G (2282521344 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory", WarningKind::AllocatorRetry, 2282521344),
+            ("E1126 09:50:36.466878     443 cuda_executor.cc:1365] [0] Failed to allocate device memory of 59.38GiB (63763906560 bytes): RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory", WarningKind::AllocatorRetry, 63763906560),
+            ("E1126 09:50:36.466878     443 cuda_executor.cc:1365] Failed to allocate device memory of 59.38GiB (63763906560 bytes): RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory", WarningKind::AllocatorRetry, 63763906560),
         ];
         for (line, kind, bytes) in cases {
             let Some(Fast::Warning(k, requested)) = fast(line) else {

@@ -88,6 +88,7 @@ struct Patterns {
     host_killed: Regex,
     shell_killed: Regex,
     generic: Regex,
+    notebook_exception: Regex,
     not_memory: Regex,
     // report lines
     total_usage: Regex,
@@ -131,7 +132,9 @@ fn p() -> &'static Patterns {
     P.get_or_init(|| {
         let re = |s: &str| Regex::new(&ascii_classes(&s.replace("SZ", SZ))).expect("valid built-in regex");
         Patterns {
-            tpu_hbm: re(r"(Compilation failure:\s+)?Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\.?\s+Used\s+SZ\s+of\s+SZ(?:\s+\w+)?\.?(?:\s+Exceeded\s+\w+\s+capacity\s+by\s+SZ)?"),
+            // Newer libtpu (Pallas kernels): "Ran out of memory in memory space vmem. Estimated
+            // 268.96MB exceeds 67.11MB vmem capacity."
+            tpu_hbm: re(r"(Compilation failure:\s+)?Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\.?\s+(?:Used|Estimated)\s+SZ\s+(?:of|exceeds)\s+SZ(?:\s+\w+)?(?:\s+capacity)?\.?(?:\s+Exceeded\s+\w+\s+capacity\s+by\s+SZ)?"),
             hlo_temporaries: re(r"Ran\s+out\s+of\s+memory\s+on\s+(\w+),?\s+the\s+total\s+memory\s+required\s+for\s+HLO\s+temporaries\s+\(SZ\)\s+exceeds\s+available\s+\w+\s+\(SZ\)"),
             tc_sc: re(r"TensorCore\s+Hbm\s+usage:?\s+SZ,?\s+SparseCore\s+Hbm\s+usage:?\s+SZ,?\s+exceeding\s+available\s+bytes:?\s+SZ"),
             abort_early: re(r"Aborting\s+compilation\s+early\s+because\s+it's\s+unlikely\s+to\s+have\s+enough\s+memory\.?\s+Requires\s+SZ,?\s+has\s+SZ\s+available"),
@@ -155,6 +158,7 @@ fn p() -> &'static Patterns {
             // a user got, or SIGKILL said with memory.
             shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\]\s+\d+\s+)[Kk]illed\b.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
+            notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
             total_usage: re(r"^Total\s+(\w+)\s+usage\s*>=\s*SZ"),
             kv_size: re(r"^\[?(reserved|program|arguments|global|scoped|HLO temp|parameter allocation|constant allocation|maybe_live_out allocation|preallocated temp allocation|total allocation|total fragmentation)\]?:?\s+(SZ|unknown size)"),
@@ -179,7 +183,10 @@ fn p() -> &'static Patterns {
             async_alloc: re(r"(\w+)?\s*cuMemAllocAsync\s+failed\s+to\s+allocate\s+(\d+)\s*bytes"),
             cuda_free_total: re(r"Free\s+memory/Total\s+memory:\s*(\d+)\s*/\s*(\d+)"),
             host_pinned: re(r"(?:failed\s+to\s+alloc(?:ate)?\s+(\d+)\s+bytes\s+on\s+host|could\s+not\s+allocate\s+pinned\s+host\s+memory\s+of\s+size:\s*(\d+))"),
-            cuda_device_warning: re(r"failed\s+to\s+allocate\s+\S+\s+\((\d+)\s+bytes\)\s+from\s+devic\s*e:\s+CUDA_ERROR_OUT_OF_MEMORY"),
+            // Newer XLA: "Failed to allocate device memory of 59.38GiB (63763906560 bytes):
+            // RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY: out of memory" (cuda_executor.cc),
+            // printed for each smaller size JAX's preallocation and the BFC region growth retry.
+            cuda_device_warning: re(r"(?:failed\s+to\s+allocate\s+\S+\s+\((\d+)\s+bytes\)\s+from\s+devic\s*e|Failed\s+to\s+allocate\s+device\s+memory\s+of\s+\S+\s+\((\d+)\s+bytes\)):\s+(?:RESOURCE_EXHAUSTED:\s*:\s*)?CUDA_ERROR_OUT_OF_MEMORY"),
             capacity: re(r"^(\w+)\s+capacity\s+SZ:?"),
             report_start: re(r"^(?:(Largest\s+program\s+allocations\s+in\s+(\w+))|(Peak\s+buffers:|BufferAssignment\s+OOM\s+Debugging)|(?:Program\s+(\w+)\s+requirement|Total\s+(\w+)\s+usage\s*>=)|((?:\d+\.\s+)?Size:\s+\d|Allocation\s+type:|XLA\s+[lL]abel:)|(Stats:\s*$|Stats:\s+Limit|.*memory_limit_))"),
             step: re(r"(?i)\b(?:step|iteration|iter|global_step)\b\s*[=:#]?\s*(\d{1,9})\b"),
@@ -247,11 +254,15 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
             .join("\n");
         let mut found = headline(&flat, lines[i].number, pat)
             .map(|(piece, used)| (piece, flat[..used].matches('\n').count() + 1));
-        let bare = |f: &Option<(Piece, usize)>| {
-            f.as_ref().is_none_or(
-                |(p, _)| matches!(p, Piece::Event(e) if e.family == Family::Unrecognized),
-            )
+        // How much a reading says: nothing, an unrecognized OOM, a family named by its words
+        // only (as a message cut by a terminal reads), a family with figures.
+        let score = |f: &Option<(Piece, usize)>| match f {
+            None => 0,
+            Some((Piece::Event(e), _)) if e.family == Family::Unrecognized => 1,
+            Some((Piece::Event(e), _)) if e.figure_count() == 0 => 2,
+            Some(_) => 3,
         };
+        let bare = |f: &Option<(Piece, usize)>| score(f) < 3;
         if bare(&found) && lines[i].raw_len >= 60 && end > i + 1 {
             let fallback = found.take();
             // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
@@ -268,7 +279,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 }
                 (piece, n)
             });
-            if bare(&found) {
+            if score(&found) <= score(&fallback) {
                 found = fallback;
             }
         }
@@ -366,6 +377,44 @@ struct Hints {
     batch_tried: Option<String>,
     holder_named: Option<String>,
     growth_said: Option<String>,
+}
+
+/// `line` with every path into a Python installation cut to its package
+/// (`/opt/torch/.venv/lib/python3.12/site-packages/jax/_src/api.py` becomes `jax/_src/api.py`):
+/// the directories above `site-packages/` (or `dist-packages/`) are the user's, and name no
+/// framework even when one is called `torch` or `jax`.
+fn installed_paths(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains("-packages/") {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(i) = ["site-packages/", "dist-packages/"]
+        .iter()
+        .filter_map(|k| rest.find(k).map(|i| (i, k.len())))
+        .min()
+    {
+        let (at, len) = i;
+        // The path starts after the last separator before it (a space, a quote, a bracket).
+        let start = rest[..at]
+            .rfind(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '(' | '[' | '=' | ','))
+            .map_or(0, |j| j + 1);
+        out.push_str(&rest[..start]);
+        rest = &rest[at + len..];
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
+/// Whether a path in `t` starts with `dir` (`torch/nn/modules/module.py`, `"torch/...`), not
+/// one that only passes through a directory of that name.
+fn starts_a_path(t: &str, dir: &str) -> bool {
+    t.match_indices(dir).any(|(i, _)| {
+        t[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '(' | '[' | '=' | ','))
+    })
 }
 
 /// The user says something else holds the device: `GPU 0 is in use by another process`,
@@ -914,16 +963,16 @@ impl Hints {
         let mut h = Hints::default();
         let (mut jax, mut ptxla, mut tf, mut tf_strong) = (false, false, false, false);
         for line in lines {
-            let t = line.text.as_str();
+            let t = &*installed_paths(&line.text);
             if t.contains("torch_xla")
                 || t.contains("Bad StatusOr access")
                 || t.contains("PT_XLA")
                 || t.contains("xla_util.cc")
                 || t.contains("SyncTensorsGraph")
                 || t.contains("pytorch/xla")
-                // A path into torch (`site-packages/torch/`), not any `...pytorch/` directory.
-                || t.contains("/torch/")
-                || t.trim_start().starts_with("torch/")
+                // A path into the torch package (`site-packages/torch/`), not a directory that
+                // happens to be named `torch` (`/opt/torch/.venv/...`).
+                || starts_a_path(t, "torch/")
             {
                 ptxla = true;
             }
@@ -944,6 +993,7 @@ impl Hints {
                 jax = true;
             }
             if t.contains("tensorflow/python")
+                || t.contains("tensorflow.python")
                 || t.contains("ResourceExhaustedError")
                 || t.contains("OOM when allocating")
                 || t.contains("import tensorflow")
@@ -1175,7 +1225,7 @@ fn end_of(c: &Captures<'_>) -> usize {
 const FAMILIES: &[FamilyRow] = &[
     FamilyRow {
         yields: "allocator_retry",
-        message: "warning: `failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY` (the allocator retries smaller)",
+        message: "warning: `failed to allocate X (N bytes) from device: CUDA_ERROR_OUT_OF_MEMORY`, `Failed to allocate device memory of X (N bytes): RESOURCE_EXHAUSTED: : CUDA_ERROR_OUT_OF_MEMORY` (the allocator retries smaller)",
         read: cuda_device_warning,
     },
     FamilyRow {
@@ -1349,7 +1399,7 @@ fn cuda_device_warning(h: &Headline<'_>) -> Read {
     // cuda_driver's "failed to allocate X from device": the allocator retries smaller; not fatal.
     let figures = WarningFigures {
         line,
-        requested_bytes: c[1].parse().ok(),
+        requested_bytes: c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok()),
         ..WarningFigures::default()
     };
     Read::Found((
@@ -1961,8 +2011,15 @@ fn generic(h: &Headline<'_>) -> Read {
     }
     // The status word used as a noun inside a long sentence (`instead of the clean
     // RESOURCE_EXHAUSTED the narrative implies`): a status is followed by its message.
-    if m.as_str() == "RESOURCE_EXHAUSTED"
-        && !first[m.end()..].trim_start().starts_with(':')
+    // The same for libtpu's error code (`E1001: CompileTimeScopedVmemOom: Ran out of ...`):
+    // named in a sentence (`fails compilation with E1001: CompileTimeScopedVmemOom on every
+    // run`), it is talk about the error.
+    let code_end = m.end()
+        + first[m.end()..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(first.len() - m.end());
+    if matches!(m.as_str(), "RESOURCE_EXHAUSTED" | "ScopedVmemOom")
+        && !first[code_end..].trim_start().starts_with(':')
         && first.split_whitespace().count() >= 12
         && !first[..m.start()].contains("Status")
     {
@@ -2022,6 +2079,19 @@ fn generic(h: &Headline<'_>) -> Read {
     }
     let _ = m;
     let mut e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
+    // The words of a family's message without its figures: PyTorch's `CUDA out of memory`
+    // (the CUDA runtime's own text is `CUDA error: out of memory`), TensorFlow's exception
+    // class as a notebook heads its traceback (`ResourceExhaustedError    Traceback (most
+    // recent call last)`), the traceback cut before its `OOM when allocating` line.
+    if first.to_ascii_lowercase().contains("cuda out of memory") {
+        e.family = Family::PytorchCudaOom;
+        e.framework = Some(Framework::Pytorch);
+        e.backend = Some(Backend::Gpu);
+        e.memory_space = Some(MemorySpace::Device);
+    } else if pat.notebook_exception.is_match(first) {
+        e.family = Family::TfOomTensor;
+        e.framework = Some(Framework::Tensorflow);
+    }
     if first.contains("compil") {
         e.phase = Phase::Compile;
     }
@@ -2103,6 +2173,11 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
             continue;
         }
         saw_scoped |= t == "Allocation type: scoped";
+        // TensorFlow (and XRT) print this hint under an out-of-memory status only: a listing's
+        // tail followed by it is a failure's report, whatever was cut above it.
+        if e.partial && t.contains("report_tensor_allocations_upon_oom") {
+            e.listing_header = true;
+        }
         if let Some(c) = pat.usage_space.captures(t) {
             usage_space = Some(c[1].to_string());
             in_largest = false;
@@ -2560,7 +2635,50 @@ fn short_label(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::{scan_all, Family, Stage, WarningKind};
+    use crate::{scan_all, Family, Framework, Stage, WarningKind};
+
+    #[test]
+    fn framework_from_the_package_not_a_directory_named_like_one() {
+        let jax = b"Traceback (most recent call last):\n  File \"/opt/torch/.venv/lib/python3.12/site-packages/jax/_src/api.py\", line 2790, in block_until_ready\n    xc.batched_block_until_ready(arrays)\njax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 23.50GiB with allocator GPU_0_bfc on device 0.\n";
+        let ev = scan_all(jax);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].framework, Some(Framework::Jax));
+        let torch = b"  File \"/opt/jax/venv/lib/python3.10/dist-packages/torch_xla/core/xla_model.py\", line 1, in mark_step\nRuntimeError: RESOURCE_EXHAUSTED: Attempting to allocate 1.00G. That was not possible. There are 512.00M free.\n";
+        assert_eq!(scan_all(torch)[0].framework, Some(Framework::PytorchXla));
+        let tf = b"  File \"/home/u/torch/env/lib/python3.8/site-packages/tensorflow/python/eager/execute.py\", line 54\ntensorflow.python.framework.errors_impl.ResourceExhaustedError: Attempting to allocate 1.00G. That was not possible. There are 512.00M free.\n";
+        assert_eq!(scan_all(tf)[0].framework, Some(Framework::Tensorflow));
+        assert_eq!(
+            super::installed_paths("at /opt/torch/.venv/lib/python3.12/site-packages/jax/_src/api.py:1 and \"/usr/lib/python3/dist-packages/numpy/x.py\""),
+            "at jax/_src/api.py:1 and \"numpy/x.py\""
+        );
+        assert!(super::starts_a_path(
+            "File \"torch/nn/functional.py\"",
+            "torch/"
+        ));
+        assert!(!super::starts_a_path(
+            "File \"/opt/torch/train.py\"",
+            "torch/"
+        ));
+    }
+
+    #[test]
+    fn figure_less_messages_named_by_their_family() {
+        let ev = scan_all(b"Unfortunately, after ~2 epochs I keep getting CUDA out of memory.\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::PytorchCudaOom);
+        let ev = scan_all(b"ResourceExhaustedError                    Traceback (most recent call last)\n<ipython-input-35-1a3bbd5216b5> in <module>\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::TfOomTensor);
+        assert_eq!(ev[0].framework, Some(Framework::Tensorflow));
+    }
+
+    #[test]
+    fn an_error_code_named_in_a_sentence_is_talk() {
+        let talk = b"The kernel needs ~33.6 MiB of scoped VMEM, which exceeds the 32 MiB default and fails compilation with `E1001: CompileTimeScopedVmemOom` on every cold-cache run.\n";
+        assert!(scan_all(talk).iter().all(|e| !e.fatal));
+        let error = b"jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory space vmem while allocating on stack for %fusion.1 = f32[8,128]{1,0} fusion(), kind=kLoop\n";
+        assert_eq!(scan_all(error).iter().filter(|e| e.fatal).count(), 1);
+    }
 
     #[test]
     fn every_family_row_yields_a_json_spelling() {
