@@ -14,6 +14,7 @@ struct Patterns {
     torch_new: Regex,
     torch_old: Regex,
     torch_process: Regex,
+    torch_this_process: Regex,
     torch_unallocated: Regex,
     cuda_driver: Regex,
     cupy: Regex,
@@ -54,6 +55,9 @@ fn p() -> &'static Patterns {
         torch_process: re(&format!(
             r"(?:Process\s+\d+\s+has|this\s+process\s+has)\s+{SZ}\s+memory\s+in\s+use"
         )),
+        // torch >= 2.2 names its own process apart from the others it lists (`Process 644 has
+        // 48.01 GiB memory in use. Including non-PyTorch memory, this process has 30.26 GiB`).
+        torch_this_process: re(&format!(r"this\s+process\s+has\s+{SZ}\s+memory\s+in\s+use")),
         torch_unallocated: re(&format!(
             r"Of\s+the\s+allocated\s+memory\s+{SZ}\s+is\s+allocated\s+by\s+PyTorch,\s+and\s+{SZ}\s+is\s+reserved\s+by\s+PyTorch\s+but\s+unallocated"
         )),
@@ -148,7 +152,13 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         }
         // What the process holds in use (PyTorch's allocations and everything else it has on the
         // device) is what it uses; "allocated by PyTorch" is part of it.
-        if let Some(pc) = pat.torch_process.captures(flat) {
+        // Older torch lists every process with `Process N has`, its own first; newer torch says
+        // `this process has` for its own and `Process N has` for the others.
+        if let Some(pc) = pat
+            .torch_this_process
+            .captures(flat)
+            .or_else(|| pat.torch_process.captures(flat))
+        {
             e.process_bytes = bytes(&pc, 1);
             e.used_bytes = e.process_bytes.or(e.used_bytes);
             end = end.max(pc.get(0)?.end());
