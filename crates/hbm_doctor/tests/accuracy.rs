@@ -18,8 +18,8 @@
 //! the test fails when one falls below the figure recorded in ACCURACY.md's ratchet block.
 
 use hbm_doctor::commands::analyze::{analyze_files, budget_options, discover};
-use hbm_doctor_analysis::{explain, join::join_dump};
-use hbm_doctor_log::scan_all;
+use hbm_doctor_analysis::{explain_with_warnings, join::join_dump};
+use hbm_doctor_log::scan_all_with_warnings;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -89,13 +89,14 @@ const SETS: [&str; 6] = [
     "gpu_log",
 ];
 
-/// Category and cause names of an explain run on `text`; "none" when no fatal event is found.
+/// Category and cause names of an explain run on `text` (events and warnings, as the CLI reads
+/// them); "none" when no fatal event is found.
 fn explain_text(text: &[u8]) -> (String, Vec<String>) {
-    let events = scan_all(text);
+    let (events, warnings) = scan_all_with_warnings(text);
     if !events.iter().any(|e| e.fatal) {
         return ("none".into(), Vec::new());
     }
-    let report = explain(events);
+    let report = explain_with_warnings(events, warnings);
     let d = report.diagnosis.expect("a diagnosis when events exist");
     (
         d.category.as_str().to_string(),
@@ -335,9 +336,9 @@ fn analyze_case(
 }
 
 fn joined_case(log: &[u8], dump: &Path, label: Label) -> Case {
-    let events = scan_all(log);
+    let (events, warnings) = scan_all_with_warnings(log);
     let (category, causes) = if events.iter().any(|e| e.fatal) {
-        let mut report = explain(events);
+        let mut report = explain_with_warnings(events, warnings);
         let files = discover(dump).expect("accuracy harness input");
         let analysis = analyze_files(&files, &Default::default()).expect("accuracy harness input");
         join_dump(&mut report, &analysis);

@@ -5,7 +5,7 @@ use crate::model::{Category, Cause, CauseKind, Diagnosis, ExplainReport, Snippet
 use hbm_doctor_hlo::Shape;
 use hbm_doctor_log::{
     format_size, Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Stage,
-    WarningSummary,
+    WarningKind, WarningSummary,
 };
 
 /// Builds the report for the events of one log.
@@ -15,7 +15,14 @@ pub fn explain(events: Vec<Event>) -> ExplainReport {
 
 /// Builds the report for the events of one log and its warnings summarised per kind.
 pub fn explain_with_warnings(events: Vec<Event>, warnings: Vec<WarningSummary>) -> ExplainReport {
-    let diagnosis = main_event(&events).map(|i| diagnose(i, &events[i]));
+    let diagnosis = main_event(&events).map(|i| {
+        // The device itself refused allocations before this failure (an allocator retrying
+        // smaller: JAX's or TensorFlow's pool could not take its share of the GPU).
+        let refused = warnings
+            .iter()
+            .find(|w| w.kind == WarningKind::AllocatorRetry && w.first_line <= events[i].line);
+        diagnose(i, &events[i], refused)
+    });
     ExplainReport {
         schema_version: SCHEMA_VERSION,
         events,
@@ -142,6 +149,8 @@ pub fn categorize(e: &Event) -> Category {
 
 struct Ctx<'a> {
     e: &'a Event,
+    /// Allocations the device itself refused before the failure (allocator retries).
+    refused: Option<&'a WarningSummary>,
     category: Category,
     limit: Option<u64>,
     used: Option<u64>,
@@ -191,8 +200,19 @@ impl Ctx<'_> {
     }
 }
 
-fn diagnose(index: usize, e: &Event) -> Diagnosis {
-    let category = categorize(e);
+fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagnosis {
+    let mut category = categorize(e);
+    // A pool whose own accounting shows room (the largest free block under the request, the
+    // rest "free") is not fragmented when the device refused the pool its memory: that free
+    // memory was never the pool's.
+    let device_refused = refused.is_some() && e.phase == Phase::Runtime;
+    if device_refused
+        && category == Category::RuntimeFragmentation
+        && e.family != Family::PytorchCudaOom
+        && e.free_bytes.is_none()
+    {
+        category = Category::RuntimeAllocation;
+    }
     let ctx = Ctx {
         e,
         category,
@@ -219,6 +239,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         jax: e.framework == Some(Framework::Jax),
         ptxla: e.framework == Some(Framework::PytorchXla),
         tf: e.framework == Some(Framework::Tensorflow),
+        refused,
     };
     let tpu = e.backend == Some(Backend::Tpu)
         || matches!(
@@ -326,6 +347,7 @@ fn diagnose(index: usize, e: &Event) -> Diagnosis {
         rank!(if args_heavy { 2.4 } else { 1.0 }, optimizer_state(&ctx));
         rank!(1.4, other_process(&ctx));
         rank!(2.9, holder_in_text(&ctx));
+        rank!(2.7, device_refused_pool(&ctx));
         rank!(1.3, preallocation(&ctx));
         rank!(0.5, jax_gpu_pool(&ctx));
         // A limit no device has is decisive: nothing else is worth doing before lifting it.
@@ -1571,6 +1593,32 @@ fn holder_in_text(ctx: &Ctx<'_>) -> Option<Cause> {
         None,
         format!("the text says something else holds the device: \"{said}\""),
         vec![LIST_DEVICE_HOLDERS.into()],
+        Vec::new(),
+    ))
+}
+
+/// The device refused the allocator's own requests before the failure (`Failed to allocate
+/// device memory of 59.38GiB ... CUDA_ERROR_OUT_OF_MEMORY`, `failed to allocate 2.12G from
+/// device`): JAX or TensorFlow could not even take their pool's share of the GPU, so something
+/// outside this program already held it.
+fn device_refused_pool(ctx: &Ctx<'_>) -> Option<Cause> {
+    let w = ctx.refused?;
+    if ctx.e.phase != Phase::Runtime {
+        return None;
+    }
+    let asked = w
+        .worst
+        .requested_bytes
+        .map(|b| format!(" (up to {})", fmt(b)))
+        .unwrap_or_default();
+    Some(ctx.cause(
+        CauseKind::OtherProcess,
+        None,
+        format!("the device refused the allocator's own requests {} time(s) before the failure{asked}, first at line {}: the GPU's memory was already held when the pool asked for it", w.count, w.first_line),
+        vec![
+            LIST_DEVICE_HOLDERS.into(),
+            "Two programs can share a GPU only if neither preallocates: XLA_PYTHON_CLIENT_PREALLOCATE=false (JAX) or tf.config.experimental.set_memory_growth (TensorFlow) in each, or a fraction per process that sums under 1 (XLA_PYTHON_CLIENT_MEM_FRACTION).".into(),
+        ],
         Vec::new(),
     ))
 }
