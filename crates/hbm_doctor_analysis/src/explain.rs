@@ -413,8 +413,14 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
                 Vec::new(),
             )));
             // JAX on a GPU takes 75% of the device up front: a fixed-size limit too.
-            if ctx.jax && e.backend == Some(Backend::Gpu) && e.phase == Phase::Runtime {
-                causes.push((1.8, ctx.cause(
+            // XLA's own GPU client (`Failed to allocate request for X on device ordinal N`) is
+            // JAX's in practice, with JAX's pool.
+            let xla_gpu_pool = ctx.jax || e.family == Family::GpuFailedRequest;
+            if xla_gpu_pool && e.backend == Some(Backend::Gpu) && e.phase == Phase::Runtime {
+                // With no model size in the text, the fixed pool is the likelier wall than a
+                // model state nobody measured.
+                let prior = if e.model_params.is_none() { 2.05 } else { 1.8 };
+                causes.push((prior, ctx.cause(
                     CauseKind::Preallocation,
                     None,
                     "JAX preallocates a fixed share of the GPU (75% by default) whatever the batch: a program that needs more than that share fails at any batch size".into(),

@@ -458,7 +458,7 @@ fn holder_named(t: &str) -> Option<String> {
 /// steps, or an OOM that came only after some epochs of training ran. The sentence, shortened.
 fn growth_said(t: &str) -> Option<String> {
     // Cheap filter first: this runs on every line around an event.
-    if !["leak", "increas", "grow", "epoch", "Epoch"]
+    if !["leak", "increas", "grow", "epoch", "Epoch", "models"]
         .iter()
         .any(|k| t.contains(k))
     {
@@ -510,11 +510,26 @@ fn growth_said(t: &str) -> Option<String> {
     ]
     .iter()
     .any(|k| l.contains(k));
+    // Models built one after another in one process (Keras without clear_session): each adds
+    // its graph and variables to what the process holds.
+    let models_in_loop = [
+        "several models",
+        "multiple models",
+        "many models",
+        "models one after another",
+        "models consecutively",
+    ]
+    .iter()
+    .any(|k| l.contains(k))
+        && ["loop", "one after another", "consecutive", "in a row"]
+            .iter()
+            .any(|k| l.contains(k));
     // `runs out of memory on epoch number 4`, `unable to train for more than ~2 epochs`,
     // `out of memory from training ... for 125 epochs`: training ran epochs before failing.
     let oom = l.contains("out of memory") || l.contains("oom");
     let after_epochs = oom && epochs_ran(&l).is_some_and(|n| n >= 2);
-    ((leak || rising) && memory || after_epochs).then(|| t.trim().chars().take(160).collect())
+    ((leak || rising) && memory || after_epochs || models_in_loop)
+        .then(|| t.trim().chars().take(160).collect())
 }
 
 /// The epoch number a sentence names: `125 epochs`, `~2 epochs`, `epoch 4`, `epoch number 4`.
@@ -2856,6 +2871,10 @@ mod tests {
         )
         .is_some());
         assert!(growth_said("Check for a memory leak in your loop").is_none());
+        assert!(
+            growth_said("This error happens when training several models in a for loop:").is_some()
+        );
+        assert!(growth_said("I compared several models on the same data").is_none());
         assert!(growth_said("This is not a memory leak: the batch is too large").is_none());
         assert!(growth_said("out of memory in the first epoch").is_none());
         assert!(growth_said("Epoch 1/10: loss 0.3").is_none());
