@@ -85,6 +85,7 @@ struct Patterns {
     bfc: Regex,
     remat: Regex,
     tf_oom: Regex,
+    tf_gpu_bytes: Regex,
     host_killed: Regex,
     shell_killed: Regex,
     generic: Regex,
@@ -137,7 +138,7 @@ fn p() -> &'static Patterns {
             tpu_hbm: re(r"(Compilation failure:\s+)?Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\.?\s+(?:Used|Estimated)\s+SZ\s+(?:of|exceeds)\s+SZ(?:\s+\w+)?(?:\s+capacity)?\.?(?:\s+Exceeded\s+\w+\s+capacity\s+by\s+SZ)?"),
             hlo_temporaries: re(r"Ran\s+out\s+of\s+memory\s+on\s+(\w+),?\s+the\s+total\s+memory\s+required\s+for\s+HLO\s+temporaries\s+\(SZ\)\s+exceeds\s+available\s+\w+\s+\(SZ\)"),
             tc_sc: re(r"TensorCore\s+Hbm\s+usage:?\s+SZ,?\s+SparseCore\s+Hbm\s+usage:?\s+SZ,?\s+exceeding\s+available\s+bytes:?\s+SZ"),
-            abort_early: re(r"Aborting\s+compilation\s+early\s+because\s+it's\s+unlikely\s+to\s+have\s+enough\s+memory\.?\s+Requires\s+SZ,?\s+has\s+SZ\s+available"),
+            abort_early: re(r"Aborting\s+compilation\s+early\s+because\s+it's\s+unlikely\s+to\s+have\s+enough\s+memory\.?\s+Requires\s+SZ,?\s+has\s+SZ(?:\s+available)?"),
             vmem_stack: re(r"Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\s+while\s+allocating\s+on\s+stack\s+for\s+(%?[\w.\-]+)\s*=\s*(\w+\[[^\]]*\](?:\{[^}]*\})?|\((?:[^()]|\([^()]*\))*\))"),
             scoped_vmem: re(r"Scoped\s+allocation\s+with\s+size\s+SZ\s+and\s+limit\s+SZ\s+exceeded\s+scoped\s+(\w+)\s+limit\s+by\s+SZ"),
             allocation_exceeds: re(r"Allocation\s+\(size=(\d+)\)\s+would\s+exceed\s+memory\s+\(size=(\d+)\)(?:\s*::\s*(#?[\w.\-]+)\s*\[shape\s*=\s*'([^']*)',\s*space=(\w+)(?:[^\]]*?tag\s*=\s*'([^']*)')?)?"),
@@ -152,6 +153,8 @@ fn p() -> &'static Patterns {
             bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
             tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\s+(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)(?:\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?)?(?:[\s.,"*]|$)"#),
+            // TF 1.x's GPU allocator: "Ran out of GPU memory when allocating 956701080 bytes for".
+            tf_gpu_bytes: re(r"Ran\s+out\s+of\s+GPU\s+memory\s+when\s+allocating\s+(\d+)\s+bytes"),
             host_killed: re(r"(?:Out\s+of\s+memory:\s+Killed\s+process|oom-kill:.*?task=|Killed\s+process)\s*(\d+)?\s*\(?([\w.\-]*)\)?"),
             // The shell's word for a process the kernel killed (`Killed`, `./run.sh: line 3: 812
             // Killed  python train.py`, `zsh: killed  python`), the same word quoted as the output
@@ -1329,6 +1332,11 @@ const FAMILIES: &[FamilyRow] = &[
         read: tf_oom,
     },
     FamilyRow {
+        yields: "tf_oom_tensor",
+        message: "`Ran out of GPU memory when allocating N bytes for` (TensorFlow 1.x)",
+        read: tf_gpu_bytes,
+    },
+    FamilyRow {
         yields: "gpu_failed_request",
         message: "`Failed to allocate request for X (N B) on device ordinal K`",
         read: failed_request,
@@ -1813,6 +1821,18 @@ fn bfc(h: &Headline<'_>) -> Read {
         .and_then(|m| m.as_str().parse().ok())
         .or_else(|| size(&c, 2));
     e.device = Some(allocator);
+    Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
+}
+
+fn tf_gpu_bytes(h: &Headline<'_>) -> Read {
+    let Some(c) = h.first(&h.pat.tf_gpu_bytes) else {
+        return Read::Next;
+    };
+    let mut e = new_event(h.line, Family::TfOomTensor, Phase::Runtime, h.flat);
+    e.framework = Some(Framework::Tensorflow);
+    e.backend = Some(Backend::Gpu);
+    e.memory_space = Some(MemorySpace::Device);
+    e.requested_bytes = c[1].parse().ok();
     Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
 }
 
