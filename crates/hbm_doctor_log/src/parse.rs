@@ -425,7 +425,7 @@ fn starts_a_path(t: &str, dir: &str) -> bool {
 fn holder_named(t: &str) -> Option<String> {
     // Cheap filter first: this runs on every line around an event.
     if ![
-        "process", "notebook", "occupied", "in use", "used by", "nother",
+        "process", "notebook", "occupied", "in use", "used by", "nother", "releas",
     ]
     .iter()
     .any(|k| t.contains(k))
@@ -433,7 +433,7 @@ fn holder_named(t: &str) -> Option<String> {
         return None;
     }
     let l = t.to_ascii_lowercase();
-    let holder = [
+    let holder: Option<usize> = [
         "another process",
         "other process",
         "another notebook",
@@ -444,17 +444,31 @@ fn holder_named(t: &str) -> Option<String> {
         "occupied by",
         "in use by",
         "used by another",
+        // Arrays of an earlier run in the same process (a notebook kernel, a loop of jobs):
+        // the user says the memory is not given back.
+        "didn't release",
+        "doesn't release",
+        "does not release",
+        "did not release",
+        "not released",
+        "never released",
     ]
     .iter()
-    .any(|k| l.contains(k));
+    .filter_map(|k| l.find(k))
+    .min();
+    let Some(at) = holder else {
+        return None;
+    };
     let device = ["gpu", "memory", "device", "tpu", "card", "vram"]
         .iter()
         .any(|k| l.contains(k));
-    // Advice (`check that no other process ...`) and questions are not a statement.
-    let advice = ["make sure", "check ", "if ", "?"]
-        .iter()
-        .any(|k| l.contains(k));
-    (holder && device && !advice).then(|| t.trim().chars().take(160).collect())
+    // Advice (`check that no other process ...`, `if another process holds it`) and questions
+    // are not a statement: the conditional or the advice comes before what it qualifies.
+    let advice = l.contains('?')
+        || ["make sure", "check ", "if "]
+            .iter()
+            .any(|k| l[..at].contains(k));
+    (device && !advice).then(|| t.trim().chars().take(160).collect())
 }
 
 /// The user says memory grew before the failure: a leak, a steady increase over epochs or
@@ -2908,6 +2922,10 @@ mod tests {
         assert!(holder_named("Make sure no other process uses the GPU.").is_none());
         assert!(holder_named("Is another process using the GPU?").is_none());
         assert!(holder_named("the data loader process finished").is_none());
+        assert!(
+            holder_named("Most of the time a GPU didn't release memory after the job is done")
+                .is_some()
+        );
     }
 
     #[test]
