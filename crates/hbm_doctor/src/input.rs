@@ -26,13 +26,13 @@ pub struct Scanned {
 }
 
 /// Opens `path` (`None` or `-` = stdin) as a reader, refusing what cannot be a log.
-pub fn open(path: Option<&Path>) -> Result<(Box<dyn Read>, String)> {
+pub fn open(path: Option<&Path>) -> Result<(Box<dyn Read + Send>, String)> {
     let stdin = path.is_none_or(|p| p.as_os_str() == "-");
     if stdin {
         if std::io::stdin().is_terminal() {
             bail!("no input: pass a log file (hbm-doctor explain train.log) or pipe one in (... 2>&1 | hbm-doctor explain -)");
         }
-        return Ok((Box::new(std::io::stdin().lock()), "<stdin>".into()));
+        return Ok((Box::new(std::io::stdin()), "<stdin>".into()));
     }
     let path = path.expect("checked above");
     let name = path.display().to_string();
@@ -60,30 +60,90 @@ pub fn open(path: Option<&Path>) -> Result<(Box<dyn Read>, String)> {
     Ok((Box::new(file), name))
 }
 
-/// Streams `reader` through the OOM scanner.
-pub fn scan(mut reader: Box<dyn Read>, name: String) -> Result<Scanned> {
+/// Room kept free at the front of every chunk for the bytes the scanner has not consumed yet
+/// (at least its look-ahead), so that they are put before the next chunk without copying it.
+const FRONT: usize = 2 * hbm_doctor_log::scan::LOOKAHEAD_BYTES + 64 * 1024;
+
+/// One chunk from the reader thread: `FRONT` spare bytes, then up to `CHUNK` bytes of input;
+/// `true` when the input ended.
+type Chunk = std::io::Result<(Vec<u8>, bool)>;
+
+/// Streams `reader` through the OOM scanner. A second thread reads (and decompresses) the next
+/// chunk while this one scans the current one: the kernel's copy of the file, or gunzip, runs on
+/// the other core. Memory stays flat: at most three chunks exist at a time.
+pub fn scan(reader: Box<dyn Read + Send>, name: String) -> Result<Scanned> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Chunk>(1);
+    let (back_tx, back_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+    std::thread::scope(|s| {
+        s.spawn(move || read_chunks(reader, &tx, &back_rx));
+        scan_chunks(&rx, &back_tx, name)
+    })
+}
+
+/// The reader thread: fills chunks (recycled ones first) until the input ends or fails, or the
+/// scanner stops listening.
+fn read_chunks(
+    mut reader: Box<dyn Read + Send>,
+    tx: &std::sync::mpsc::SyncSender<Chunk>,
+    back: &std::sync::mpsc::Receiver<Vec<u8>>,
+) {
+    loop {
+        let mut chunk = back
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(FRONT + CHUNK));
+        chunk.clear();
+        chunk.resize(FRONT, 0);
+        // `take` + `read_to_end` loops over short reads (pipes) until the chunk is full or the
+        // input ends, without zero-filling the chunk first.
+        let read = reader.by_ref().take(CHUNK as u64).read_to_end(&mut chunk);
+        let msg = read.map(|n| {
+            let eof = n < CHUNK;
+            (chunk, eof)
+        });
+        let end = !matches!(msg, Ok((_, false)));
+        if tx.send(msg).is_err() || end {
+            return;
+        }
+    }
+}
+
+fn scan_chunks(
+    rx: &std::sync::mpsc::Receiver<Chunk>,
+    back: &std::sync::mpsc::SyncSender<Vec<u8>>,
+    name: String,
+) -> Result<Scanned> {
     let mut scanner = Scanner::new();
-    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + hbm_doctor_log::scan::LOOKAHEAD_BYTES * 2);
+    // What the scanner has not consumed yet, put before the next chunk.
+    let mut carry: Vec<u8> = Vec::new();
     let mut bytes: u64 = 0;
     let mut looks_binary = None;
     loop {
-        let start = buf.len();
-        // Append up to one chunk without zero-filling it first; `take` + `read_to_end` loops over
-        // short reads (pipes) until the chunk is full or the input ends.
-        let read = reader
-            .by_ref()
-            .take(CHUNK as u64)
-            .read_to_end(&mut buf)
+        let (mut chunk, eof) = rx
+            .recv()
+            .unwrap_or_else(|_| Ok((vec![0; FRONT], true)))
             .with_context(|| {
                 format!("cannot read `{name}` (for a compressed log, check it is complete)")
             })?;
-        let eof = read < CHUNK;
-        bytes += (buf.len() - start) as u64;
-        if looks_binary.is_none() && !buf.is_empty() {
-            looks_binary = Some(is_binary(&buf[..buf.len().min(64 * 1024)]));
+        bytes += (chunk.len() - FRONT) as u64;
+        if looks_binary.is_none() && chunk.len() > FRONT {
+            let head = &chunk[FRONT..chunk.len().min(FRONT + 64 * 1024)];
+            looks_binary = Some(is_binary(head));
         }
-        let consumed = scanner.scan(&buf, eof);
-        buf.drain(..consumed);
+        if carry.len() <= FRONT {
+            let start = FRONT - carry.len();
+            chunk[start..FRONT].copy_from_slice(&carry);
+            let view = &chunk[start..];
+            let consumed = scanner.scan(view, eof);
+            carry.clear();
+            carry.extend_from_slice(&view[consumed.min(view.len())..]);
+        } else {
+            // A block longer than the spare room (rare): join the two the plain way.
+            carry.extend_from_slice(&chunk[FRONT..]);
+            let consumed = scanner.scan(&carry, eof);
+            carry.drain(..consumed.min(carry.len()));
+        }
+        // Give the chunk back for reuse; if the reader has finished it is simply dropped.
+        let _ = back.try_send(chunk);
         if eof {
             break;
         }

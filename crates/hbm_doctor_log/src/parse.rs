@@ -456,9 +456,7 @@ fn holder_named(t: &str) -> Option<String> {
     .iter()
     .filter_map(|k| l.find(k))
     .min();
-    let Some(at) = holder else {
-        return None;
-    };
+    let at = holder?;
     let device = ["gpu", "memory", "device", "tpu", "card", "vram"]
         .iter()
         .any(|k| l.contains(k));
