@@ -568,6 +568,19 @@ fn epochs_ran(l: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// Whether a line names TensorFlow itself, not XLA's sources that live in its tree: libtpu and
+/// jaxlib print `third_party/tensorflow/compiler/xla/...` and `.../tensorflow/tsl/...` paths
+/// whatever framework drives them.
+fn names_tensorflow(t: &str) -> bool {
+    t.match_indices("tensorflow").any(|(i, _)| {
+        let after = &t[i + "tensorflow".len()..];
+        !(after.starts_with("/compiler/xla")
+            || after.starts_with("/tsl")
+            || after.starts_with("/core/tpu")
+            || t[..i].ends_with("external/org_"))
+    })
+}
+
 /// Whether a line names a TPU: `TPU`, `libtpu`, `tpu_worker`, `/tpu:0`, but not the `tpu` inside
 /// `output`.
 fn mentions_tpu(t: &str) -> bool {
@@ -1030,7 +1043,7 @@ impl Hints {
             {
                 tf_strong = true;
             }
-            if t.contains("tensorflow")
+            if names_tensorflow(t)
                 || t.contains("ResourceExhaustedError")
                 || t.contains("function_node")
                 || t.contains("OOM when allocating")
@@ -2888,6 +2901,13 @@ mod tests {
 
     #[test]
     fn the_user_says_something_else_holds_the_device() {
+        use super::names_tensorflow;
+        assert!(!names_tensorflow(
+            "third_party/tensorflow/compiler/xla/tsl/platform/env.cc:641"
+        ));
+        assert!(names_tensorflow(
+            "  File \"/usr/lib/python3/dist-packages/tensorflow/python/client/session.py\""
+        ));
         use super::growth_said;
         assert!(growth_said(
             "Tracking the GPU memory consumption a slow and steady increase is visible."
