@@ -88,11 +88,20 @@ pub fn categorize(e: &Event) -> Category {
     let over_half = |a: &Allocation| limit.is_some_and(|l| a.size_bytes.saturating_mul(2) > l);
     if e.phase == Phase::Runtime {
         if let (Some(req), Some(free)) = (e.requested_bytes, e.free_bytes) {
-            if free >= req {
+            // PyTorch's "free" is the whole device's: a CUDA allocation also needs room for
+            // its rounding and the context, so a few MiB over the request is no spare room.
+            let spare = if e.family == Family::PytorchCudaOom {
+                free >= req.saturating_mul(2) && free - req >= 512 << 20
+            } else {
+                free >= req
+            };
+            if spare {
                 return Category::RuntimeFragmentation;
             }
         }
-        if torch_cache_split(e) {
+        // An evaluation is the story when the text shows one: split cached blocks are then a
+        // symptom of what it allocates, not the category.
+        if torch_cache_split(e) && e.stage != Some(Stage::Eval) {
             return Category::RuntimeFragmentation;
         }
         if let (Some(req), Some(largest)) = (e.requested_bytes, e.largest_free_bytes) {
@@ -366,7 +375,14 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
         // The cache's own figures prove it: ahead of the generic fragmentation advice.
-        rank!(5.5, torch_cache_fragmentation(&ctx));
+        rank!(
+            if e.stage == Some(Stage::Eval) {
+                0.9
+            } else {
+                5.5
+            },
+            torch_cache_fragmentation(&ctx)
+        );
         rank!(2.0, intermediate_beyond_device(&ctx));
         rank!(2.5, cuda_init_starved(&ctx));
         rank!(2.4, cuda_init_other_process(&ctx));

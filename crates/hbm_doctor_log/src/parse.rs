@@ -86,6 +86,7 @@ struct Patterns {
     remat: Regex,
     tf_oom: Regex,
     tf_gpu_bytes: Regex,
+    tried_to_allocate: Regex,
     host_killed: Regex,
     shell_killed: Regex,
     generic: Regex,
@@ -155,6 +156,7 @@ fn p() -> &'static Patterns {
             tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\s+(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)(?:\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?)?(?:[\s.,"*]|$)"#),
             // TF 1.x's GPU allocator: "Ran out of GPU memory when allocating 956701080 bytes for".
             tf_gpu_bytes: re(r"Ran\s+out\s+of\s+GPU\s+memory\s+when\s+allocating\s+(\d+)\s+bytes"),
+            tried_to_allocate: re(r"(?i)Tried\s+to\s+allocate\s+(SZ)"),
             host_killed: re(r"(?:Out\s+of\s+memory:\s+Killed\s+process|oom-kill:.*?task=|Killed\s+process)\s*(\d+)?\s*\(?([\w.\-]*)\)?"),
             // The shell's word for a process the kernel killed (`Killed`, `./run.sh: line 3: 812
             // Killed  python train.py`, `zsh: killed  python`), the same word quoted as the output
@@ -265,7 +267,10 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
             Some((Piece::Event(e), _)) if e.figure_count() == 0 => 2,
             Some(_) => 3,
         };
-        let bare = |f: &Option<(Piece, usize)>| score(f) < 3;
+        // PyTorch's headline read alone (`CUDA out of memory. Tried to allocate X`, one figure)
+        // may be the start of a message the terminal cut: the glued reading is tried too.
+        let torch_head = |f: &Option<(Piece, usize)>| matches!(f, Some((Piece::Event(e), _)) if e.family == Family::PytorchCudaOom && e.figure_count() <= 1);
+        let bare = |f: &Option<(Piece, usize)>| score(f) < 3 || torch_head(f);
         if bare(&found) && lines[i].raw_len >= 60 && end > i + 1 {
             let fallback = found.take();
             // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
@@ -282,7 +287,10 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 }
                 (piece, n)
             });
-            if score(&found) <= score(&fallback) {
+            let better = score(&found) > score(&fallback)
+                || (torch_head(&fallback)
+                    && matches!((&found, &fallback), (Some((Piece::Event(g), _)), Some((Piece::Event(f), _))) if g.figure_count() > f.figure_count()));
+            if !better {
                 found = fallback;
             }
         }
@@ -2108,6 +2116,18 @@ fn generic(h: &Headline<'_>) -> Read {
     if prose {
         return Read::Stop;
     }
+    // A sentence about a remedy (`Set eval accumulation steps to avoid OOM when evaluating`,
+    // `This PR fixes the GPU out of memory issue when loading checkpoints.`): the fix is told,
+    // the failure is not printed. A printed message carries a colon (`Error: ...`, a log prefix).
+    let before = first[..m.start()].to_ascii_lowercase();
+    let remedy = [
+        "avoid", "prevent", "fixes ", "fix ", "fixed ", "fixing ", "reduce ", "reduces ",
+    ]
+    .iter()
+    .any(|k| before.contains(k));
+    if remedy && !first.contains(':') {
+        return Read::Stop;
+    }
     let status = first.contains("RESOURCE_EXHAUSTED")
         || first.contains("Resource exhausted")
         || first.contains("ResourceExhausted")
@@ -2148,6 +2168,10 @@ fn generic(h: &Headline<'_>) -> Read {
         e.framework = Some(Framework::Pytorch);
         e.backend = Some(Backend::Gpu);
         e.memory_space = Some(MemorySpace::Device);
+        // The headline alone, cut before the device's figures: its request is still stated.
+        if let Some(c) = pat.tried_to_allocate.captures(first) {
+            e.requested_bytes = c.get(1).and_then(|m| parse_size(m.as_str()));
+        }
     } else if pat.notebook_exception.is_match(first) {
         e.family = Family::TfOomTensor;
         e.framework = Some(Framework::Tensorflow);
