@@ -384,6 +384,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             torch_cache_fragmentation(&ctx)
         );
         rank!(2.0, intermediate_beyond_device(&ctx));
+        rank!(2.6, small_gpu(&ctx));
         rank!(2.5, cuda_init_starved(&ctx));
         rank!(2.4, cuda_init_other_process(&ctx));
         rank!(2.1, other_allocator_in_process(&ctx));
@@ -2258,6 +2259,27 @@ fn hbm_cap(ctx: &Ctx<'_>) -> Option<Cause> {
             physical.join(", ")
         ),
         vec!["Remove the cap (unset --xla_tpu_max_hbm_size_mib in LIBTPU_INIT_ARGS, or raise it) unless another program must share the chip.".into()],
+        Vec::new(),
+    ))
+}
+
+/// A GPU of 2 GiB or so (a laptop's or an old card: PyTorch's "1.96 GiB total capacity"): the
+/// CUDA context and the libraries' workspaces take a large share of it, and models of the last
+/// years do not fit at any batch; maintainers answer "the card is too small".
+fn small_gpu(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let l = e.limit_bytes?;
+    if e.phase != Phase::Runtime || e.backend != Some(Backend::Gpu) || l > 5 << 29 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::DeviceTooSmall,
+        None,
+        format!("the GPU has {} in all: the CUDA context and cuDNN/cuBLAS workspaces take a large share of that, and most current models do not fit it at any batch", fmt(l)),
+        vec![
+            "Run on a GPU with 8 GiB or more (a cloud or Colab GPU), or on the CPU for small experiments.".into(),
+            "If the card must do: a smaller model variant, half precision (model.half() / bf16), batch 1 with gradient accumulation, smaller inputs (image size, sequence length).".into(),
+        ],
         Vec::new(),
     ))
 }
