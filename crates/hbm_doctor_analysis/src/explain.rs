@@ -385,6 +385,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         );
         rank!(2.0, intermediate_beyond_device(&ctx));
         rank!(2.6, small_gpu(&ctx));
+        rank!(3.3, small_request_on_named_gpu(&ctx));
         rank!(2.5, cuda_init_starved(&ctx));
         rank!(2.4, cuda_init_other_process(&ctx));
         rank!(2.1, other_allocator_in_process(&ctx));
@@ -2259,6 +2260,40 @@ fn hbm_cap(ctx: &Ctx<'_>) -> Option<Cause> {
             physical.join(", ")
         ),
         vec!["Remove the cap (unset --xla_tpu_max_hbm_size_mib in LIBTPU_INIT_ARGS, or raise it) unless another program must share the chip.".into()],
+        Vec::new(),
+    ))
+}
+
+/// A small request failing on a GPU the text names as large (`Tesla P100-PCIE-16GB`, `48 GB
+/// VRAM`) while the model is being created: a model that size cannot have filled the card by
+/// itself while building; something held the GPU before the program started.
+fn small_request_on_named_gpu(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let r = e.requested_bytes?;
+    if e.phase != Phase::Runtime
+        || e.limit_bytes.is_some()
+        || e.stage != Some(Stage::Init)
+        || e.model_params.is_some()
+    {
+        return None;
+    }
+    // Under 5% of the card the text names, or under a MiB whatever the card.
+    let small = match e.device_named_bytes {
+        Some(d) => r.saturating_mul(20) <= d,
+        None => r < 1 << 20,
+    };
+    if !small {
+        return None;
+    }
+    let on = e
+        .device_named_bytes
+        .map(|d| format!(", on a GPU the text names as {}", fmt(d)))
+        .unwrap_or_default();
+    Some(ctx.cause(
+        CauseKind::OtherProcess,
+        None,
+        format!("only {} failed while the model was being created{on}: the card was already held before this program filled it", fmt(r)),
+        vec![LIST_DEVICE_HOLDERS.into()],
         Vec::new(),
     ))
 }

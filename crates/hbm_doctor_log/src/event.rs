@@ -370,6 +370,10 @@ pub struct Event {
     /// another process`, `another notebook is running`).
     #[serde(default)]
     pub holder_named: Option<String>,
+    /// Extension: the GPU's memory as the text names it (`Tesla P100-PCIE-16GB`, `A40, 48 GB
+    /// VRAM`, `a GPU with 24GB`, `T4`), in bytes, when no message states the device's size.
+    #[serde(default)]
+    pub device_named_bytes: Option<u64>,
     /// Extension: the user's sentence saying memory grew before the failure (`a slow and steady
     /// increase`, `there appears to be a memory leak`, `runs out of memory on epoch 4`).
     #[serde(default)]

@@ -415,7 +415,8 @@ fn absorb(into: &mut Event, from: Event) {
         accelerator,
         batch_tried,
         holder_named,
-        growth_said
+        growth_said,
+        device_named_bytes
     );
     if let (Some(a), Some(b)) = (&mut into.device, &from.device) {
         // Devices that echoed the same failure, listed once each (a few, then a count).

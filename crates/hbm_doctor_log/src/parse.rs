@@ -333,7 +333,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 read_report(event, head_line_text, region, pat);
                 hints.apply(event);
                 read_progress(event, &lines[..start], pat);
-                read_stage(event, &lines[..start], region);
+                read_stage(event, &lines[..start + used], region);
             }
             Piece::AllocatorStats {
                 limit,
@@ -388,6 +388,7 @@ struct Hints {
     batch_tried: Option<String>,
     holder_named: Option<String>,
     growth_said: Option<String>,
+    device_named_bytes: Option<u64>,
 }
 
 /// `line` with every path into a Python installation cut to its package
@@ -553,6 +554,50 @@ fn growth_said(t: &str) -> Option<String> {
     let after_epochs = oom && epochs_ran(&l).is_some_and(|n| n >= 2);
     ((leak || rising) && memory || after_epochs || models_in_loop)
         .then(|| t.trim().chars().take(160).collect())
+}
+
+/// The GPU's memory a line names: nvidia-smi's model names with their size (`Tesla
+/// P100-PCIE-16GB`, `A100-SXM4-80GB`, `H100 80GB HBM3`), a size said with the GPU (`48 GB VRAM`,
+/// `GPU with 24GB`, `12G GPU memory`), or a model whose size is fixed (`T4`, `V100`, `RTX 3090`;
+/// A100 counts as its smaller 40 GB). Host RAM (`memory: 256G`) is not a GPU's.
+fn gpu_named_bytes(t: &str) -> Option<u64> {
+    static RES: OnceLock<[Regex; 3]> = OnceLock::new();
+    if !(t.contains("GB") || t.contains("GiB") || t.contains('G'))
+        && !t.contains("T4")
+        && !t.contains("100")
+        && !t.contains("090")
+    {
+        return None;
+    }
+    let [named, said, model] = RES.get_or_init(|| {
+        [
+            Regex::new(r"\b(?:Tesla\s+|NVIDIA\s+)?[A-Z]{1,2}\d{2,4}[A-Za-z]*(?:-[A-Z0-9]+)*[- ](\d{1,3})GB\b")
+                .expect("valid built-in regex"),
+            Regex::new(r"(?i)(?:\b(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\s+(?:of\s+)?(?:the\s+)?(?:GPU\s+memory|GPU\s+RAM|VRAM|GPU\b|graphics)|\bGPUs?\s+(?:has|have|with)\s+(?:over\s+|about\s+)?(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b)")
+                .expect("valid built-in regex"),
+            Regex::new(r"\b(T4|V100|A100|H100|H200|A10G|L4|K80|P100|A40|A6000|RTX\s?3090|RTX\s?4090)\b")
+                .expect("valid built-in regex"),
+        ]
+    });
+    const GIB: f64 = (1u64 << 30) as f64;
+    let gb = |s: &str| s.parse::<f64>().ok().map(|g| (g * GIB) as u64);
+    if let Some(c) = named.captures(t) {
+        return gb(&c[1]);
+    }
+    if let Some(c) = said.captures(t) {
+        return c.get(1).or(c.get(2)).and_then(|m| gb(m.as_str()));
+    }
+    let m = model.captures(t)?;
+    let g = match m[1].replace(' ', "").as_str() {
+        "T4" | "V100" | "P100" => 16.0,
+        "A100" | "A40" | "A6000" => 40.0,
+        "H100" => 80.0,
+        "H200" => 141.0,
+        "A10G" | "L4" | "RTX3090" | "RTX4090" => 24.0,
+        "K80" => 12.0,
+        _ => return None,
+    };
+    Some((g * GIB) as u64)
 }
 
 /// The epoch number a sentence names: `125 epochs`, `~2 epochs`, `epoch 4`, `epoch number 4`.
@@ -1092,6 +1137,9 @@ impl Hints {
             if h.growth_said.is_none() {
                 h.growth_said = growth_said(t);
             }
+            if h.device_named_bytes.is_none() {
+                h.device_named_bytes = gpu_named_bytes(t);
+            }
             if h.program.is_none() {
                 if let Some(c) = p().exec_name.captures(t) {
                     h.program = Some(c[1].to_string());
@@ -1154,6 +1202,9 @@ impl Hints {
         }
         if event.growth_said.is_none() {
             event.growth_said.clone_from(&self.growth_said);
+        }
+        if event.device_named_bytes.is_none() {
+            event.device_named_bytes = self.device_named_bytes;
         }
         if event.batch_tried.is_none() {
             event.batch_tried.clone_from(&self.batch_tried);
@@ -2641,6 +2692,21 @@ fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
         let lower = t.to_ascii_lowercase();
         after_frame = frame && !lower.contains("site-packages") && !lower.contains("/_src/");
     }
+    // TensorFlow's graph names the op that failed (`[[Node: embeddings/Adam/Initializer/zeros
+    // = Const[...]`, `[[{{node dense/kernel/Initializer/random_uniform}}]]`): a variable's
+    // initializer runs when the model's state is created.
+    if found.is_none() {
+        let node_init = |t: &str| {
+            (t.contains("[[Node:") || t.contains("{{node ")) && t.contains("/Initializer/")
+        };
+        if before[start..]
+            .iter()
+            .chain(after.iter().take(8))
+            .any(|l| node_init(&l.text))
+        {
+            found = Some(Stage::Init);
+        }
+    }
     // No frame says it: the user's own words may ("I am not able to load the 2.7B model",
     // "crashes when loading the checkpoint").
     if found.is_none() {
@@ -2932,6 +2998,22 @@ mod tests {
         assert!(names_tensorflow(
             "  File \"/usr/lib/python3/dist-packages/tensorflow/python/client/session.py\""
         ));
+        use super::gpu_named_bytes;
+        let gib = |g: u64| g << 30;
+        assert_eq!(
+            gpu_named_bytes("Machine: 4 * Tesla P100-PCIE-16GB, memory: 256G"),
+            Some(gib(16))
+        );
+        assert_eq!(
+            gpu_named_bytes("since the GPU I'm using (A40, 48 GB VRAM) runs out"),
+            Some(gib(48))
+        );
+        assert_eq!(
+            gpu_named_bytes("Even on a machine with over 30GB of the GPU memory"),
+            Some(gib(30))
+        );
+        assert_eq!(gpu_named_bytes("on a Colab T4"), Some(gib(16)));
+        assert_eq!(gpu_named_bytes("memory: 256G, 64 CPUs"), None);
         use super::growth_said;
         assert!(growth_said(
             "Tracking the GPU memory consumption a slow and steady increase is visible."
