@@ -562,11 +562,7 @@ fn growth_said(t: &str) -> Option<String> {
 /// A100 counts as its smaller 40 GB). Host RAM (`memory: 256G`) is not a GPU's.
 fn gpu_named_bytes(t: &str) -> Option<u64> {
     static RES: OnceLock<[Regex; 3]> = OnceLock::new();
-    if !(t.contains("GB") || t.contains("GiB") || t.contains('G'))
-        && !t.contains("T4")
-        && !t.contains("100")
-        && !t.contains("090")
-    {
+    if !(t.contains(['G', 'g']) || t.contains("T4") || t.contains("100") || t.contains("090")) {
         return None;
     }
     let [named, said, model] = RES.get_or_init(|| {
