@@ -434,7 +434,14 @@ fn starts_a_path(t: &str, dir: &str) -> bool {
 fn holder_named(t: &str) -> Option<String> {
     // Cheap filter first: this runs on every line around an event.
     if ![
-        "process", "notebook", "occupied", "in use", "used by", "nother", "releas",
+        "process",
+        "notebook",
+        "occupied",
+        "in use",
+        "used by",
+        "nother",
+        "releas",
+        "被占用",
     ]
     .iter()
     .any(|k| t.contains(k))
@@ -461,14 +468,18 @@ fn holder_named(t: &str) -> Option<String> {
         "did not release",
         "not released",
         "never released",
+        // Chinese: "is occupied" (`如果它被占用就会导致这个错误`: if it is occupied, this error).
+        "被占用",
     ]
     .iter()
     .filter_map(|k| l.find(k))
     .min();
     let at = holder?;
-    let device = ["gpu", "memory", "device", "tpu", "card", "vram"]
-        .iter()
-        .any(|k| l.contains(k));
+    let device = [
+        "gpu", "memory", "device", "tpu", "card", "vram", "卡", "显存",
+    ]
+    .iter()
+    .any(|k| l.contains(k));
     // Advice (`check that no other process ...`, `if another process holds it`) and questions
     // are not a statement: the conditional or the advice comes before what it qualifies.
     let advice = l.contains('?')
