@@ -153,7 +153,7 @@ fn p() -> &'static Patterns {
             failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?(?:\s+on\s+device\s+ordinal\s+(\d+))?"),
             bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
-            tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\s+(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)(?:\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?)?(?:[\s.,"*]|$)"#),
+            tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\b\s*(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)(?:\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?)?(?:[\s.,"*`']|$)"#),
             // TF 1.x's GPU allocator: "Ran out of GPU memory when allocating 956701080 bytes for".
             tf_gpu_bytes: re(r"Ran\s+out\s+of\s+GPU\s+memory\s+when\s+allocating\s+(\d+)\s+bytes"),
             tried_to_allocate: re(r"(?i)Tried\s+to\s+allocate\s+(SZ)"),
@@ -2189,7 +2189,12 @@ fn generic(h: &Headline<'_>) -> Read {
     let status = first.contains("RESOURCE_EXHAUSTED")
         || first.contains("Resource exhausted")
         || first.contains("ResourceExhausted")
-        || first.contains("OOM when")
+        // TensorFlow's status is `OOM when allocating`; `causing OOM when total allocated ...`
+        // is a sentence.
+        || first.contains("OOM when alloc")
+        // TensorFlow's op-kernel warning: `OP_REQUIRES failed at conv_ops.cc:942 : Resource
+        // exhausted`.
+        || first.to_ascii_lowercase().contains("op_requires failed at")
         || first.contains("ScopedVmemOom");
     let oom_phrase = first.contains("Ran out of memory")
         || first.contains("Out of memory")
@@ -2230,7 +2235,11 @@ fn generic(h: &Headline<'_>) -> Read {
         if let Some(c) = pat.tried_to_allocate.captures(first) {
             e.requested_bytes = c.get(1).and_then(|m| parse_size(m.as_str()));
         }
-    } else if pat.notebook_exception.is_match(first) {
+    } else if pat.notebook_exception.is_match(first)
+        || first.to_ascii_lowercase().contains("op_requires failed at")
+    {
+        // TensorFlow's op-kernel line (`OP_REQUIRES failed at conv_grad_input_ops.cc:942 :
+        // Resource exhausted: OOM when allocating tensor ...`), here without its tensor.
         e.family = Family::TfOomTensor;
         e.framework = Some(Framework::Tensorflow);
     }
