@@ -92,7 +92,7 @@ pub const CAUSES: &[Spec] = &[
     Spec {
         kind: CauseKind::LargeActivation,
         meaning: "one intermediate (e.g. attention scores [B,H,S,S], logits [B,S,V]) dominates",
-        needs: "one temporary (or one shape) that is a large share of the peak, or shaped like attention scores or logits, or one run-time request beyond the whole device (under 10x it)",
+        needs: "one temporary (or one shape) that is a large share of the peak, or shaped like attention scores or logits, or one run-time request of two fifths of the device or more (under 10x it)",
         savings: "that intermediate minus one chunk of it",
         advice: &[
             "Never materialize it whole: a fused attention kernel (jax.nn.dot_product_attention, Pallas flash / splash attention) for [B,H,S,S] scores, a chunked loss for [B,S,V] logits, jax.lax.map / scan over chunks otherwise.",

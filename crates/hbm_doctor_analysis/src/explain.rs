@@ -651,21 +651,33 @@ fn intermediate_beyond_device(ctx: &Ctx<'_>) -> Option<Cause> {
     }
     let r = e.requested_bytes?;
     let device = ctx.limit.unwrap_or(LARGEST_DEVICE);
-    if r < 2 << 30 || r <= device || r >= device.saturating_mul(10) {
+    // Two fifths of the device or more in one request (up to 10x it): no step's working set
+    // is made of one such buffer by chance.
+    // Without a limit, only a request beyond the largest accelerator tells.
+    let share = if ctx.limit.is_some() {
+        r.saturating_mul(5) >= device.saturating_mul(2)
+    } else {
+        r > device
+    };
+    if r < 2 << 30 || !share || r >= device.saturating_mul(10) {
         return None;
     }
     if ctx.limit.is_none() && r > LARGEST_DEVICE.saturating_mul(2) {
         return None;
     }
     let whose = if ctx.limit.is_some() {
-        format!("the device's {}", fmt(device))
+        if r > device {
+            format!("more than the device's {}", fmt(device))
+        } else {
+            format!("{} of the device's {}", pct(r, device), fmt(device))
+        }
     } else {
-        "the memory of any accelerator".to_string()
+        "more than the memory of any accelerator".to_string()
     };
     Some(ctx.cause(
         CauseKind::LargeActivation,
         Some(r - r / 4),
-        format!("one request of {} is more than {whose}: a single intermediate (a pairwise or N x N matrix, logits over a vocabulary, attention scores) computed whole", fmt(r)),
+        format!("one request of {} is {whose}: a single intermediate (a pairwise or N x N matrix, logits over a vocabulary, attention scores, a high-resolution image's activations) computed whole", fmt(r)),
         vec![
             "Find the operation at the failing line and compute it in blocks: loop over row chunks (or lax.map / jax.lax.scan over chunks; torch.split) and reduce each chunk before the next, so only one block is alive.".into(),
             "If the size is not what the model should need, check that operation's shapes: a broadcast (x[:, None] - x[None, :]) or a missing reshape multiplies a dimension.".into(),
@@ -2059,7 +2071,9 @@ pub(crate) fn torch_cache_split(e: &Event) -> bool {
     let free = e.free_bytes.unwrap_or(0);
     // "If reserved memory is >> allocated memory": idle blocks a real share of what PyTorch holds.
     let reserved = e.process_bytes.unwrap_or(l);
-    idle.saturating_add(free) >= r
+    // A request of a quarter of the card or more is the story itself, split blocks or not.
+    r.saturating_mul(4) < l
+        && idle.saturating_add(free) >= r
         && idle as f64 >= l as f64 * 0.05
         && idle as f64 >= reserved as f64 * 0.1
 }
