@@ -493,9 +493,21 @@ fn holder_named(t: &str) -> Option<String> {
 /// steps, or an OOM that came only after some epochs of training ran. The sentence, shortened.
 fn growth_said(t: &str) -> Option<String> {
     // Cheap filter first: this runs on every line around an event.
-    if !["leak", "increas", "grow", "epoch", "Epoch", "models"]
-        .iter()
-        .any(|k| t.contains(k))
+    if ![
+        "leak",
+        "increas",
+        "grow",
+        "epoch",
+        "Epoch",
+        "models",
+        "goes up",
+        "rises",
+        "climbs",
+        "accumulat",
+        "a list",
+    ]
+    .iter()
+    .any(|k| t.contains(k))
     {
         return None;
     }
@@ -544,6 +556,25 @@ fn growth_said(t: &str) -> Option<String> {
         "grows over",
     ]
     .iter()
+    .any(|k| l.contains(k))
+        // `After each validation batch the GPU memory consumption increases until nothing is
+        // left`: a rising verb with a repetition word, in a sentence about memory.
+        || (["increases", "grows", "goes up", "rises", "climbs", "accumulat"]
+            .iter()
+            .any(|k| l.contains(k))
+            && ["each ", "every ", "until ", "over time", "steadily", "per step", "per epoch", "per batch"]
+                .iter()
+                .any(|k| l.contains(k)));
+    // Outputs kept across batches in a Python list (`keeping a list of the model calls was
+    // using unnecessary memory`): the classic way device memory accumulates.
+    let kept_list = [
+        "keeping a list",
+        "kept a list",
+        "keep a list",
+        "appending the outputs",
+        "appending outputs",
+    ]
+    .iter()
     .any(|k| l.contains(k));
     // Models built one after another in one process (Keras without clear_session): each adds
     // its graph and variables to what the process holds.
@@ -563,7 +594,7 @@ fn growth_said(t: &str) -> Option<String> {
     // `out of memory from training ... for 125 epochs`: training ran epochs before failing.
     let oom = l.contains("out of memory") || l.contains("oom");
     let after_epochs = oom && epochs_ran(&l).is_some_and(|n| n >= 2);
-    ((leak || rising) && memory || after_epochs || models_in_loop)
+    ((leak || rising || kept_list) && memory || after_epochs || models_in_loop)
         .then(|| t.trim().chars().take(160).collect())
 }
 
@@ -3049,6 +3080,15 @@ mod tests {
             growth_said("This error happens when training several models in a for loop:").is_some()
         );
         assert!(growth_said("I compared several models on the same data").is_none());
+        assert!(growth_said(
+            "After each validation batch the GPU memory consumption increases until nothing in left."
+        )
+        .is_some());
+        assert!(growth_said(
+            "I found that keeping a list of the model calls was using uneccessary memory during evaluation"
+        )
+        .is_some());
+        assert!(growth_said("The memory grows with the batch size").is_none());
         assert!(growth_said("This is not a memory leak: the batch is too large").is_none());
         assert!(growth_said("out of memory in the first epoch").is_none());
         assert!(growth_said("Epoch 1/10: loss 0.3").is_none());
