@@ -1624,10 +1624,18 @@ fn holder_in_text(ctx: &Ctx<'_>) -> Option<Cause> {
     if e.phase != Phase::Runtime {
         return None;
     }
+    // With the device's figures, what is held outside this process is what stopping it frees.
+    let held = e.limit_bytes.zip(e.free_bytes).and_then(|(l, f)| {
+        let used = e.process_bytes.or(e.used_bytes)?;
+        Some(l.saturating_sub(used).saturating_sub(f)).filter(|&h| h > 0)
+    });
+    let outside = held
+        .map(|h| format!(" ({} of the device is held outside this process)", fmt(h)))
+        .unwrap_or_default();
     Some(ctx.cause(
         CauseKind::OtherProcess,
-        None,
-        format!("the text says something else holds the device: \"{said}\""),
+        held,
+        format!("the text says something else holds the device: \"{said}\"{outside}"),
         vec![LIST_DEVICE_HOLDERS.into()],
         Vec::new(),
     ))

@@ -163,6 +163,23 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
             e.used_bytes = e.process_bytes.or(e.used_bytes);
             end = end.max(pc.get(0)?.end());
         }
+        // Beside `this process has`, every `Process N has X memory in use` is another process
+        // on the same GPU: the message itself names what holds the device.
+        if pat.torch_this_process.is_match(flat) {
+            if let Some(other) = pat
+                .torch_process
+                .find_iter(flat)
+                .find(|m| m.as_str().starts_with("Process"))
+            {
+                e.holder_named = Some(
+                    other
+                        .as_str()
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                );
+            }
+        }
         return Some((Piece::Event(Box::new(e)), end));
     }
     if let Some(c) = pat
