@@ -99,11 +99,8 @@ pub fn categorize(e: &Event) -> Category {
                 return Category::RuntimeFragmentation;
             }
         }
-        // An evaluation is the story when the text shows one: split cached blocks are then a
-        // symptom of what it allocates, not the category.
-        if torch_cache_split(e) && e.stage != Some(Stage::Eval) {
-            return Category::RuntimeFragmentation;
-        }
+        // PyTorch's split cache is a cause (`fragmentation`), not the category: labelling.md keeps
+        // `runtime_fragmentation` for free memory at least the request with no region for it.
         if let (Some(req), Some(largest)) = (e.requested_bytes, e.largest_free_bytes) {
             let free_total = e.free_bytes.or(e
                 .limit_bytes
@@ -374,12 +371,14 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         }
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
-        // The cache's own figures prove it: ahead of the generic fragmentation advice.
+        // The cache's own figures show it, yet the threads' answers rank it behind the batch, the
+        // input size or the card (4 of 5 labelled posts with a split cache): a candidate, not
+        // the lead.
         rank!(
             if e.stage == Some(Stage::Eval) {
-                0.9
+                0.1
             } else {
-                5.5
+                0.3
             },
             torch_cache_fragmentation(&ctx)
         );

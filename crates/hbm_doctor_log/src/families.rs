@@ -195,10 +195,17 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.used_bytes = bytes(&c, 4);
         e.allocated_bytes = e.used_bytes;
         e.free_bytes = bytes(&c, 5);
-        // Reserved (cached) by PyTorch but not allocated: the caching allocator's idle blocks.
-        let reserved = bytes(&c, 7).or_else(|| bytes(&c, 6));
-        e.fragmentation_bytes = reserved.zip(e.used_bytes).map(|(r, u)| r.saturating_sub(u));
-        e.process_bytes = reserved;
+        // Reserved by PyTorch but not allocated: the caching allocator's idle blocks. PyTorch 1.x
+        // printed them as `X cached` (the cache beyond what is allocated: `6.01 GiB already
+        // allocated; ... 2.62 GiB cached`); later versions print the whole reservation
+        // (`X reserved in total by PyTorch`).
+        if let Some(reserved) = bytes(&c, 7) {
+            e.fragmentation_bytes = e.used_bytes.map(|u| reserved.saturating_sub(u));
+            e.process_bytes = Some(reserved);
+        } else if let Some(cached) = bytes(&c, 6) {
+            e.fragmentation_bytes = Some(cached);
+            e.process_bytes = e.used_bytes.map(|u| u.saturating_add(cached));
+        }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = pat

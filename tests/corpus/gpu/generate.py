@@ -388,7 +388,7 @@ CASES = [
     ("torch_leak", torch_leak, {}, "PyTorch: every step's logits kept on the GPU for metrics; OOM after a few hundred steps; fixed: keep argmax on the host",
      {"category": RUNTIME, "causes": ["memory_leak"], "stage": "train"}),
     ("torch_fragmentation", torch_fragmentation, {}, "PyTorch: a checkerboard of freed 1 GiB pages refilled with 768 MiB blocks, then one large request; fixed: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-     {"category": "runtime_fragmentation", "causes": ["fragmentation"], "stage": "train"}),
+     {"category": "runtime_allocation", "causes": ["fragmentation"], "stage": "train"}),
     ("torch_other_process", torch_other_process, {}, "PyTorch: another process holds 60% of the GPU, the trainer needs about 40% more; fixed: the other process is gone",
      {"category": RUNTIME, "causes": ["other_process"], "stage": "train"}),
     ("torch_eval_grad", torch_eval_grad, {}, "PyTorch: evaluation without torch.no_grad() sums loss tensors, keeping every eval batch's graph; fixed: no_grad and .item()",
