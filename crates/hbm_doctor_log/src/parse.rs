@@ -504,6 +504,7 @@ fn growth_said(t: &str) -> Option<String> {
         "rises",
         "climbs",
         "accumulat",
+        "incremental",
         "a list",
     ]
     .iter()
@@ -559,10 +560,10 @@ fn growth_said(t: &str) -> Option<String> {
     .any(|k| l.contains(k))
         // `After each validation batch the GPU memory consumption increases until nothing is
         // left`: a rising verb with a repetition word, in a sentence about memory.
-        || (["increases", "grows", "goes up", "rises", "climbs", "accumulat"]
+        || (["increases", "grows", "goes up", "rises", "climbs", "accumulat", "incremental", "increment of"]
             .iter()
             .any(|k| l.contains(k))
-            && ["each ", "every ", "until ", "over time", "steadily", "per step", "per epoch", "per batch"]
+            && ["each ", "every ", "until ", "over time", "steadily", "per step", "per epoch", "per batch", "constant"]
                 .iter()
                 .any(|k| l.contains(k)));
     // Outputs kept across batches in a Python list (`keeping a list of the model calls was
@@ -2768,6 +2769,20 @@ fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
 /// A stage a sentence states: failing while loading a model, its weights or a checkpoint.
 fn prose_stage(t: &str) -> Option<Stage> {
     static LOAD: OnceLock<Regex> = OnceLock::new();
+    static EVAL: OnceLock<Regex> = OnceLock::new();
+    // `cuda out of memory will appear during the validation process`: the failure told to come
+    // while evaluating.
+    if t.contains("valid") || t.contains("evaluat") || t.contains("Valid") || t.contains("Evaluat")
+    {
+        let re = EVAL.get_or_init(|| {
+            Regex::new(r"(?i)(?:during|while|when|in)\s+(?:the\s+)?(?:validation|validating|evaluation|evaluating)")
+                .expect("prose stage pattern")
+        });
+        let code = t.contains('(') && t.contains('=');
+        if !code && re.is_match(t) {
+            return Some(Stage::Eval);
+        }
+    }
     if !t.contains("load") && !t.contains("Load") {
         return None;
     }
@@ -3089,6 +3104,10 @@ mod tests {
         )
         .is_some());
         assert!(growth_said("The memory grows with the batch size").is_none());
+        assert!(growth_said(
+            "Monitoring the GPU memory I saw a constant incremental of the use of its memory"
+        )
+        .is_some());
         assert!(growth_said("This is not a memory leak: the batch is too large").is_none());
         assert!(growth_said("out of memory in the first epoch").is_none());
         assert!(growth_said("Epoch 1/10: loss 0.3").is_none());
