@@ -137,26 +137,34 @@ fn post_cases() -> Vec<Case> {
     cases
 }
 
-/// The GPU cases: each broken program's log, labelled by its fixed twin (meta.json `label`).
-fn gpu_cases() -> Vec<Case> {
-    let dir = root().join("tests/corpus/gpu");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
+/// The case folders of a generated corpus (those with a `meta.json`), sorted: path, name, meta.
+fn case_dirs(rel: &str) -> Vec<(PathBuf, String, serde_json::Value)> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join(rel))
         .expect("accuracy harness input")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("meta.json").is_file())
         .collect();
     dirs.sort();
+    dirs.into_iter()
+        .map(|d| {
+            let name = d
+                .file_name()
+                .expect("accuracy harness input")
+                .to_string_lossy()
+                .to_string();
+            let meta = serde_json::from_str(
+                &std::fs::read_to_string(d.join("meta.json")).expect("accuracy harness input"),
+            )
+            .expect("accuracy harness input");
+            (d, name, meta)
+        })
+        .collect()
+}
+
+/// The GPU cases: each broken program's log, labelled by its fixed twin (meta.json `label`).
+fn gpu_cases() -> Vec<Case> {
     let mut cases = Vec::new();
-    for d in dirs {
-        let name = d
-            .file_name()
-            .expect("accuracy harness input")
-            .to_string_lossy()
-            .to_string();
-        let meta: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(d.join("meta.json")).expect("accuracy harness input"),
-        )
-        .expect("accuracy harness input");
+    for (d, name, meta) in case_dirs("tests/corpus/gpu") {
         let Some(mut label) = meta_label(&name, &meta) else {
             continue;
         };
@@ -204,23 +212,8 @@ fn generation(topology: &str) -> &str {
 
 fn compiler_cases() -> Vec<Case> {
     let dir = root().join("tests/corpus/tpu");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("accuracy harness input")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("meta.json").is_file())
-        .collect();
-    dirs.sort();
     let mut cases = Vec::new();
-    for d in dirs {
-        let name = d
-            .file_name()
-            .expect("accuracy harness input")
-            .to_string_lossy()
-            .to_string();
-        let meta: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(d.join("meta.json")).expect("accuracy harness input"),
-        )
-        .expect("accuracy harness input");
+    for (d, name, meta) in case_dirs("tests/corpus/tpu") {
         let Some(label) = meta_label(&name, &meta) else {
             continue;
         };
