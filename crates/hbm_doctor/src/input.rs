@@ -118,9 +118,11 @@ fn scan_chunks(
     let mut bytes: u64 = 0;
     let mut looks_binary = None;
     loop {
+        // The reader always sends the input's end or its error before it stops: a closed channel
+        // before that means it died, and what it had not read must not pass for the end.
         let (mut chunk, eof) = rx
             .recv()
-            .unwrap_or_else(|_| Ok((vec![0; FRONT], true)))
+            .map_err(|_| anyhow::anyhow!("cannot read `{name}`: the reading thread stopped"))?
             .with_context(|| {
                 format!("cannot read `{name}` (for a compressed log, check it is complete)")
             })?;

@@ -633,8 +633,8 @@ fn shape_of(a: &Allocation) -> Option<Shape> {
 /// The most memory one accelerator has (NVIDIA B300: 288 GB; AMD MI325X: 256 GiB).
 const LARGEST_DEVICE: u64 = 288_000_000_000;
 
-/// One run-time request larger than the whole device (but not so far beyond it that a shape
-/// must be wrong): an intermediate such as an N x N distance matrix, a [B, S, V] logits tensor
+/// One run-time request of two fifths of the device or more (but not so far beyond it that a
+/// shape must be wrong): an intermediate such as an N x N distance matrix, a [B, S, V] logits tensor
 /// or an attention score tensor, computed whole where it has to be computed in blocks. No batch
 /// tweak of a few percent closes it, and the rest of the program is not what fills the device.
 fn intermediate_beyond_device(ctx: &Ctx<'_>) -> Option<Cause> {
@@ -2067,30 +2067,23 @@ fn state_heavy_program(ctx: &Ctx<'_>) -> Option<Cause> {
 /// the device and of what PyTorch holds. PyTorch frees its wholly idle segments and retries
 /// before it raises, so what is still idle then sits in segments split by live blocks (what
 /// `expandable_segments` fixes).
-pub(crate) fn torch_cache_split(e: &Event) -> bool {
+fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
     if e.family != Family::PytorchCudaOom {
-        return false;
+        return None;
     }
-    let (Some(r), Some(idle), Some(l)) = (e.requested_bytes, e.fragmentation_bytes, e.limit_bytes)
-    else {
-        return false;
-    };
+    let (r, idle, l) = (e.requested_bytes?, e.fragmentation_bytes?, e.limit_bytes?);
     let free = e.free_bytes.unwrap_or(0);
     // "If reserved memory is >> allocated memory": idle blocks a real share of what PyTorch holds.
     let reserved = e.process_bytes.unwrap_or(l);
     // A request of a quarter of the card or more is the story itself, split blocks or not.
-    r.saturating_mul(4) < l
+    let split = r.saturating_mul(4) < l
         && idle.saturating_add(free) >= r
         && idle as f64 >= l as f64 * 0.05
-        && idle as f64 >= reserved as f64 * 0.1
-}
-
-fn torch_cache_fragmentation(ctx: &Ctx<'_>) -> Option<Cause> {
-    let e = ctx.e;
-    if !torch_cache_split(e) {
+        && idle as f64 >= reserved as f64 * 0.1;
+    if !split {
         return None;
     }
-    let (r, idle) = (e.requested_bytes?, e.fragmentation_bytes?);
     Some(ctx.cause(
         CauseKind::Fragmentation,
         Some(r),

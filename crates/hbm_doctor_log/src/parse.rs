@@ -605,7 +605,14 @@ fn growth_said(t: &str) -> Option<String> {
 /// A100 counts as its smaller 40 GB). Host RAM (`memory: 256G`) is not a GPU's.
 fn gpu_named_bytes(t: &str) -> Option<u64> {
     static RES: OnceLock<[Regex; 3]> = OnceLock::new();
-    if !(t.contains(['G', 'g']) || t.contains("T4") || t.contains("100") || t.contains("090")) {
+    // Cheap filter first (this runs on every line around an event): a size in G written after a
+    // digit (`16GB`, `48 GB`, `12G`), or one of the fixed-size models' digits.
+    let b = t.as_bytes();
+    let g = |c: u8| (c | 0x20) == b'g';
+    let sized = b.windows(2).any(|w| w[0].is_ascii_digit() && g(w[1]))
+        || b.windows(3)
+            .any(|w| w[0].is_ascii_digit() && w[1] == b' ' && g(w[2]));
+    if !(sized || t.contains("T4") || t.contains("100") || t.contains("090")) {
         return None;
     }
     let [named, said, model] = RES.get_or_init(|| {
