@@ -385,6 +385,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         rank!(2.0, intermediate_beyond_device(&ctx));
         rank!(2.6, small_gpu(&ctx));
         rank!(3.3, small_request_on_named_gpu(&ctx));
+        rank!(3.1, gpu_held_at_model_creation(&ctx));
         rank!(2.5, cuda_init_starved(&ctx));
         rank!(2.4, cuda_init_other_process(&ctx));
         rank!(2.1, other_allocator_in_process(&ctx));
@@ -633,28 +634,33 @@ fn shape_of(a: &Allocation) -> Option<Shape> {
 /// The most memory one accelerator has (NVIDIA B300: 288 GB; AMD MI325X: 256 GiB).
 const LARGEST_DEVICE: u64 = 288_000_000_000;
 
-/// One run-time request of two fifths of the device or more (but not so far beyond it that a
+/// One run-time request of a sixth of the device or more (but not so far beyond it that a
 /// shape must be wrong): an intermediate such as an N x N distance matrix, a [B, S, V] logits tensor
 /// or an attention score tensor, computed whole where it has to be computed in blocks. No batch
 /// tweak of a few percent closes it, and the rest of the program is not what fills the device.
 fn intermediate_beyond_device(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    // A serving engine's KV cache, or what a model's init or restore allocates, is state sized
-    // by its config, not an intermediate.
+    // A serving engine's KV cache (vLLM's, by its `gpu_memory_utilization`), or what a model's
+    // init or restore allocates, is state sized by its config, not an intermediate.
     if e.phase != Phase::Runtime
         || e.memory_space == Some(MemorySpace::Host)
         || e.family == Family::VllmKvCache
         || matches!(e.stage, Some(Stage::Init | Stage::Restore))
+        || e.pool_setting
+            .as_deref()
+            .is_some_and(|p| p.contains("memory_utilization") || p.contains("memory-utilization"))
     {
         return None;
     }
     let r = e.requested_bytes?;
     let device = ctx.limit.unwrap_or(LARGEST_DEVICE);
-    // Two fifths of the device or more in one request (up to 10x it): no step's working set
-    // is made of one such buffer by chance.
+    // A sixth of the device or more in one request (2 GiB at least, up to 10x the device): a
+    // step's working set is made of many buffers, and one this large is a single intermediate
+    // (the labelled posts with such a request were answered "a smaller input / crop", "compute
+    // it in pieces", 4 of 5; the fifth, an evaluation spike).
     // Without a limit, only a request beyond the largest accelerator tells.
     let share = if ctx.limit.is_some() {
-        r.saturating_mul(5) >= device.saturating_mul(2)
+        r.saturating_mul(6) >= device
     } else {
         r > device
     };
@@ -2308,6 +2314,65 @@ fn small_request_on_named_gpu(ctx: &Ctx<'_>) -> Option<Cause> {
         None,
         format!("only {} failed while the model was being created{on}: the card was already held before this program filled it", fmt(r)),
         vec![LIST_DEVICE_HOLDERS.into()],
+        Vec::new(),
+    ))
+}
+
+/// A GPU program that fails while its model is being created (a constructor, `.cuda()`, a
+/// variable's initializer) with nothing in the text that shows a large model: no model size, no
+/// request that is itself a large share of the device, and no figure that shows this process
+/// already filling it. Models that do not fit announce themselves (a size in the text, a request
+/// of hundreds of MiB, the process's own allocation near the limit); a small model that cannot
+/// even be created finds the card already taken: the threads answer "another process" (a second
+/// job, a notebook kernel, the other GPU) about twice as often as "the model is too big".
+fn gpu_held_at_model_creation(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    // A GPU, or a device the text does not name (a TPU or the host says so).
+    let gpu = e.backend == Some(Backend::Gpu)
+        || (e.backend.is_none()
+            && matches!(e.memory_space, None | Some(MemorySpace::Device))
+            && e.accelerator.is_none());
+    if e.phase != Phase::Runtime
+        || e.stage != Some(Stage::Init)
+        || !gpu
+        || e.model_params.is_some()
+        || e.batch_tried.is_some()
+    {
+        return None;
+    }
+    let device = ctx.limit.or(e.device_named_bytes);
+    // The largest single request the text shows (a TF tensor's shape, when no byte count).
+    let request = e
+        .requested_bytes
+        .into_iter()
+        .chain(e.allocations.iter().map(|a| a.size_bytes))
+        .max();
+    let large_request = match (request, device) {
+        (Some(r), Some(d)) => r.saturating_mul(20) > d,
+        (Some(r), None) => r >= 64 << 20,
+        (None, _) => false,
+    };
+    // The process's own allocations (PyTorch's `already allocated`, BFC's `InUse`) near the
+    // device: this program filled it.
+    let own = e.allocated_bytes.or(e.used_bytes);
+    let own_fills = own
+        .zip(device)
+        .is_some_and(|(u, d)| u.saturating_mul(2) >= d);
+    if large_request || own_fills {
+        return None;
+    }
+    let what = match request {
+        Some(r) => format!("only {} was requested", fmt(r)),
+        None => "no large request or model size is shown".to_string(),
+    };
+    Some(ctx.cause(
+        CauseKind::OtherProcess,
+        None,
+        format!("the failure came while the model was being created and {what}: a model that cannot even be created on an idle card is large and says so; check first whether the card was already held"),
+        vec![
+            LIST_DEVICE_HOLDERS.into(),
+            "On a machine with several GPUs, pick an idle one (CUDA_VISIBLE_DEVICES=1, `-gpu 1`, torch.device(\"cuda:1\")).".into(),
+        ],
         Vec::new(),
     ))
 }

@@ -2696,20 +2696,58 @@ const STAGE_WORDS: &[(Stage, &[&str])] = &[
     ),
 ];
 
+/// A path inside installed packages or a library's internals.
+/// (Debian's `dist-packages` is not: Keras's own `in fit` frame there tells training.)
+fn library_path(lower: &str) -> bool {
+    lower.contains("site-packages") || lower.contains("/_src/")
+}
+
 /// The stage named by one traceback line, if any.
+/// IPython's traceback frame (`/usr/lib/python3/dist-packages/keras/applications/resnet.py in
+/// ResNet50(*args, **kwargs)`, `<ipython-input-35-1a3b> in <module>`): where its function name
+/// starts.
+fn ipython_frame(t: &str) -> Option<usize> {
+    let i = t.find(".py in ").map(|i| i + 7).or_else(|| {
+        t.starts_with("<ipython-input-")
+            .then(|| t.find("> in ").map(|i| i + 5))
+            .flatten()
+    })?;
+    (!t[..i - 4].contains(' ') || t.starts_with('<')).then_some(i)
+}
+
+/// A frame inside a library's model zoo (`keras/applications/`, `torchvision/models/`): the
+/// program is building a model.
+fn model_zoo_frame(lower: &str) -> bool {
+    [
+        "keras/applications/",
+        "keras_applications/",
+        "torchvision/models/",
+        "timm/models/",
+    ]
+    .iter()
+    .any(|z| lower.contains(z))
+}
+
 fn stage_of(text: &str) -> Option<Stage> {
     let t = text.trim_start();
-    let frame = t.starts_with("File \"");
+    let ipython = ipython_frame(t);
+    let frame = t.starts_with("File \"") || ipython.is_some();
     if !frame && !t.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
         return None;
     }
     let lower = t.to_ascii_lowercase();
-    // Library internals (`site-packages/jax/_src/...`) say nothing about the user's program.
-    if frame && (lower.contains("site-packages") || lower.contains("/_src/")) {
+    // Library internals (`site-packages/jax/_src/...`) say nothing about the user's program,
+    // but for a model zoo's constructors.
+    if frame && model_zoo_frame(&lower) {
+        return Some(Stage::Init);
+    }
+    if frame && library_path(&lower) {
         return None;
     }
     // Of a frame, only the function name counts (`generate.py` is a file, not a stage).
-    let lower = if frame {
+    let lower = if let Some(i) = ipython {
+        format!("in {}", &lower[i..])
+    } else if frame {
         match lower.rfind(", in ") {
             Some(i) => format!("in {}", &lower[i + 5..]),
             None => return None,
@@ -2737,7 +2775,7 @@ fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
         .chain(after.iter().take(LOOKAHEAD_STAGE_LINES))
     {
         let t = line.text.trim_start();
-        let frame = t.starts_with("File \"");
+        let frame = t.starts_with("File \"") || ipython_frame(t).is_some();
         // A frame line, or the code line printed under it.
         if frame || after_frame {
             if let Some(s) = stage_of(t) {
@@ -2745,7 +2783,7 @@ fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
             }
         }
         let lower = t.to_ascii_lowercase();
-        after_frame = frame && !lower.contains("site-packages") && !lower.contains("/_src/");
+        after_frame = frame && !library_path(&lower);
     }
     // TensorFlow's graph names the op that failed (`[[Node: embeddings/Adam/Initializer/zeros
     // = Const[...]`, `[[{{node dense/kernel/Initializer/random_uniform}}]]`): a variable's
