@@ -1631,7 +1631,14 @@ fn holder_in_text(ctx: &Ctx<'_>) -> Option<Cause> {
     }
     // With the device's figures, what is held outside this process is what stopping it frees.
     let held = e.limit_bytes.zip(e.free_bytes).and_then(|(l, f)| {
-        let used = e.process_bytes.or(e.used_bytes)?;
+        // The process's whole reservation: its own figure, or PyTorch's allocated and idle
+        // blocks.
+        let used = e.process_bytes.or_else(|| {
+            e.allocated_bytes
+                .zip(e.fragmentation_bytes)
+                .map(|(a, f)| a.saturating_add(f))
+                .or(e.used_bytes)
+        })?;
         Some(l.saturating_sub(used).saturating_sub(f)).filter(|&h| h > 0)
     });
     let outside = held

@@ -19,6 +19,8 @@ struct Patterns {
     cuda_driver: Regex,
     cupy: Regex,
     vllm_cache: Regex,
+    sglang_pool: Regex,
+    ggml_alloc: Regex,
     vllm_negative: Regex,
     vllm_needed: Regex,
     llvm_jit: Regex,
@@ -27,6 +29,7 @@ struct Patterns {
     gaudi: Regex,
     tenstorrent: Regex,
     gpu_shared: Regex,
+    gpu_shared_runtime: Regex,
     ptxas_shared: Regex,
 }
 
@@ -71,13 +74,19 @@ fn p() -> &'static Patterns {
         // memory for its handle, the device already taken (a preallocating framework or another
         // process); the fix users report is a smaller pool or allow_growth.
         cuda_driver: re(
-            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize)\b[^\n]{0,120}?:\s*out of memory",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize)\b[^\n]{0,120}?:\s*out of memory",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
         // (the pool's total, not read as a figure).
         cupy: re(r"[Oo]ut of memory (?:allocating|to allocate) ([\d,]+) bytes \((?:allocated so far: ([\d,]+) bytes\)|total [\d,]+ bytes\))"),
         vllm_cache: re(r"No available memory for the cache blocks"),
+        // SGLang's scheduler, its KV pool counted in tokens: `Decode out of memory. Try to lower
+        // your batch size.` (the figures that follow are tokens, not bytes).
+        sglang_pool: re(r"(?:Decode|Prefill|Extend)\s+out\s+of\s+memory\.\s*Try\s+to\s+lower\s+your\s+batch\s+size"),
+        // ggml's CUDA backend names its request before the CUDA error: `allocating 4514.05 MiB
+        // on device 0: cudaMalloc failed: out of memory`.
+        ggml_alloc: re(&format!(r"allocating\s+{SZ}\s+on\s+device\s+\d+:\s*cudaMalloc")),
         // vLLM's memory profile leaving the KV cache a negative budget, which fails the engine
         // (no cache block fits): V0 "the rest of the memory reserved for KV Cache is -1.05GiB.",
         // V1 "Available KV cache memory: -1.05 GiB".
@@ -105,6 +114,9 @@ fn p() -> &'static Patterns {
         // A GPU kernel's per-block shared memory (Pallas on GPU, Triton): "Shared memory size
         // limit exceeded: requested 4194304, available: 101376" (users paste it wrapped).
         gpu_shared: re(r"Shared memory size limit exceeded:\s*requested (\d+),\s*available:\s*(\d+)"),
+        // A kernel launched with more shared memory than the GPU has (a Triton / Pallas kernel
+        // in a custom call): `INTERNAL: Shared memory requested exceeds device resources.`
+        gpu_shared_runtime: re(r"Shared memory requested exceeds device resources"),
         // ptxas on an XLA:GPU fusion: "Entry function 'fusion_42' uses too much shared data
         // (0xc600 bytes, 0xc000 max)" (the max is sometimes cut by the log's line).
         ptxas_shared: re(r"Entry function '([^']+)' uses too much shared data \((0x[0-9a-fA-F]+|\d+) bytes,?\s*(?:(0x[0-9a-fA-F]+|\d+) max)?"),
@@ -154,11 +166,27 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         // device) is what it uses; "allocated by PyTorch" is part of it.
         // Older torch lists every process with `Process N has`, its own first; newer torch says
         // `this process has` for its own and `Process N has` for the others.
-        if let Some(pc) = pat
-            .torch_this_process
-            .captures(flat)
-            .or_else(|| pat.torch_process.captures(flat))
-        {
+        // Several `Process N has` and no `this process has`: which one is this process the
+        // message does not say; what PyTorch allocated is the figure it states for it, and the
+        // list itself shows other processes on the device.
+        let listed: Vec<_> = pat
+            .torch_process
+            .find_iter(flat)
+            .filter(|m| m.as_str().starts_with("Process"))
+            .collect();
+        let this = pat.torch_this_process.captures(flat);
+        if this.is_none() && listed.len() >= 2 {
+            e.holder_named = Some(format!(
+                "{} processes hold memory on the device ({})",
+                listed.len(),
+                listed
+                    .iter()
+                    .map(|m| m.as_str().split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+            end = end.max(listed.last()?.end());
+        } else if let Some(pc) = this.or_else(|| pat.torch_process.captures(flat)) {
             e.process_bytes = bytes(&pc, 1);
             e.used_bytes = e.process_bytes.or(e.used_bytes);
             end = end.max(pc.get(0)?.end());
@@ -220,6 +248,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     }
     if let Some(m) = pat.cuda_driver.find(flat).filter(on_first) {
         let mut e = gpu_event(line, Family::CudaOom, flat);
+        e.requested_bytes = pat.ggml_alloc.captures(flat).and_then(|c| bytes(&c, 1));
         if flat.contains("torch") {
             e.framework = Some(Framework::Pytorch);
         }
@@ -261,6 +290,12 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.framework = Some(Framework::Pytorch);
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
+    if let Some(m) = pat.sglang_pool.find(flat).filter(on_first) {
+        return Some((
+            Piece::Event(Box::new(gpu_event(line, Family::VllmKvCache, flat))),
+            m.end(),
+        ));
+    }
     if let Some(m) = pat.vllm_cache.find(flat).filter(on_first) {
         let mut e = gpu_event(line, Family::VllmKvCache, flat);
         e.framework = Some(Framework::Pytorch);
@@ -285,6 +320,11 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.requested_bytes = c[1].parse().ok();
         e.limit_bytes = c[2].parse().ok();
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.gpu_shared_runtime.find(flat).filter(on_first) {
+        let mut e = gpu_event(line, Family::GpuSharedMemory, flat);
+        e.memory_space = Some(MemorySpace::Vmem);
+        return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(c) = pat
         .ptxas_shared

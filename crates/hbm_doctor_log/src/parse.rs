@@ -80,6 +80,7 @@ struct Patterns {
     runtime_alloc: Regex,
     could_not_allocate: Regex,
     program_load: Regex,
+    program_load_alloc: Regex,
     gpu_oom: Regex,
     failed_request: Regex,
     bfc: Regex,
@@ -146,6 +147,10 @@ fn p() -> &'static Patterns {
             // 2022 TPU runtime: "Could not allocate 10485760 bytes in memory 0x0x0_HBM0; 4374528
             // bytes allocatable, 14942208 bytes available".
             could_not_allocate: re(r"Could\s+not\s+allocate\s+(\d+)\s+bytes\s+in\s+memory\s+([\w]+);\s+(\d+)\s+bytes\s+allocatable,\s+(\d+)\s+bytes\s+available"),
+            // Newer libtpu: `Error loading program 'jit__forward': Attempting to allocate 1.13G.
+            // That was not possible. There are 528.72M free.` (the program's own load, not a
+            // buffer of a running program).
+            program_load_alloc: re(r"Error\s+loading\s+program(?:\s+'([^']+)')?:\s+Attempting\s+to\s+allocate\s+SZ\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free"),
             runtime_alloc: re(r"(?:Error\s+allocating\s+device\s+buffer:\s+)?Attempting\s+to\s+allocate\s+SZ\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free\.?(?:;?\s*\(([\w]+)\))?"),
             program_load: re(r"(?:Error\s+loading\s+program(?:\s+'([^']+)')?:\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?(?:\s+That\s+was\s+not\s+possible\.?)?(?:\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable)?"),
             // A size, or the placeholder a user typed for sizes that vary (`allocate X bytes`).
@@ -1423,7 +1428,7 @@ const FAMILIES: &[FamilyRow] = &[
     },
     FamilyRow {
         yields: "tpu_program_load",
-        message: "`Error loading program: Attempting to reserve X at the bottom of memory`",
+        message: "`Error loading program: Attempting to reserve X at the bottom of memory`, `Error loading program 'p': Attempting to allocate X. ... There are Y free.`",
         read: program_load,
     },
     FamilyRow {
@@ -1775,11 +1780,20 @@ fn allocation_exceeds(h: &Headline<'_>) -> Read {
 }
 
 fn program_load(h: &Headline<'_>) -> Read {
+    let flat = h.flat;
+    let line = h.line;
+    if let Some(c) = h.first(&h.pat.program_load_alloc) {
+        let mut e = new_event(line, Family::TpuProgramLoad, Phase::Runtime, flat);
+        e.backend = Some(Backend::Tpu);
+        e.memory_space = Some(MemorySpace::Hbm);
+        e.program = c.get(1).map(|m| m.as_str().to_string());
+        e.requested_bytes = size(&c, 2);
+        e.free_bytes = size(&c, 3);
+        return Read::Found((Piece::Event(Box::new(e)), end_of(&c)));
+    }
     let Some(c) = h.first(&h.pat.program_load) else {
         return Read::Next;
     };
-    let flat = h.flat;
-    let line = h.line;
     let mut e = new_event(line, Family::TpuProgramLoad, Phase::Runtime, flat);
     e.backend = Some(Backend::Tpu);
     e.memory_space = Some(MemorySpace::Hbm);
@@ -2190,6 +2204,24 @@ fn generic(h: &Headline<'_>) -> Read {
     {
         return Read::Stop;
     }
+    // An API's response status (`"status": "RESOURCE_EXHAUSTED"` in a JSON error: a quota, a
+    // rate limit) or a status whose message is a file path (`RESOURCE_EXHAUSTED:
+    // /data/part-3.parquet; Too many open files`): a resource, not memory. A memory status
+    // carries its message (`RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...`).
+    if m.as_str() == "RESOURCE_EXHAUSTED" {
+        let before = first[..m.start()].trim_end();
+        let api = before.ends_with('"')
+            && before[..before.len() - 1].trim_end().ends_with(':')
+            && before.to_ascii_lowercase().contains("status");
+        let rest = first[code_end..].trim_start();
+        let path = rest.strip_prefix(':').is_some_and(|r| {
+            let r = r.trim_start();
+            r.starts_with('/') || r.get(1..3) == Some(":\\")
+        });
+        if api || path {
+            return Read::Stop;
+        }
+    }
     let bare = first[m.end()..]
         .trim_start_matches(|c: char| c.is_ascii_alphanumeric())
         .trim()
@@ -2202,10 +2234,14 @@ fn generic(h: &Headline<'_>) -> Read {
     // the status text itself.
     // The status word used as a noun in a sentence ("can produce a RESOURCE_EXHAUSTED
     // message") is prose, not a status.
+    // (`The Resource exhausted error happen after at least 46831 trainning steps`: the same,
+    // in words.)
     let prose = [
         "a RESOURCE_EXHAUSTED",
         "RESOURCE_EXHAUSTED message",
         "RESOURCE_EXHAUSTED error",
+        "Resource exhausted error",
+        "resource exhausted error",
     ]
     .iter()
     .any(|p| first.contains(p))
@@ -2257,6 +2293,19 @@ fn generic(h: &Headline<'_>) -> Read {
         first.to_ascii_lowercase().contains(v) && !first.contains(&capitalize_first(v.trim_start()))
     });
     if !status && told && !first.contains(':') {
+        return Read::Stop;
+    }
+    // Failures counted in the plural (`The CI tests frequently fail with CUDA out of memory
+    // errors.`): a summary of many failures, not one printed; a message never pluralizes itself.
+    let lower = first.to_ascii_lowercase();
+    let plural = [
+        "out of memory errors",
+        "out of memory issues",
+        "out of memory problems",
+    ]
+    .iter()
+    .any(|p| lower.contains(p));
+    if !status && plural && !first.contains(':') {
         return Read::Stop;
     }
     let _ = m;
