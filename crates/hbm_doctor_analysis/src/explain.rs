@@ -286,6 +286,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
     rank!(10.0, shape_bug(&ctx));
     rank!(3.5, implausible_dimension(&ctx));
     rank!(1.7, vocabulary_logits(&ctx));
+    rank!(2.2, loss_over_vocabulary(&ctx));
     rank!(2.8, unsharded_init_random_bits(&ctx));
     match category {
         Category::Vmem => rank!(5.0, kernel_tiling(&ctx)),
@@ -835,6 +836,39 @@ fn vocabulary_logits(ctx: &Ctx<'_>) -> Option<Cause> {
         vec![
             "Compute the loss over the vocabulary in chunks of tokens (a chunked / fused cross-entropy that never holds all logits), or a sampled softmax.".into(),
             "Keep logits in bf16 and fewer token positions per step (shorter sequences or a smaller batch); a smaller vocabulary if it is yours to choose.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+/// The failure happened in the loss over the vocabulary (`cross_entropy_loss`, TF's
+/// `softmax_cross_entropy_with_logits` node, `log_softmax`): the logits of every token and their
+/// softmax are the largest tensors of a language model's step, and the one allocation that did not
+/// fit was one of them.
+fn loss_over_vocabulary(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let op = e.failing_op.as_deref()?;
+    if e.phase != Phase::Runtime {
+        return None;
+    }
+    let lower = op.to_ascii_lowercase();
+    let loss = ["cross_entropy", "crossentropy", "log_softmax", "nll_loss"]
+        .iter()
+        .any(|k| lower.contains(k));
+    if !loss {
+        return None;
+    }
+    let request = e
+        .requested_bytes
+        .map(|r| format!(" ({} requested there)", fmt(r)))
+        .unwrap_or_default();
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        e.requested_bytes.map(|r| r - r / 4),
+        format!("the failure came in the loss over the vocabulary (`{op}`){request}: the logits and their softmax, one value per token and vocabulary entry, are the step's largest tensors"),
+        vec![
+            "Compute the loss in chunks of tokens (a chunked or fused cross-entropy that never holds all logits: e.g. Liger's fused linear cross-entropy, or a loop over sequence chunks), or a sampled softmax.".into(),
+            "Fewer token positions per step (shorter sequences, a smaller micro-batch with gradient accumulation), logits in bf16, a smaller vocabulary if it is yours to choose.".into(),
         ],
         Vec::new(),
     ))

@@ -378,6 +378,11 @@ pub struct Event {
     /// increase`, `there appears to be a memory leak`, `runs out of memory on epoch 4`).
     #[serde(default)]
     pub growth_said: Option<String>,
+    /// Extension: the operation the failure happened in, where the text shows it: TensorFlow's
+    /// node (`[[Node: transformer/softmax_cross_entropy_with_logits = ...`) or the code line of
+    /// the traceback's last frame (`return torch._C._nn.cross_entropy_loss(input, target, ...)`).
+    #[serde(default)]
+    pub failing_op: Option<String>,
     /// Not serialized: a report pasted without its headline showed TPU's `Largest program
     /// allocations in <space>:` header, which the compiler prints only in an out-of-memory error
     /// (a successful compile may log `Total hbm usage >=`, never the listing header), or a

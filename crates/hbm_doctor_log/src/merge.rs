@@ -416,6 +416,7 @@ fn absorb(into: &mut Event, from: Event) {
         batch_tried,
         holder_named,
         growth_said,
+        failing_op,
         device_named_bytes
     );
     if let (Some(a), Some(b)) = (&mut into.device, &from.device) {

@@ -339,6 +339,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 hints.apply(event);
                 read_progress(event, &lines[..start], pat);
                 read_stage(event, &lines[..start + used], region);
+                read_failing_op(event, &lines[..start + used], region);
             }
             Piece::AllocatorStats {
                 limit,
@@ -617,14 +618,22 @@ fn gpu_named_bytes(t: &str) -> Option<u64> {
     let sized = b.windows(2).any(|w| w[0].is_ascii_digit() && g(w[1]))
         || b.windows(3)
             .any(|w| w[0].is_ascii_digit() && w[1] == b' ' && g(w[2]));
-    if !(sized || t.contains("T4") || t.contains("100") || t.contains("090")) {
+    if !(sized
+        || t.contains("T4")
+        || t.contains("100")
+        || t.contains("090")
+        || t.contains("RTX")
+        || t.contains("GTX")
+        || t.contains("TITAN")
+        || t.contains("Titan"))
+    {
         return None;
     }
     let [named, said, model] = RES.get_or_init(|| {
         [
             Regex::new(r"\b(?:Tesla\s+|NVIDIA\s+)?[A-Z]{1,2}\d{2,4}[A-Za-z]*(?:-[A-Z0-9]+)*[- ](\d{1,3})GB\b")
                 .expect("valid built-in regex"),
-            Regex::new(r"(?i)(?:\b(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\s+(?:of\s+)?(?:the\s+)?(?:GPU\s+memory|GPU\s+RAM|VRAM|GPU\b|graphics)|\bGPUs?\s+(?:has|have|with)\s+(?:over\s+|about\s+)?(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b)")
+            Regex::new(r"(?i)(?:\b(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\s+(?:of\s+)?(?:the\s+)?(?:memory\s+)?(?:GPU\s+memory|GPU\s+RAM|VRAM|GPU\b|graphics)|\bGPUs?\s+(?:has|have|with)\s+(?:over\s+|about\s+)?(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b)")
                 .expect("valid built-in regex"),
             Regex::new(r"\b(T4|V100|A100|H100|H200|A10G|L4|K80|P100|A40|A6000|RTX\s?3090|RTX\s?4090)\b")
                 .expect("valid built-in regex"),
@@ -638,6 +647,9 @@ fn gpu_named_bytes(t: &str) -> Option<u64> {
     if let Some(c) = said.captures(t) {
         return c.get(1).or(c.get(2)).and_then(|m| gb(m.as_str()));
     }
+    if let Some(g) = geforce_gib(t) {
+        return Some((g * GIB) as u64);
+    }
     let m = model.captures(t)?;
     let g = match m[1].replace(' ', "").as_str() {
         "T4" | "V100" | "P100" => 16.0,
@@ -649,6 +661,80 @@ fn gpu_named_bytes(t: &str) -> Option<u64> {
         _ => return None,
     };
     Some((g * GIB) as u64)
+}
+
+/// The memory of a GeForce / TITAN card the line names (`GeForce RTX 2080 Ti`, `GTX 1050`, `RTX
+/// 3060`), in GiB: their memory is fixed by the model (the common size where a model came in two).
+fn geforce_gib(t: &str) -> Option<f64> {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let re = RE.get_or_init(|| {
+        Regex::new(r"\b(?:(RTX|GTX)\s?(\d{3,4})(\s?Ti)?|(TITAN|Titan)\s(X|Xp|V|RTX))\b")
+            .expect("valid built-in regex")
+    });
+    let c = re.captures(t)?;
+    if c.get(4).is_some() {
+        return Some(if &c[5] == "RTX" { 24.0 } else { 12.0 });
+    }
+    let ti = c.get(3).is_some();
+    Some(match (&c[2], ti) {
+        ("1050", false) => 2.0,
+        ("1050", true) | ("1650", _) => 4.0,
+        ("1060", _) | ("1660", _) | ("2060", false) => 6.0,
+        ("1070", _)
+        | ("1080", false)
+        | ("2070", _)
+        | ("2080", false)
+        | ("3060", true)
+        | ("3070", _)
+        | ("4060", _) => 8.0,
+        ("1080", true) | ("2080", true) => 11.0,
+        ("3080", false) => 10.0,
+        ("2060", true) | ("3060", false) | ("3080", true) | ("4070", _) => 12.0,
+        ("4080", _) => 16.0,
+        ("3090", _) | ("4090", _) => 24.0,
+        ("5090", _) => 32.0,
+        _ => return None,
+    })
+}
+
+/// The framework's own start-up line shows the GPU already mostly taken: TensorFlow creates its
+/// device with the memory free when the process starts (`Created device
+/// /job:localhost/replica:0/task:0/device:GPU:0 with 1491 MB memory:  -> device: 0, name: NVIDIA
+/// GeForce RTX 2080 Ti`, an 11 GB card), and TF 1.x prints the driver's figures (`totalMemory:
+/// 10.91GiB freeMemory: 1.47GiB`). Less than half of the card free before the program allocated
+/// anything: another process holds the rest.
+fn device_taken_at_start(t: &str) -> Option<String> {
+    static RES: OnceLock<[Regex; 2]> = OnceLock::new();
+    if !(t.contains(" MB memory") || t.contains("freeMemory")) {
+        return None;
+    }
+    let [created, driver] = RES.get_or_init(|| {
+        [
+            Regex::new(r"with (\d+) MB memory\)?:?\s*->\s*(?:physical GPU \()?device:\s*\d+,\s*name:\s*([^,]+)")
+                .expect("valid built-in regex"),
+            Regex::new(r"totalMemory:\s*(\d[\d.]*\s*[KMGT]iB)\s+freeMemory:\s*(\d[\d.]*\s*[KMGT]iB)")
+                .expect("valid built-in regex"),
+        ]
+    });
+    if let Some(c) = created.captures(t) {
+        let mb: u64 = c[1].parse().ok()?;
+        let card = gpu_named_bytes(&c[2])?;
+        return (mb.saturating_mul(1 << 20).saturating_mul(2) < card).then(|| {
+            format!(
+                "the framework created its GPU device with only {mb} MB of the {}'s memory: the rest was held before it started",
+                c[2].trim()
+            )
+        });
+    }
+    let c = driver.captures(t)?;
+    let (total, free) = (parse_size(&c[1])?, parse_size(&c[2])?);
+    (free.saturating_mul(2) < total).then(|| {
+        format!(
+            "the driver showed {} free of {} when the program started: the rest was already held",
+            c[2].trim(),
+            c[1].trim()
+        )
+    })
 }
 
 /// The epoch number a sentence names: `125 epochs`, `~2 epochs`, `epoch 4`, `epoch number 4`.
@@ -1183,7 +1269,7 @@ impl Hints {
                 h.batch_tried = batch_tried(t);
             }
             if h.holder_named.is_none() {
-                h.holder_named = holder_named(t);
+                h.holder_named = holder_named(t).or_else(|| device_taken_at_start(t));
             }
             if h.growth_said.is_none() {
                 h.growth_said = growth_said(t);
@@ -2813,6 +2899,59 @@ fn stage_of(text: &str) -> Option<Stage> {
         .map(|(s, _)| *s)
 }
 
+/// The operation the failure happened in: TensorFlow's node printed under the error, or the
+/// code line of the last traceback frame just before it (or glued before the error on its line).
+fn read_failing_op(e: &mut Event, before: &[Line], after: &[Line]) {
+    if e.failing_op.is_some() {
+        return;
+    }
+    let clip = |t: &str| t.trim().chars().take(200).collect::<String>();
+    // TensorFlow: `[[Node: NAME = Op[...]`, `[[node NAME (defined at ...)`, `{{node NAME}}`.
+    for l in after.iter().take(4) {
+        let t = l.text.as_str();
+        for key in ["[[Node: ", "[[node ", "{{node "] {
+            if let Some(i) = t.find(key) {
+                let name = t[i + key.len()..]
+                    .split([' ', '}', ']'])
+                    .next()
+                    .unwrap_or("");
+                if !name.is_empty() {
+                    e.failing_op = Some(clip(name));
+                    return;
+                }
+            }
+        }
+    }
+    // Python: the code line under the last `File "...", line N, in f` frame, within the few
+    // lines before the error (the error's own line may carry it, glued by a lost newline).
+    let tail = &before[before.len().saturating_sub(4)..];
+    for (k, l) in tail.iter().enumerate().rev() {
+        let t = l.text.trim_start();
+        if t.starts_with("File \"") {
+            if let Some(code) = tail.get(k + 1) {
+                let c = code.text.trim();
+                // The code may share its line with the error (`return f(x)    torch.cuda.Out...`).
+                let c = c.split("    ").next().unwrap_or(c);
+                if !c.is_empty() && !c.starts_with("File \"") {
+                    e.failing_op = Some(clip(c));
+                }
+            }
+            return;
+        }
+    }
+    // A code line glued before the error on its own line, no frame kept (`return
+    // torch._C._nn.cross_entropy_loss(...)      torch.cuda.OutOfMemoryError: ...`).
+    if let Some(l) = before.last() {
+        let t = l.text.trim();
+        if let Some((code, _)) = t.split_once("    ") {
+            let code = code.trim();
+            if code.starts_with("return ") || code.contains(" = ") {
+                e.failing_op = Some(clip(code));
+            }
+        }
+    }
+}
+
 /// What the program was doing: the deepest traceback frame (and its code line) that names a
 /// stage, before the event or in the report lines after it.
 fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
@@ -2835,11 +2974,13 @@ fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
         after_frame = frame && !library_path(&lower);
     }
     // TensorFlow's graph names the op that failed (`[[Node: embeddings/Adam/Initializer/zeros
-    // = Const[...]`, `[[{{node dense/kernel/Initializer/random_uniform}}]]`): a variable's
+    // = Const[...]`, TF 1.13's `[[node model/lookup_table/Adam/Initializer/zeros (defined at
+    // ...)`, `[[{{node dense/kernel/Initializer/random_uniform}}]]`): a variable's
     // initializer runs when the model's state is created.
     if found.is_none() {
         let node_init = |t: &str| {
-            (t.contains("[[Node:") || t.contains("{{node ")) && t.contains("/Initializer/")
+            (t.contains("[[Node:") || t.contains("[[node ") || t.contains("{{node "))
+                && t.contains("/Initializer/")
         };
         if before[start..]
             .iter()
