@@ -352,7 +352,14 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         );
         rank!(1.6, debug_print(&ctx));
         rank!(if args_heavy { 2.4 } else { 1.0 }, optimizer_state(&ctx));
-        rank!(1.4, other_process(&ctx));
+        // Most of the device held outside this process: nothing in its own step is the story.
+        let outside = other_process(&ctx);
+        let most = outside
+            .as_ref()
+            .and_then(|c| c.savings_bytes)
+            .zip(e.limit_bytes)
+            .is_some_and(|(h, l)| h.saturating_mul(2) >= l);
+        rank!(if most { 3.0 } else { 1.4 }, outside);
         rank!(2.9, holder_in_text(&ctx));
         rank!(2.7, device_refused_pool(&ctx));
         rank!(1.3, preallocation(&ctx));
