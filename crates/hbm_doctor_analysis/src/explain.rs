@@ -287,6 +287,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
     rank!(3.5, implausible_dimension(&ctx));
     rank!(1.7, vocabulary_logits(&ctx));
     rank!(2.2, loss_over_vocabulary(&ctx));
+    rank!(2.1, shaped_intermediate(&ctx));
     rank!(2.8, unsharded_init_random_bits(&ctx));
     match category {
         Category::Vmem => rank!(5.0, kernel_tiling(&ctx)),
@@ -876,6 +877,41 @@ fn loss_over_vocabulary(ctx: &Ctx<'_>) -> Option<Cause> {
         vec![
             "Compute the loss in chunks of tokens (a chunked or fused cross-entropy that never holds all logits: e.g. Liger's fused linear cross-entropy, or a loop over sequence chunks), or a sampled softmax.".into(),
             "Fewer token positions per step (shorter sequences, a smaller micro-batch with gradient accumulation), logits in bf16, a smaller vocabulary if it is yours to choose.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+/// The tensor a run-time failure names is an intermediate by its shape: attention scores
+/// (`[8,16,1024,1024]`: the last two dimensions one long sequence), logits over a vocabulary, or a
+/// leading dimension of 65,536 or more (points, pairs, tokens of a whole input: no batch is that
+/// large). Computing it in pieces is the fix; a smaller batch only shrinks it where its first
+/// dimension is the batch.
+fn shaped_intermediate(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime || matches!(e.stage, Some(Stage::Init | Stage::Restore)) {
+        return None;
+    }
+    let a = e.allocations.first()?;
+    if a.size_bytes < 256 << 20 {
+        return None;
+    }
+    let shape = shape_of(a)?;
+    let kind = activation_kind(&shape).or_else(|| {
+        (shape.dims.len() >= 2 && shape.dims[0] >= 65_536)
+            .then_some("a tensor over a whole input's elements (points, pairs or tokens) [N, ..]")
+    })?;
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        Some(a.size_bytes - a.size_bytes / 4),
+        format!(
+            "the failing tensor {} ({}) looks like {kind}: one intermediate computed whole",
+            a.shape.as_deref().unwrap_or("?"),
+            fmt(a.size_bytes)
+        ),
+        vec![
+            "Compute it in chunks (loop over slices of its first or sequence dimension and reduce each before the next), or use a kernel that never materializes it (flash / memory-efficient attention, a chunked cross-entropy).".into(),
+            "Smaller inputs shrink it directly: shorter sequences, fewer points per sample, a lower resolution.".into(),
         ],
         Vec::new(),
     ))
@@ -2169,7 +2205,14 @@ fn starved_library_handle(e: &Event) -> bool {
         || m.contains("initializ")
         || m.contains("status_alloc_failed");
     let cuda = m.contains("cuda") || m.contains("cudnn") || m.contains("cublas");
-    init && cuda && e.phase == Phase::Runtime
+    // A CUDA library's own call inside a custom call (`CustomCall failed:
+    // jaxlib/cuda/cusolver_kernels.cc:79: operation cudaMemcpyAsync(...) failed: out of memory`):
+    // its workspace lives outside the framework's pool, in what the pool left.
+    let library_call = m.contains("customcall failed")
+        && ["cusolver", "cublas", "cudnn", "cufft", "cusparse"]
+            .iter()
+            .any(|l| m.contains(l));
+    (init && cuda || library_call) && e.phase == Phase::Runtime
 }
 
 fn cuda_init_starved(ctx: &Ctx<'_>) -> Option<Cause> {
@@ -2512,6 +2555,42 @@ mod tests {
         let (_, c) = causes(&text);
         assert_eq!(c.first(), Some(&CauseKind::ArgumentsExceed), "{c:?}");
         assert!(!c.contains(&CauseKind::MemoryLeak), "{c:?}");
+    }
+
+    #[test]
+    fn evidence_read_from_the_text_around_a_runtime_failure() {
+        use CauseKind::*;
+        let first = |t: &str| causes(t).1.first().copied();
+        // A model that cannot even be created, no large request or model size shown.
+        assert_eq!(
+            first("  File \"train.py\", line 79, in load_model\n    model = Tacotron2(hparams).cuda()\nRuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCTensorRandom.cu:25\n"),
+            Some(OtherProcess)
+        );
+        // The loss over the vocabulary is where it failed.
+        assert_eq!(
+            first(" return torch._C._nn.cross_entropy_loss(input, target, weight)      torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 250.00 MiB (GPU 1; 31.75 GiB total capacity; 30.10 GiB already allocated; 120.00 MiB free; 30.50 GiB reserved in total by PyTorch)\n"),
+            Some(LargeActivation)
+        );
+        // Attention scores by their shape.
+        assert_eq!(
+            first("Resource exhausted: OOM when allocating tensor with shape[8,16,1024,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"),
+            Some(LargeActivation)
+        );
+        // Most of the card held outside this process.
+        assert_eq!(
+            first("RuntimeError: CUDA out of memory. Tried to allocate 16.00 MiB (GPU 0; 47.54 GiB total capacity; 537.07 MiB already allocated; 12.06 MiB free; 580.00 MiB reserved in total by PyTorch)\n"),
+            Some(OtherProcess)
+        );
+        // TensorFlow got 1491 MB of an 11 GB card when it started.
+        assert_eq!(
+            first("I0000 gpu_device.cc:2022] Created device /job:localhost/replica:0/task:0/device:GPU:0 with 1491 MB memory:  -> device: 0, name: NVIDIA GeForce RTX 2080 Ti, pci bus id: 0000:89:00.0\nE0000 pjrt_stream_executor_client.cc:3067] Execution of replica 0 failed: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 16508718128 bytes.\n"),
+            Some(OtherProcess)
+        );
+        // One request of a sixth of the card is an intermediate.
+        assert_eq!(
+            first("RuntimeError: CUDA out of memory. Tried to allocate 2.99 GiB (GPU 0; 14.73 GiB total capacity; 10.14 GiB already allocated; 1.89 GiB free; 1.97 GiB cached)\n"),
+            Some(LargeActivation)
+        );
     }
 
     #[test]

@@ -390,6 +390,10 @@ pub struct Event {
     /// under an out-of-memory status only).
     #[serde(skip)]
     pub listing_header: bool,
+    /// Not serialized: the failure is told in a sentence (`I receive a OOM error`), no message
+    /// pasted; any printed failure in the same text is the better event and replaces it.
+    #[serde(skip)]
+    pub told: bool,
 }
 
 impl Event {

@@ -260,6 +260,10 @@ impl Merger {
         // compile logs (`Total hbm usage >= 1.88G`): not an event.
         // Unless the compiler's out-of-memory listing header was pasted with it, or it needs
         // more than the TPU the text names can hold.
+        // A failure told in words gives way to any failure printed in the same text.
+        if events.iter().any(|e| e.fatal && !e.told) {
+            events.retain(|e| !e.told);
+        }
         events.retain(|e| {
             !(e.partial
                 && e.allocations.is_empty()
@@ -321,6 +325,9 @@ fn echoed_by_devices(prev: &Event, prev_last: u64, next: &Event) -> bool {
 }
 
 fn same_event(prev: &Event, prev_last: u64, next: &Event) -> bool {
+    if prev.told || next.told {
+        return false;
+    }
     let distance = next.line.saturating_sub(prev_last);
     if prev.memory_space.is_some()
         && next.memory_space.is_some()

@@ -153,8 +153,9 @@ fn p() -> &'static Patterns {
             program_load_alloc: re(r"Error\s+loading\s+program(?:\s+'([^']+)')?:\s+Attempting\s+to\s+allocate\s+SZ\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free"),
             runtime_alloc: re(r"(?:Error\s+allocating\s+device\s+buffer:\s+)?Attempting\s+to\s+allocate\s+SZ\.?\s+That\s+was\s+not\s+possible\.?\s+There\s+are\s+SZ\s+free\.?(?:;?\s*\(([\w]+)\))?"),
             program_load: re(r"(?:Error\s+loading\s+program(?:\s+'([^']+)')?:\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?(?:\s+That\s+was\s+not\s+possible\.?)?(?:\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable)?"),
-            // A size, or the placeholder a user typed for sizes that vary (`allocate X bytes`).
-            gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+(?:SZ|[A-Z]\s+bytes\b)"),
+            // A size, or the placeholder a user typed for sizes that vary (`allocate X bytes`,
+            // `xxxx bytes`).
+            gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+(?:SZ|(?:[A-Z]|[xX]{2,}|N+)\s+bytes\b)"),
             failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?(?:\s+on\s+device\s+ordinal\s+(\d+))?"),
             bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
@@ -275,7 +276,9 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         // PyTorch's headline read alone (`CUDA out of memory. Tried to allocate X`, one figure)
         // may be the start of a message the terminal cut: the glued reading is tried too.
         let torch_head = |f: &Option<(Piece, usize)>| matches!(f, Some((Piece::Event(e), _)) if e.family == Family::PytorchCudaOom && e.figure_count() <= 1);
-        let bare = |f: &Option<(Piece, usize)>| score(f) < 3 || torch_head(f);
+        // A failure told in words is a sentence, not a message cut by a terminal.
+        let told = |f: &Option<(Piece, usize)>| matches!(f, Some((Piece::Event(e), _)) if e.told);
+        let bare = |f: &Option<(Piece, usize)>| (score(f) < 3 || torch_head(f)) && !told(f);
         if bare(&found) && lines[i].raw_len >= 60 && end > i + 1 {
             let fallback = found.take();
             // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
@@ -1598,6 +1601,11 @@ const FAMILIES: &[FamilyRow] = &[
         read: outside_xla,
     },
     FamilyRow {
+        yields: "cuda_oom",
+        message: "a failure told in the first person, no message pasted (unrecognized when no GPU word) (`after some epochs I receive a OOM error`, `it always OOM`, `the GPU I'm using runs out of memory`)",
+        read: prose_report,
+    },
+    FamilyRow {
         yields: "unrecognized",
         message: "an OOM status or phrase with no readable figure",
         read: generic,
@@ -1616,15 +1624,38 @@ pub fn family_table() -> Vec<(&'static str, &'static str)> {
 /// the piece and how many characters of `flat` the headline used.
 fn headline(flat: &str, line: u64, pat: &'static Patterns) -> Option<(Piece, usize)> {
     let first_line_len = flat.find('\n').unwrap_or(flat.len());
-    if talks_about_an_oom(&flat[..first_line_len]) {
-        return None;
-    }
     let h = Headline {
         flat,
         first_line_len,
         line,
         pat,
     };
+    if talks_about_an_oom(&flat[..first_line_len]) {
+        // A paragraph may talk in general and still tell the user's own failure in one of its
+        // sentences (`For example, when I use TransE, everything goes fine. ... after some
+        // epochs I receive a OOM error.`): that sentence alone decides.
+        let first = &flat[..first_line_len];
+        let lower = first.to_ascii_lowercase();
+        let at = lower.find("oom").or_else(|| lower.find("out of memory"))?;
+        let start = first[..at].rfind(['.', '!', ';']).map_or(0, |i| i + 1);
+        let end = first[at..]
+            .find(['.', '!', ';'])
+            .map_or(first.len(), |i| at + i + 1);
+        let sentence = &first[start..end];
+        if talks_about_an_oom(sentence) {
+            return None;
+        }
+        let one = Headline {
+            flat: sentence,
+            first_line_len: sentence.len(),
+            line,
+            pat,
+        };
+        return match prose_report(&one) {
+            Read::Found((piece, _)) => Some((piece, first_line_len)),
+            _ => None,
+        };
+    }
     for row in FAMILIES {
         match (row.read)(&h) {
             Read::Next => {}
@@ -2251,6 +2282,92 @@ fn outside_xla(h: &Headline<'_>) -> Read {
     crate::families::headline(h.flat, h.first_line_len, h.line).map_or(Read::Next, Read::Found)
 }
 
+/// A failure the user tells in words without pasting the message: `after some epochs I receive a
+/// OOM error`, `but it always OOM`, `the GPU I'm using (A40, 48 GB VRAM) runs out of memory from
+/// training`. Talk about OOMs is in the third person, the plural, the conditional or a remedy
+/// (`fixes the OOM`, `to avoid OOM errors`, `could run out of memory`); a report is someone's own
+/// run failing. No figure is read: the event says an OOM happened, the text around it says the
+/// rest.
+fn prose_report(h: &Headline<'_>) -> Read {
+    static RES: OnceLock<[Regex; 3]> = OnceLock::new();
+    let first = h.first_line();
+    let lower = first.to_ascii_lowercase();
+    if !(lower.contains("oom")
+        || lower.contains("out of memory")
+        || lower.contains("out-of-memory"))
+    {
+        return Read::Next;
+    }
+    // A printed message is read by the readers of messages (PyTorch's `CUDA out of memory` too).
+    if lower.contains("cuda out of memory")
+        || first.contains("Error:")
+        || first.contains("RESOURCE_EXHAUSTED")
+        || first.contains("Exception:")
+    {
+        return Read::Next;
+    }
+    let [got, ooms, device] = RES.get_or_init(|| {
+        [
+            // `I receive a OOM error`, `I always get CUDA out of memory`, `we hit an OOM`.
+            Regex::new(r"(?i)\b(?:i|we)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+)?(?:receive[sd]?|get|got|getting|encounter(?:ed)?|ran into|run into|hit|faced?|am getting|are getting|keep getting)\s+(?:a|an|the|this|that|same)?\s*(?:cuda\s+|gpu\s+)?(?:oom|out[- ]of[- ]memory)\b(?:\s+(?:error|exception|issue|problem|crash))?(?:[.!,]|\s*$)")
+                .expect("valid built-in regex"),
+            // `but it always OOM`, `training OOMs after 3 epochs`.
+            Regex::new(r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b")
+                .expect("valid built-in regex"),
+            // `the GPU I'm using (A40, 48 GB VRAM) runs out of memory from training`.
+            Regex::new(r"(?i)\bthe (?:gpu|card|device)\b[^.]{0,60}?\b(?:runs|ran) out of memory\b")
+                .expect("valid built-in regex"),
+        ]
+    });
+    let remedy = [
+        "avoid", "prevent", "fix", "reduce", "could ", "would ", "might ", "may ", " if ",
+    ]
+    .iter()
+    .any(|k| lower.contains(k));
+    if remedy || lower.contains(" you ") || lower.contains('?') && !lower.contains(" i ") {
+        return Read::Next;
+    }
+    // The sentence introduces the pasted log (`I get the OOM error. Here is how the log looks
+    // like.`, `... the OOM issue:`): the printed failure below is the event.
+    let word = |k: &str| {
+        lower.match_indices(k).any(|(i, _)| {
+            !lower[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_ascii_alphabetic())
+        })
+    };
+    let introduces = lower.trim_end().ends_with(':')
+        || ["here is", "here's", "below", "the log", "traceback"]
+            .iter()
+            .any(|k| word(k));
+    if introduces {
+        return Read::Next;
+    }
+    let Some(m) = got
+        .find(first)
+        .or_else(|| ooms.find(first))
+        .or_else(|| device.find(first))
+    else {
+        return Read::Next;
+    };
+    let gpu = ["cuda", "gpu", "vram", "nvidia"]
+        .iter()
+        .any(|k| lower.contains(k));
+    let family = if gpu {
+        Family::CudaOom
+    } else {
+        Family::Unrecognized
+    };
+    let mut e = new_event(h.line, family, Phase::Runtime, h.flat);
+    e.told = true;
+    if gpu {
+        e.backend = Some(Backend::Gpu);
+        e.memory_space = Some(MemorySpace::Device);
+    }
+    Read::Found((Piece::Event(Box::new(e)), m.end()))
+}
+
 fn generic(h: &Headline<'_>) -> Read {
     let first = h.first_line();
     let Some(m) = h.pat.generic.find(first) else {
@@ -2356,7 +2473,10 @@ fn generic(h: &Headline<'_>) -> Read {
         // TensorFlow's op-kernel warning: `OP_REQUIRES failed at conv_ops.cc:942 : Resource
         // exhausted`.
         || first.to_ascii_lowercase().contains("op_requires failed at")
-        || first.contains("ScopedVmemOom");
+        || first.contains("ScopedVmemOom")
+        // An exception printed with its text, quoted inside a sentence (`I always get`
+        // OutOfMemoryError: CUDA out of memory` at the first training step`).
+        || first.contains("OutOfMemoryError: ");
     let oom_phrase = first.contains("Ran out of memory")
         || first.contains("Out of memory")
         || first.contains("out of memory");
@@ -3106,6 +3226,42 @@ mod tests {
             "File \"/opt/torch/train.py\"",
             "torch/"
         ));
+    }
+
+    #[test]
+    fn a_failure_told_in_the_first_person_is_an_event_and_talk_is_not() {
+        for told in [
+            "For example, when I use TransE, everything goes fine. When I change to DistMult, the memory increases every epoch and after some epochs I receive a OOM error.\n",
+            "I assigned the device as following (in train.py, test.py, detect.py are similar), but it always OOM.\n",
+            "There appears to be a memory leak since the GPU I'm using (A40, 48 GB VRAM) runs out of memory from training for 125 epochs.\n",
+        ] {
+            let ev = scan_all(told.as_bytes());
+            assert_eq!(ev.len(), 1, "{told}");
+            assert!(ev[0].fatal);
+        }
+        for talk in [
+            "The CI tests frequently fail with CUDA out of memory errors.\n",
+            "This PR fixes the OOM error we get with long prompts.\n",
+            "If you get an OOM error, reduce the batch size.\n",
+            "Yes even with BF16 I get the OOM error. Here is how the log looks like.\n",
+        ] {
+            assert!(scan_all(talk.as_bytes()).is_empty(), "{talk}");
+        }
+        // A failure told in words gives way to the one printed after it.
+        let ev = scan_all(b"After a few steps I got an OOM error.\nRuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 11.93 GiB total capacity; 11.07 GiB already allocated; 19.75 MiB free; 11.36 GiB reserved in total by PyTorch)\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::PytorchCudaOom);
+    }
+
+    #[test]
+    fn resource_exhausted_that_is_not_memory() {
+        for text in [
+            "    \"status\": \"RESOURCE_EXHAUSTED\"\n",
+            "W tensorflow/core/framework/op_kernel.cc:1745] OP_REQUIRES failed at io_kernel.h:71 : RESOURCE_EXHAUSTED: /data/part-39607.c000.snappy.parquet; Too many open files\n",
+            "The Resource exhausted error happen after at least 46831 trainning steps, since i can see the last check point file.\n",
+        ] {
+            assert!(scan_all(text.as_bytes()).is_empty(), "{text}");
+        }
     }
 
     #[test]

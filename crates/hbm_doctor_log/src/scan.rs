@@ -39,6 +39,8 @@ pub(crate) const ANCHORS: &[&str] = &[
     "ut of memory",
     "ut of host",
     "OOM when",
+    "OOM error",
+    "always OOM",
     "Attempting to",
     "rror loading program",
     "would exceed memory",
