@@ -402,10 +402,10 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             add(prior, Some(c));
         }
         for c in full_device(&ctx) {
-            let prior = if c.cause == CauseKind::BatchTooLarge {
-                0.9
-            } else {
-                0.35
+            let prior = match c.cause {
+                CauseKind::BatchTooLarge => 0.9,
+                CauseKind::LargeActivation => 0.4,
+                _ => 0.35,
             };
             add(prior, Some(c));
         }
@@ -1826,6 +1826,16 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
             "for i, (x, y) in enumerate(loader):  # loader yields half batches\n    (loss_fn(model(x), y) / 2).backward()\n    if (i + 1) % 2 == 0:\n        optimizer.step(); optimizer.zero_grad()\n    xm.mark_step()",
         ),
     )];
+    // The input's own size scales a step's activations as the batch does: in the labelled
+    // posts without decisive evidence, the thread's answer was the input (a crop, a resolution,
+    // a sequence) about half as often as the batch.
+    out.push(ctx.cause(
+        CauseKind::LargeActivation,
+        None,
+        "or the input's own size: a step's activations grow with the image resolution, the sequence length or the number of points as they do with the batch; one large input (a full-size image at evaluation, a long document) can fill the device alone".into(),
+        vec!["Crop or resize the inputs (a smaller crop_size / max_length), evaluate large images with a sliding window, or split long inputs into chunks.".into()],
+        Vec::new(),
+    ));
     out.push(ctx.cause(
         CauseKind::DeviceTooSmall,
         None,
