@@ -2464,6 +2464,26 @@ fn generic(h: &Headline<'_>) -> Read {
     if remedy && !first.contains(':') {
         return Read::Stop;
     }
+    // A failure and its fix told together (`... results in an out of memory error. Changing
+    // batch size from 8 to 4 fixes it.`): a fix summary (a PR description), not a failure.
+    let after = first[m.end()..].to_ascii_lowercase();
+    let fixed = [
+        "fixes it",
+        "fixed it",
+        "solves it",
+        "solved it",
+        "resolves it",
+        "resolved it",
+    ]
+    .iter()
+    .any(|k| after.contains(k));
+    // (A link's `https://` is no message's colon.)
+    let colon = first
+        .match_indices(':')
+        .any(|(i, _)| !first[i..].starts_with("://"));
+    if fixed && !colon {
+        return Read::Stop;
+    }
     let status = first.contains("RESOURCE_EXHAUSTED")
         || first.contains("Resource exhausted")
         || first.contains("ResourceExhausted")
