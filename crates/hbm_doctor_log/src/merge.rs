@@ -135,7 +135,9 @@ impl Merger {
             } => {
                 if let (Some(e), false) = (self.events.last_mut(), self.barrier) {
                     let close = line.saturating_sub(*self.last_line.last().unwrap_or(&0)) < 200_000;
+                    // A failure told in words owns no allocator dump: it is the printed one's.
                     if close
+                        && !e.told
                         && matches!(
                             e.family,
                             Family::BfcAllocator
@@ -260,9 +262,12 @@ impl Merger {
         // compile logs (`Total hbm usage >= 1.88G`): not an event.
         // Unless the compiler's out-of-memory listing header was pasted with it, or it needs
         // more than the TPU the text names can hold.
-        // A failure told in words gives way to any failure printed in the same text.
+        // A failure told in words gives way to any failure printed in the same text, and one
+        // failure told twice (a title, then the text) is one event.
         if events.iter().any(|e| e.fatal && !e.told) {
             events.retain(|e| !e.told);
+        } else if events.len() > 1 {
+            events.truncate(1);
         }
         events.retain(|e| {
             !(e.partial

@@ -279,7 +279,15 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         // A failure told in words is a sentence, not a message cut by a terminal.
         let told = |f: &Option<(Piece, usize)>| matches!(f, Some((Piece::Event(e), _)) if e.told);
         let bare = |f: &Option<(Piece, usize)>| (score(f) < 3 || torch_head(f)) && !told(f);
-        if bare(&found) && lines[i].raw_len >= 60 && end > i + 1 {
+        // A line whose only anchor is the bare word OOM (`I immediately am running into what I
+        // suspect is the OOM issue:`) is prose: gluing it to the message under it would swallow
+        // that message.
+        let oom_word_only = found.is_none()
+            && !crate::scan::ANCHORS
+                .iter()
+                .filter(|a| !a.contains("OOM"))
+                .any(|a| text.contains(a));
+        if bare(&found) && !oom_word_only && lines[i].raw_len >= 60 && end > i + 1 {
             let fallback = found.take();
             // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
             let glued: String = lines[i..end].iter().map(|l| l.text.as_str()).collect();
@@ -2308,8 +2316,9 @@ fn prose_report(h: &Headline<'_>) -> Read {
     }
     let [got, ooms, device] = RES.get_or_init(|| {
         [
-            // `I receive a OOM error`, `I always get CUDA out of memory`, `we hit an OOM`.
-            Regex::new(r"(?i)\b(?:i|we)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+)?(?:receive[sd]?|get|got|getting|encounter(?:ed)?|ran into|run into|hit|faced?|am getting|are getting|keep getting)\s+(?:a|an|the|this|that|same)?\s*(?:cuda\s+|gpu\s+)?(?:oom|out[- ]of[- ]memory)\b(?:\s+(?:error|exception|issue|problem|crash))?(?:[.!,]|\s*$)")
+            // `I receive a OOM error`, `I always get CUDA out of memory`, `we hit an OOM`, `it
+            // meets cuda oom error`, `I met ran out of memory problem`.
+            Regex::new(r"(?i)\b(?:i|we|it)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b")
                 .expect("valid built-in regex"),
             // `but it always OOM`, `training OOMs after 3 epochs`.
             Regex::new(r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b")
@@ -2319,14 +2328,6 @@ fn prose_report(h: &Headline<'_>) -> Read {
                 .expect("valid built-in regex"),
         ]
     });
-    let remedy = [
-        "avoid", "prevent", "fix", "reduce", "could ", "would ", "might ", "may ", " if ",
-    ]
-    .iter()
-    .any(|k| lower.contains(k));
-    if remedy || lower.contains(" you ") || lower.contains('?') && !lower.contains(" i ") {
-        return Read::Next;
-    }
     // The sentence introduces the pasted log (`I get the OOM error. Here is how the log looks
     // like.`, `... the OOM issue:`): the printed failure below is the event.
     let word = |k: &str| {
@@ -2344,11 +2345,70 @@ fn prose_report(h: &Headline<'_>) -> Read {
     if introduces {
         return Read::Next;
     }
-    let Some(m) = got
+    let found = got
         .find(first)
         .or_else(|| ooms.find(first))
         .or_else(|| device.find(first))
-    else {
+        .map(|m| (m.start(), m.end()));
+    // The sentence that tells it decides (a paragraph's other sentences may address the reader
+    // or ask): a remedy, a conditional, a question or advice to the reader is talk.
+    let talk = |sentence: &str| {
+        let l = sentence.to_ascii_lowercase();
+        [
+            "avoid",
+            "prevent",
+            "fix",
+            "reduce",
+            "could ",
+            "would ",
+            "might ",
+            "may ",
+            " if ",
+            "you can",
+            "you should",
+            "you need",
+            "you will",
+            "you'll",
+            "you get",
+            "you have to",
+        ]
+        .iter()
+        .any(|k| l.contains(k))
+            || l.contains('?') && !l.contains(" i ")
+    };
+    let found = found.filter(|&(a, b)| {
+        let start = first[..a].rfind(['.', '!', '?']).map_or(0, |i| i + 1);
+        let end = first[b..]
+            .find(['.', '!', '?'])
+            .map_or(first.len(), |i| b + i + 1);
+        !talk(&first[start..end])
+    });
+    let found = found.map(|(_, b)| b);
+    // An issue's title naming the failure (`OOM during training on v3-8`, `XLM-R model OOM
+    // (PyTorch XLA limitations vs TF)`): the first line of a post, short, the word itself; a pull
+    // request's title says what it changes (`Fix OOM in eval`, `Add an OOM test`).
+    let title = h.line == 1
+        && first.split_whitespace().count() <= 12
+        && !first.contains(':')
+        && !talk(first)
+        && {
+            let change = [
+                "add", "support", "handl", "detect", "test", "doc", "bench", "improv", "enable",
+                "allow", "option", "flag", "refactor", "bump", "update", "catch", "retry",
+                "recover", "warn", "log", "load", "void", "avoid", "prevent", "fix", "reduc",
+                "save", "offload", "free", "releas", "clear", "move", "use",
+            ];
+            let words: Vec<&str> = lower
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect();
+            let named = words.iter().any(|w| *w == "oom") || lower.contains("out of memory");
+            named
+                && !words
+                    .iter()
+                    .any(|w| change.iter().any(|c| w.starts_with(c)))
+        };
+    let Some(end) = found.or_else(|| title.then_some(first.len())) else {
         return Read::Next;
     };
     let gpu = ["cuda", "gpu", "vram", "nvidia"]
@@ -2365,7 +2425,7 @@ fn prose_report(h: &Headline<'_>) -> Read {
         e.backend = Some(Backend::Gpu);
         e.memory_space = Some(MemorySpace::Device);
     }
-    Read::Found((Piece::Event(Box::new(e)), m.end()))
+    Read::Found((Piece::Event(Box::new(e)), end))
 }
 
 fn generic(h: &Headline<'_>) -> Read {
