@@ -2402,7 +2402,7 @@ fn prose_report(h: &Headline<'_>) -> Read {
                 .split(|c: char| !c.is_ascii_alphanumeric())
                 .filter(|w| !w.is_empty())
                 .collect();
-            let named = words.iter().any(|w| *w == "oom") || lower.contains("out of memory");
+            let named = words.contains(&"oom") || lower.contains("out of memory");
             named
                 && !words
                     .iter()
