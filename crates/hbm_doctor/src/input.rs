@@ -117,6 +117,7 @@ fn scan_chunks(
     let mut carry: Vec<u8> = Vec::new();
     let mut bytes: u64 = 0;
     let mut looks_binary = None;
+    let mut small: Vec<u8> = Vec::new();
     loop {
         // The reader always sends the input's end or its error before it stops: a closed channel
         // before that means it died, and what it had not read must not pass for the end.
@@ -127,6 +128,10 @@ fn scan_chunks(
                 format!("cannot read `{name}` (for a compressed log, check it is complete)")
             })?;
         bytes += (chunk.len() - FRONT) as u64;
+        // A small text (a post) is kept whole: it may tell its failure in words.
+        if bytes as usize <= hbm_doctor_log::parse::TOLD_MAX_BYTES {
+            small.extend_from_slice(&chunk[FRONT..]);
+        }
         if looks_binary.is_none() && chunk.len() > FRONT {
             let head = &chunk[FRONT..chunk.len().min(FRONT + 64 * 1024)];
             looks_binary = Some(is_binary(head));
@@ -150,7 +155,10 @@ fn scan_chunks(
             break;
         }
     }
-    let (events, warnings) = scanner.finish_with_warnings();
+    let (mut events, warnings) = scanner.finish_with_warnings();
+    if bytes as usize <= hbm_doctor_log::parse::TOLD_MAX_BYTES {
+        hbm_doctor_log::scan::with_told_failure(&mut events, &small);
+    }
     Ok(Scanned {
         events,
         warnings,

@@ -245,6 +245,49 @@ fn may_start(text: &str) -> bool {
         .any(|k| text.contains(k))
 }
 
+/// The largest input read for failures told in words (a post, a notebook's output): machine-written
+/// logs print their failures, and the bare word `OOM` is too common a byte sequence to anchor a
+/// multi-GB scan on.
+pub const TOLD_MAX_BYTES: usize = 1 << 20;
+
+/// A failure told in words (`it meets cuda oom error`, an issue title `OOM during training on
+/// v3-8`) in a small text where no printed failure was found: the first such sentence, as an
+/// event with no figure. Lines the scanner's anchors reach are read by the scan itself.
+pub fn told_failure(input: &[u8]) -> Option<Event> {
+    if input.len() > TOLD_MAX_BYTES {
+        return None;
+    }
+    let pat = p();
+    for (number, raw) in (1u64..).zip(input.split(|&b| b == b'\n')) {
+        let quick = memchr::memmem::find(raw, b"OOM").is_some()
+            || memchr::memmem::find(raw, b"oom").is_some();
+        if !quick {
+            continue;
+        }
+        let text = crate::clean::clean_line(raw);
+        if let Some((Piece::Event(mut e), _)) = headline(&text, number, pat) {
+            if e.told {
+                // The text around it is evidence as for a printed failure: the framework, the
+                // device named, growth said in words, the stage.
+                let lines = crate::clean::clean_block(input, 1);
+                let at = lines
+                    .iter()
+                    .position(|l| l.number >= number)
+                    .unwrap_or(lines.len());
+                Hints::of(&lines).apply(&mut e);
+                read_progress(&mut e, &lines[..at], pat);
+                read_stage(
+                    &mut e,
+                    &lines[..(at + 1).min(lines.len())],
+                    &lines[(at + 1).min(lines.len())..],
+                );
+                return Some(*e);
+            }
+        }
+    }
+    None
+}
+
 /// Parses one cleaned block into pieces, in order.
 pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
     let pat = p();

@@ -39,8 +39,6 @@ pub(crate) const ANCHORS: &[&str] = &[
     "ut of memory",
     "ut of host",
     "OOM when",
-    "OOM",
-    " oom ",
     "Attempting to",
     "rror loading program",
     "would exceed memory",
@@ -375,5 +373,21 @@ pub fn scan_all(input: &[u8]) -> Vec<Event> {
 pub fn scan_all_with_warnings(input: &[u8]) -> (Vec<Event>, Vec<WarningSummary>) {
     let mut scanner = Scanner::new();
     scanner.scan(input, true);
-    scanner.finish_with_warnings()
+    let (mut events, warnings) = scanner.finish_with_warnings();
+    with_told_failure(&mut events, input);
+    (events, warnings)
+}
+
+/// A small text with no printed failure may tell one in words
+/// ([`crate::parse::told_failure`]); it joins the events when nothing printed was found.
+pub fn with_told_failure(events: &mut Vec<Event>, input: &[u8]) {
+    if events.iter().any(|e| e.fatal) {
+        return;
+    }
+    if let Some(e) = crate::parse::told_failure(input) {
+        if !events.iter().any(|x| x.line == e.line) {
+            events.push(e);
+            events.sort_by_key(|e| e.line);
+        }
+    }
 }
