@@ -502,6 +502,9 @@ fn holder_named(t: &str) -> Option<String> {
         "nother",
         "releas",
         "被占用",
+        "capacity",
+        "fully used",
+        "already used",
     ]
     .iter()
     .any(|k| t.contains(k))
@@ -520,6 +523,13 @@ fn holder_named(t: &str) -> Option<String> {
         "occupied by",
         "in use by",
         "used by another",
+        // `One of the GPU's is at full capacity and the other is unused`: a card already full
+        // before the program starts.
+        "is at full capacity",
+        "are at full capacity",
+        "is fully used",
+        "is already used",
+        "is already in use",
         // Arrays of an earlier run in the same process (a notebook kernel, a loop of jobs):
         // the user says the memory is not given back.
         "didn't release",
