@@ -46,7 +46,7 @@ fn p() -> &'static Patterns {
         // Users retype and re-wrap it: any case, spaces dropped or doubled, a line break for a
         // space, the typo `capacty` (torch 2.1), the period after the request lost.
         torch_new: re(&format!(
-            r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d+)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+which\s*{SZ}\s*is\s+free\."
+            r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d*)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+which\s*{SZ}\s*is\s+free\."
         )),
         // older: "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total
         // capacity; 12.23 GiB already allocated; 1.43 GiB free; 13.23 GiB reserved in total by
@@ -152,7 +152,8 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
         e.framework = Some(Framework::Pytorch);
         e.requested_bytes = bytes(&c, 1);
-        e.device = Some(format!("GPU {}", &c[2]));
+        // (Some prints leave the ordinal out: `GPU  has a total capacity of ...`.)
+        e.device = (!c[2].is_empty()).then(|| format!("GPU {}", &c[2]));
         e.limit_bytes = bytes(&c, 3);
         e.free_bytes = bytes(&c, 4);
         let mut end = c.get(0)?.end();
