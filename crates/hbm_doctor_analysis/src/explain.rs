@@ -841,12 +841,17 @@ fn vocabulary_logits(ctx: &Ctx<'_>) -> Option<Cause> {
             a.shape.as_deref().unwrap_or("a buffer"),
             fmt(a.size_bytes),
         ),
-        vec![
-            "Compute the loss over the vocabulary in chunks of tokens (a chunked / fused cross-entropy that never holds all logits), or a sampled softmax.".into(),
-            "Keep logits in bf16 and fewer token positions per step (shorter sequences or a smaller batch); a smaller vocabulary if it is yours to choose.".into(),
-        ],
+        logits_actions(),
         Vec::new(),
     ))
+}
+
+/// What shrinks logits over a vocabulary, however they were found.
+fn logits_actions() -> Vec<String> {
+    vec![
+        "Compute the loss over the vocabulary in chunks of tokens (a chunked or fused cross-entropy that never holds all logits: e.g. Liger's fused linear cross-entropy, or a loop over sequence chunks), or a sampled softmax.".into(),
+        "Keep logits in bf16 and fewer token positions per step (shorter sequences, a smaller micro-batch with gradient accumulation); a smaller vocabulary if it is yours to choose.".into(),
+    ]
 }
 
 /// The failure happened in the loss over the vocabulary (`cross_entropy_loss`, TF's
@@ -874,10 +879,7 @@ fn loss_over_vocabulary(ctx: &Ctx<'_>) -> Option<Cause> {
         CauseKind::LargeActivation,
         e.requested_bytes.map(|r| r - r / 4),
         format!("the failure came in the loss over the vocabulary (`{op}`){request}: the logits and their softmax, one value per token and vocabulary entry, are the step's largest tensors"),
-        vec![
-            "Compute the loss in chunks of tokens (a chunked or fused cross-entropy that never holds all logits: e.g. Liger's fused linear cross-entropy, or a loop over sequence chunks), or a sampled softmax.".into(),
-            "Fewer token positions per step (shorter sequences, a smaller micro-batch with gradient accumulation), logits in bf16, a smaller vocabulary if it is yours to choose.".into(),
-        ],
+        logits_actions(),
         Vec::new(),
     ))
 }

@@ -669,6 +669,14 @@ fn growth_said(t: &str) -> Option<String> {
         .then(|| t.trim().chars().take(160).collect())
 }
 
+/// Built-in patterns compiled once into `cell`.
+fn built_in<const N: usize>(
+    cell: &'static OnceLock<[Regex; N]>,
+    patterns: [&str; N],
+) -> &'static [Regex; N] {
+    cell.get_or_init(|| patterns.map(|p| Regex::new(p).expect("valid built-in regex")))
+}
+
 /// The GPU's memory a line names: nvidia-smi's model names with their size (`Tesla
 /// P100-PCIE-16GB`, `A100-SXM4-80GB`, `H100 80GB HBM3`), a size said with the GPU (`48 GB VRAM`,
 /// `GPU with 24GB`, `12G GPU memory`), or a model whose size is fixed (`T4`, `V100`, `RTX 3090`;
@@ -693,16 +701,14 @@ fn gpu_named_bytes(t: &str) -> Option<u64> {
     {
         return None;
     }
-    let [named, said, model] = RES.get_or_init(|| {
+    let [named, said, model] = built_in(
+        &RES,
         [
-            Regex::new(r"\b(?:Tesla\s+|NVIDIA\s+)?[A-Z]{1,2}\d{2,4}[A-Za-z]*(?:-[A-Z0-9]+)*[- ](\d{1,3})GB\b")
-                .expect("valid built-in regex"),
-            Regex::new(r"(?i)(?:\b(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\s+(?:of\s+)?(?:the\s+)?(?:memory\s+)?(?:GPU\s+memory|GPU\s+RAM|VRAM|GPU\b|graphics)|\bGPUs?\s+(?:has|have|with)\s+(?:over\s+|about\s+)?(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b)")
-                .expect("valid built-in regex"),
-            Regex::new(r"\b(T4|V100|A100|H100|H200|A10G|L4|K80|P100|A40|A6000|RTX\s?3090|RTX\s?4090)\b")
-                .expect("valid built-in regex"),
-        ]
-    });
+            r"\b(?:Tesla\s+|NVIDIA\s+)?[A-Z]{1,2}\d{2,4}[A-Za-z]*(?:-[A-Z0-9]+)*[- ](\d{1,3})GB\b",
+            r"(?i)(?:\b(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\s+(?:of\s+)?(?:the\s+)?(?:memory\s+)?(?:GPU\s+memory|GPU\s+RAM|VRAM|GPU\b|graphics)|\bGPUs?\s+(?:has|have|with)\s+(?:over\s+|about\s+)?(\d{1,3}(?:\.\d+)?)\s?(?:GB|GiB|G)\b)",
+            r"\b(T4|V100|A100|H100|H200|A10G|L4|K80|P100|A40|A6000|RTX\s?3090|RTX\s?4090)\b",
+        ],
+    );
     const GIB: f64 = (1u64 << 30) as f64;
     let gb = |s: &str| s.parse::<f64>().ok().map(|g| (g * GIB) as u64);
     if let Some(c) = named.captures(t) {
@@ -2367,20 +2373,18 @@ fn prose_report(h: &Headline<'_>) -> Read {
     {
         return Read::Next;
     }
-    let [got, ooms, device] = RES.get_or_init(|| {
+    let [got, ooms, device] = built_in(
+        &RES,
         [
             // `I receive a OOM error`, `I always get CUDA out of memory`, `we hit an OOM`, `it
             // meets cuda oom error`, `I met ran out of memory problem`.
-            Regex::new(r"(?i)\b(?:i|we|it)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b")
-                .expect("valid built-in regex"),
+            r"(?i)\b(?:i|we|it)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b",
             // `but it always OOM`, `training OOMs after 3 epochs`.
-            Regex::new(r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b")
-                .expect("valid built-in regex"),
+            r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b",
             // `the GPU I'm using (A40, 48 GB VRAM) runs out of memory from training`.
-            Regex::new(r"(?i)\bthe (?:gpu|card|device)\b[^.]{0,60}?\b(?:runs|ran) out of memory\b")
-                .expect("valid built-in regex"),
-        ]
-    });
+            r"(?i)\bthe (?:gpu|card|device)\b[^.]{0,60}?\b(?:runs|ran) out of memory\b",
+        ],
+    );
     // The sentence introduces the pasted log (`I get the OOM error. Here is how the log looks
     // like.`, `... the OOM issue:`): the printed failure below is the event.
     let word = |k: &str| {
