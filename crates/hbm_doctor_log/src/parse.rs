@@ -230,12 +230,13 @@ fn size(c: &Captures<'_>, i: usize) -> Option<u64> {
 fn may_start(text: &str) -> bool {
     // The scanner's anchors, plus report lines that only matter once a block is open (and that
     // are too common to anchor a multi-GB search on).
-    const MORE: [&str; 7] = [
+    const MORE: [&str; 8] = [
         "of memory",
         "requirement",
         "Size:",
         "Stats:",
         "Limit:",
+        "InUse:",
         "Hbm usage",
         "on host",
     ];
@@ -361,7 +362,16 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
             found = report_start(text, lines[i].number, pat).map(|piece| (piece, 1));
         }
         // A BFC `Stats:` block pasted without its `Stats:` line: `Limit: N` then `InUse: N`.
-        if found.is_none() && bare_bfc_stats(text, lines.get(i + 1).map(|l| l.text.as_str())) {
+        // (From `InUse:` on only when no `Limit:` / `Stats:` line heads it: then it is that
+        // block's.)
+        let headed = i > 0 && {
+            let prev = &lines[i - 1].text;
+            prev.contains("Limit:") || prev.contains("Stats:")
+        };
+        if found.is_none()
+            && !(headed && text.trim_start().starts_with("InUse:"))
+            && bare_bfc_stats(text, lines.get(i + 1).map(|l| l.text.as_str()))
+        {
             found = Some((
                 Piece::AllocatorStats {
                     line: lines[i].number,
@@ -422,14 +432,20 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
 
 /// `Limit:                 10198757376` followed by `InUse: ...`: the first two lines of TF's BFC
 /// statistics (printed only when an allocation failed), pasted without their `Stats:` line.
+/// The same block pasted from its `InUse:` line on (`InUse: N` then `MaxInUse: N`).
 fn bare_bfc_stats(text: &str, next: Option<&str>) -> bool {
-    let Some(rest) = text.trim_start().strip_prefix("Limit:") else {
+    let t = text.trim_start();
+    let (rest, then) = if let Some(rest) = t.strip_prefix("Limit:") {
+        (rest, "InUse:")
+    } else if let Some(rest) = t.strip_prefix("InUse:") {
+        (rest, "MaxInUse:")
+    } else {
         return false;
     };
     let digits = rest.trim();
     !digits.is_empty()
         && digits.bytes().all(|b| b.is_ascii_digit())
-        && next.is_some_and(|n| n.trim_start().starts_with("InUse:"))
+        && next.is_some_and(|n| n.trim_start().starts_with(then))
 }
 
 /// Framework and backend clues in the whole block (tracebacks, paths, op names).
@@ -3684,6 +3700,10 @@ mod tests {
         );
         // A `Limit:` line alone is not allocator statistics.
         assert!(scan_all(b"Rate Limit: 100\nResets hourly\n").is_empty());
+        // Pasted from `InUse:` on, before the error it belongs to.
+        let ev = scan_all(b"InUse:                      2978664704\nMaxInUse:                   3021197312\n\nW op_kernel.cc:1745] OP_REQUIRES failed at conv_ops.cc:663 : RESOURCE_EXHAUSTED: OOM when allocating tensor with shape[4,16,2160,3840] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].used_bytes, Some(2_978_664_704));
     }
 
     #[test]
