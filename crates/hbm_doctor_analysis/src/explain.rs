@@ -401,9 +401,26 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         for (prior, c) in vllm_kv_cache(&ctx) {
             add(prior, Some(c));
         }
+        // The CUDA runtime's own `out of memory` (not a framework allocator's message with its
+        // figures): a context, a library's workspace or a launch found the device already full
+        // outside the framework's pool. With nothing else shown, what holds it comes before the
+        // step's batch (the labelled posts of this family: another process 10, a preallocated
+        // pool 9, growth 8, the card 4, the batch 2).
+        if e.family == Family::CudaOom && e.phase == Phase::Runtime && e.figure_count() == 0 {
+            rank!(0.95, Some(ctx.cause(
+                CauseKind::OtherProcess,
+                None,
+                "the CUDA runtime itself ran out (`out of memory` from a CUDA call, not the framework allocator's message with its figures): memory outside the framework's pool could not be had, which happens when the device was already full; another process, a second framework's preallocated pool, or memory kept from earlier steps".into(),
+                vec![LIST_DEVICE_HOLDERS.into()],
+                Vec::new(),
+            )));
+        }
         for c in full_device(&ctx) {
+            // (After the CUDA runtime's own error the card comes before the input's size: the
+            // labelled posts of that family name the card 4 times, the input once.)
             let prior = match c.cause {
                 CauseKind::BatchTooLarge => 0.9,
+                CauseKind::LargeActivation if e.family == Family::CudaOom => 0.3,
                 CauseKind::LargeActivation => 0.4,
                 _ => 0.35,
             };
@@ -2596,6 +2613,11 @@ mod tests {
         // TensorFlow got 1491 MB of an 11 GB card when it started.
         assert_eq!(
             first("I0000 gpu_device.cc:2022] Created device /job:localhost/replica:0/task:0/device:GPU:0 with 1491 MB memory:  -> device: 0, name: NVIDIA GeForce RTX 2080 Ti, pci bus id: 0000:89:00.0\nE0000 pjrt_stream_executor_client.cc:3067] Execution of replica 0 failed: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 16508718128 bytes.\n"),
+            Some(OtherProcess)
+        );
+        // The CUDA runtime's own error, nothing else shown: what holds the card first.
+        assert_eq!(
+            first("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call\n"),
             Some(OtherProcess)
         );
         // One request of a sixth of the card is an intermediate.
