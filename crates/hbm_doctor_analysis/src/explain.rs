@@ -393,8 +393,9 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         );
         rank!(2.0, intermediate_beyond_device(&ctx));
         rank!(2.6, small_gpu(&ctx));
-        rank!(3.3, small_request_on_named_gpu(&ctx));
-        rank!(3.1, gpu_held_at_model_creation(&ctx));
+        if let Some((c, small)) = gpu_held_at_model_creation(&ctx) {
+            add(if small { 3.3 } else { 3.1 }, Some(c));
+        }
         rank!(2.5, cuda_init_starved(&ctx));
         rank!(2.4, cuda_init_other_process(&ctx));
         rank!(2.1, other_allocator_in_process(&ctx));
@@ -2404,40 +2405,6 @@ fn hbm_cap(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
-/// A small request failing on a GPU the text names as large (`Tesla P100-PCIE-16GB`, `48 GB
-/// VRAM`) while the model is being created: a model that size cannot have filled the card by
-/// itself while building; something held the GPU before the program started.
-fn small_request_on_named_gpu(ctx: &Ctx<'_>) -> Option<Cause> {
-    let e = ctx.e;
-    let r = e.requested_bytes?;
-    if e.phase != Phase::Runtime
-        || e.limit_bytes.is_some()
-        || e.stage != Some(Stage::Init)
-        || e.model_params.is_some()
-    {
-        return None;
-    }
-    // Under 5% of the card the text names, or under a MiB whatever the card.
-    let small = match e.device_named_bytes {
-        Some(d) => r.saturating_mul(20) <= d,
-        None => r < 1 << 20,
-    };
-    if !small {
-        return None;
-    }
-    let on = e
-        .device_named_bytes
-        .map(|d| format!(", on a GPU the text names as {}", fmt(d)))
-        .unwrap_or_default();
-    Some(ctx.cause(
-        CauseKind::OtherProcess,
-        None,
-        format!("only {} failed while the model was being created{on}: the card was already held before this program filled it", fmt(r)),
-        vec![LIST_DEVICE_HOLDERS.into()],
-        Vec::new(),
-    ))
-}
-
 /// A GPU program that fails while its model is being created (a constructor, `.cuda()`, a
 /// variable's initializer) with nothing in the text that shows a large model: no model size, no
 /// request that is itself a large share of the device, and no figure that shows this process
@@ -2445,18 +2412,17 @@ fn small_request_on_named_gpu(ctx: &Ctx<'_>) -> Option<Cause> {
 /// of hundreds of MiB, the process's own allocation near the limit); a small model that cannot
 /// even be created finds the card already taken: the threads answer "another process" (a second
 /// job, a notebook kernel, the other GPU) about twice as often as "the model is too big".
-fn gpu_held_at_model_creation(ctx: &Ctx<'_>) -> Option<Cause> {
+///
+/// `true` with it when the one request is tiny beside the card the text names (5% of it), or
+/// under a MiB: the card was surely held.
+fn gpu_held_at_model_creation(ctx: &Ctx<'_>) -> Option<(Cause, bool)> {
     let e = ctx.e;
     // A GPU, or a device the text does not name (a TPU or the host says so).
     let gpu = e.backend == Some(Backend::Gpu)
         || (e.backend.is_none()
             && matches!(e.memory_space, None | Some(MemorySpace::Device))
             && e.accelerator.is_none());
-    if e.phase != Phase::Runtime
-        || e.stage != Some(Stage::Init)
-        || !gpu
-        || e.model_params.is_some()
-        || e.batch_tried.is_some()
+    if e.phase != Phase::Runtime || e.stage != Some(Stage::Init) || !gpu || e.model_params.is_some()
     {
         return None;
     }
@@ -2481,19 +2447,32 @@ fn gpu_held_at_model_creation(ctx: &Ctx<'_>) -> Option<Cause> {
     if large_request || own_fills {
         return None;
     }
+    let small = e.limit_bytes.is_none()
+        && e.requested_bytes
+            .is_some_and(|r| match e.device_named_bytes {
+                Some(d) => r.saturating_mul(20) <= d,
+                None => r < 1 << 20,
+            });
+    let on = e
+        .device_named_bytes
+        .map(|d| format!(", on a GPU the text names as {}", fmt(d)))
+        .unwrap_or_default();
     let what = match request {
-        Some(r) => format!("only {} was requested", fmt(r)),
-        None => "no large request or model size is shown".to_string(),
+        Some(r) => format!("only {} was requested{on}", fmt(r)),
+        None => format!("no large request or model size is shown{on}"),
     };
-    Some(ctx.cause(
-        CauseKind::OtherProcess,
-        None,
-        format!("the failure came while the model was being created and {what}: a model that cannot even be created on an idle card is large and says so; check first whether the card was already held"),
-        vec![
-            LIST_DEVICE_HOLDERS.into(),
-            "On a machine with several GPUs, pick an idle one (CUDA_VISIBLE_DEVICES=1, `-gpu 1`, torch.device(\"cuda:1\")).".into(),
-        ],
-        Vec::new(),
+    Some((
+        ctx.cause(
+            CauseKind::OtherProcess,
+            None,
+            format!("the failure came while the model was being created and {what}: a model that cannot even be created on an idle card is large and says so; check first whether the card was already held"),
+            vec![
+                LIST_DEVICE_HOLDERS.into(),
+                "On a machine with several GPUs, pick an idle one (CUDA_VISIBLE_DEVICES=1, `-gpu 1`, torch.device(\"cuda:1\")).".into(),
+            ],
+            Vec::new(),
+        ),
+        small,
     ))
 }
 

@@ -323,15 +323,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         // A failure told in words is a sentence, not a message cut by a terminal.
         let told = |f: &Option<(Piece, usize)>| matches!(f, Some((Piece::Event(e), _)) if e.told);
         let bare = |f: &Option<(Piece, usize)>| (score(f) < 3 || torch_head(f)) && !told(f);
-        // A line whose only anchor is the bare word OOM (`I immediately am running into what I
-        // suspect is the OOM issue:`) is prose: gluing it to the message under it would swallow
-        // that message.
-        let oom_word_only = found.is_none()
-            && !crate::scan::ANCHORS
-                .iter()
-                .filter(|a| !a.contains("OOM"))
-                .any(|a| text.contains(a));
-        if bare(&found) && !oom_word_only && lines[i].raw_len >= 60 && end > i + 1 {
+        if bare(&found) && lines[i].raw_len >= 60 && end > i + 1 {
             let fallback = found.take();
             // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
             let glued: String = lines[i..end].iter().map(|l| l.text.as_str()).collect();
@@ -1703,6 +1695,14 @@ pub fn family_table() -> Vec<(&'static str, &'static str)> {
     FAMILIES.iter().map(|r| (r.yields, r.message)).collect()
 }
 
+/// The sentence of `text` around `start..end`: from after the last stop before it to the first
+/// stop after it (included).
+fn sentence_around<'a>(text: &'a str, start: usize, end: usize, stops: &[char]) -> &'a str {
+    let from = text[..start].rfind(stops).map_or(0, |i| i + 1);
+    let to = text[end..].find(stops).map_or(text.len(), |i| end + i + 1);
+    &text[from..to]
+}
+
 /// Tries every family on `flat` (a line and the three after it), in [`FAMILIES`]' order. Returns
 /// the piece and how many characters of `flat` the headline used.
 fn headline(flat: &str, line: u64, pat: &'static Patterns) -> Option<(Piece, usize)> {
@@ -1720,11 +1720,7 @@ fn headline(flat: &str, line: u64, pat: &'static Patterns) -> Option<(Piece, usi
         let first = &flat[..first_line_len];
         let lower = first.to_ascii_lowercase();
         let at = lower.find("oom").or_else(|| lower.find("out of memory"))?;
-        let start = first[..at].rfind(['.', '!', ';']).map_or(0, |i| i + 1);
-        let end = first[at..]
-            .find(['.', '!', ';'])
-            .map_or(first.len(), |i| at + i + 1);
-        let sentence = &first[start..end];
+        let sentence = sentence_around(first, at, at, &['.', '!', ';']);
         if talks_about_an_oom(sentence) {
             return None;
         }
@@ -2449,13 +2445,7 @@ fn prose_report(h: &Headline<'_>) -> Read {
         .any(|k| l.contains(k))
             || l.contains('?') && !l.contains(" i ")
     };
-    let found = found.filter(|&(a, b)| {
-        let start = first[..a].rfind(['.', '!', '?']).map_or(0, |i| i + 1);
-        let end = first[b..]
-            .find(['.', '!', '?'])
-            .map_or(first.len(), |i| b + i + 1);
-        !talk(&first[start..end])
-    });
+    let found = found.filter(|&(a, b)| !talk(sentence_around(first, a, b, &['.', '!', '?'])));
     let found = found.map(|(_, b)| b);
     // An issue's title naming the failure (`OOM during training on v3-8`, `XLM-R model OOM
     // (PyTorch XLA limitations vs TF)`): the first line of a post, short, the word itself; a pull

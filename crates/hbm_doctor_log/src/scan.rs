@@ -385,9 +385,7 @@ pub fn with_told_failure(events: &mut Vec<Event>, input: &[u8]) {
         return;
     }
     if let Some(e) = crate::parse::told_failure(input) {
-        if !events.iter().any(|x| x.line == e.line) {
-            events.push(e);
-            events.sort_by_key(|e| e.line);
-        }
+        events.push(e);
+        events.sort_by_key(|e| e.line);
     }
 }
