@@ -664,7 +664,13 @@ pub fn short_op(op: &str) -> String {
 }
 
 fn shape_of(a: &Allocation) -> Option<Shape> {
-    a.shape.as_deref().and_then(Shape::parse)
+    let text = a.shape.as_deref()?;
+    // An old TensorFlow tensor's shape printed without its type (`[1664,279617]`): float32,
+    // as its listed size assumes.
+    if text.starts_with('[') {
+        return Shape::parse(&format!("f32{text}"));
+    }
+    Shape::parse(text)
 }
 
 /// The most memory one accelerator has (NVIDIA B300: 288 GB; AMD MI325X: 256 GiB).

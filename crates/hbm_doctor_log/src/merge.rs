@@ -348,10 +348,17 @@ fn same_event(prev: &Event, prev_last: u64, next: &Event) -> bool {
             return false;
         }
     }
+    // An old TensorFlow tensor listed with its shape alone (no byte figure stated): the line
+    // that names the op whose allocation the allocator's message above just refused.
+    let shape_only = |e: &Event| {
+        e.figure_count() == 1 && e.requested_bytes.is_none() && e.allocations.len() == 1
+    };
     if prev.family == Family::Unrecognized
         || next.family == Family::Unrecognized
         || prev.figure_count() == 0
         || next.figure_count() == 0
+        || shape_only(prev)
+        || shape_only(next)
     {
         return distance <= BARE_EVENT_LINES;
     }

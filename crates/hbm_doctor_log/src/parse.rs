@@ -2239,6 +2239,23 @@ fn tf_oom(h: &Headline<'_>) -> Read {
             allocation_type: Some("tensor".into()),
             ..Allocation::default()
         });
+    } else if !dims.is_empty() {
+        // TensorFlow before 1.5 prints the shape alone (`OOM when allocating tensor with
+        // shape[1664,279617]`): the tensor is listed with its shape as printed and its size at
+        // 4 bytes per element (TensorFlow's default float32); the request stays unstated.
+        let elements = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+        e.allocations.push(Allocation {
+            size_bytes: elements.saturating_mul(4),
+            shape: Some(format!(
+                "[{}]",
+                dims.iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+            allocation_type: Some("tensor".into()),
+            ..Allocation::default()
+        });
     }
     e.device = device;
     Read::Found((Piece::Event(Box::new(e)), end_of(&c)))
