@@ -360,7 +360,23 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             .and_then(|c| c.savings_bytes)
             .zip(e.limit_bytes)
             .is_some_and(|(h, l)| h.saturating_mul(2) >= l);
-        rank!(if most { 3.0 } else { 1.4 }, outside);
+        // Freeing everything held outside cannot help a request larger than that plus what is
+        // free: the request itself is the story then.
+        let futile = outside
+            .as_ref()
+            .and_then(|c| c.savings_bytes)
+            .zip(e.requested_bytes)
+            .is_some_and(|(h, r)| r > h.saturating_add(e.free_bytes.unwrap_or(0)));
+        rank!(
+            if futile {
+                0.8
+            } else if most {
+                3.0
+            } else {
+                1.4
+            },
+            outside
+        );
         rank!(2.9, holder_in_text(&ctx));
         rank!(2.7, device_refused_pool(&ctx));
         rank!(1.3, preallocation(&ctx));

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 struct Patterns {
     torch_new: Regex,
     torch_old: Regex,
+    torch_async: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -44,9 +45,10 @@ fn p() -> &'static Patterns {
         // torch >= 2.1: "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total
         // capacity of 14.75 GiB of which 3.06 MiB is free."
         // Users retype and re-wrap it: any case, spaces dropped or doubled, a line break for a
-        // space, the typo `capacty` (torch 2.1), the period after the request lost.
+        // space, the typo `capacty` (torch 2.1), the period after the request lost, a word
+        // doubled by a screenshot's text recognition (`of whi ich`).
         torch_new: re(&format!(
-            r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d*)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+which\s*{SZ}\s*is\s+free\."
+            r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d*)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+wh(?:ich|[a-z]{{1,3}}\s+[a-z]{{0,3}}ich)\s*{SZ}\s*is\s+free\."
         )),
         // older: "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total
         // capacity; 12.23 GiB already allocated; 1.43 GiB free; 13.23 GiB reserved in total by
@@ -55,6 +57,15 @@ fn p() -> &'static Patterns {
         torch_old: re(&format!(
             r"(?i)CUDA\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
         )),
+        // PyTorch's cudaMallocAsync backend (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`,
+        // ComfyUI's default): `Allocation on device 0 would exceed allowed memory. (out of
+        // memory)`, then one figure per line (`Currently allocated     : 21.55 GiB`,
+        // `Requested : ...`, `Device limit : ...`, `Free (according to CUDA): ...`, `PyTorch
+        // limit (set by user-supplied memory fraction)` and its value on the next line). The
+        // headline may be cut after `Allocation on device`.
+        torch_async: re(
+            r"Allocation\s+on\s+device\s*(\d*)\s+would\s+exceed\s+allowed\s+memory|OutOfMemoryError:\s*Allocation\s+on\s+device\b",
+        ),
         torch_process: re(&format!(
             r"(?:Process\s+\d+\s+has|this\s+process\s+has)\s+{SZ}\s+memory\s+in\s+use"
         )),
@@ -74,7 +85,7 @@ fn p() -> &'static Patterns {
         // memory for its handle, the device already taken (a preallocating framework or another
         // process); the fix users report is a smaller pool or allow_growth.
         cuda_driver: re(
-            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize)\b[^\n]{0,120}?:\s*out of memory",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
@@ -144,6 +155,20 @@ fn gpu_event(line: u64, family: Family, flat: &str) -> Event {
 pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, usize)> {
     let pat = p();
     let on_first = |m: &regex::Match<'_>| m.start() <= first;
+    if let Some(c) = pat
+        .torch_async
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
+        e.framework = Some(Framework::Pytorch);
+        e.device = c
+            .get(1)
+            .filter(|d| !d.as_str().is_empty())
+            .map(|d| format!("GPU {}", d.as_str()));
+        // The figures, one per line, are read with the report (`read_async_figures`).
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if let Some(c) = pat
         .torch_new
         .captures(flat)
@@ -430,6 +455,56 @@ fn fill_placeholders(flat: &str, first: usize) -> Option<(String, usize, usize)>
     out.push('\n');
     out.push_str(&flat[end.min(flat.len())..]);
     Some((out, first_len, end))
+}
+
+/// The figures of PyTorch's cudaMallocAsync message, one per line under its headline
+/// (`Currently allocated     : 21.55 GiB`). `pending_limit` carries the `PyTorch limit (set by
+/// user-supplied memory fraction)` label to its value on the next line (`: 8.00 GiB`); a value
+/// above the device's limit is the unset default (`17179869184.00 GiB`), not a cap.
+pub(crate) fn read_async_figures(e: &mut Event, t: &str, pending_limit: &mut bool) {
+    let value = |t: &str| {
+        t.split_once(':')
+            .and_then(|(_, v)| parse_size(v.trim().trim_end_matches('.')))
+    };
+    let pytorch_limit = |e: &mut Event, v: Option<u64>| {
+        if let (Some(v), Some(l)) = (v, e.limit_bytes) {
+            if v < l {
+                e.pool_setting = e
+                    .pool_setting
+                    .take()
+                    .or_else(|| Some(format!("PyTorch memory fraction limit {}", fmt_gib(v))));
+            }
+        }
+    };
+    if *pending_limit {
+        *pending_limit = false;
+        if t.starts_with(':') {
+            pytorch_limit(e, value(t));
+            return;
+        }
+    }
+    let key = t.split(':').next().unwrap_or("").trim();
+    match key {
+        "Currently allocated" => {
+            e.used_bytes = e.used_bytes.or(value(t));
+            e.allocated_bytes = e.allocated_bytes.or(e.used_bytes);
+        }
+        "Requested" => e.requested_bytes = e.requested_bytes.or(value(t)),
+        "Device limit" => e.limit_bytes = e.limit_bytes.or(value(t)),
+        "Free (according to CUDA)" => e.free_bytes = e.free_bytes.or(value(t)),
+        _ if key.starts_with("PyTorch limit") => {
+            if t.contains("):") || t.ends_with(':') {
+                pytorch_limit(e, value(t.rsplit_once("):").map_or(t, |(_, v)| v)));
+            } else {
+                *pending_limit = true;
+            }
+        }
+        _ => {}
+    }
+}
+
+fn fmt_gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
 #[cfg(test)]

@@ -155,7 +155,10 @@ fn p() -> &'static Patterns {
             program_load: re(r"(?:Error\s+loading\s+program(?:\s+'([^']+)')?:\s+)?Attempting\s+to\s+reserve\s+SZ\s+at\s+the\s+bottom\s+of\s+memory\.?(?:\s+That\s+was\s+not\s+possible\.?)?(?:\s+There\s+are\s+SZ\s+free,\s+SZ\s+reserved,\s+and\s+SZ\s+reservable)?"),
             // A size, or the placeholder a user typed for sizes that vary (`allocate X bytes`,
             // `xxxx bytes`).
-            gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+while\s+trying\s+to\s+allocate\s+(?:SZ|(?:[A-Z]|[xX]{2,}|N+)\s+bytes\b)"),
+            // XLA's allocator; older jaxlib wrote `Out of memory allocating 20029400304 bytes.`
+            // (CuPy's `Out of memory allocating 1,073,741,824 bytes (allocated so far: ...` has
+            // its own family: the full stop after `bytes` tells them apart).
+            gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+(?:while\s+trying\s+to\s+allocate\s+(?:SZ|(?:[A-Z]|[xX]{2,}|N+)\s+bytes\b)|allocating\s+(\d+)\s+bytes\s*\.)"),
             failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?(?:\s+on\s+device\s+ordinal\s+(\d+))?"),
             bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
@@ -166,8 +169,11 @@ fn p() -> &'static Patterns {
             host_killed: re(r"(?:Out\s+of\s+memory:\s+Killed\s+process|oom-kill:.*?task=|Killed\s+process)\s*(\d+)?\s*\(?([\w.\-]*)\)?"),
             // The shell's word for a process the kernel killed (`Killed`, `./run.sh: line 3: 812
             // Killed  python train.py`, `zsh: killed  python`), the same word quoted as the output
-            // a user got, or SIGKILL said with memory.
-            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\]\s+\d+\s+)[Kk]illed\b.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)"#),
+            // a user got, or SIGKILL said with memory; a worker of torch.multiprocessing killed
+            // (`ProcessExitedException: process 1 terminated with signal SIGKILL`: xmp.spawn's
+            // TPU workers, the kernel's OOM killer's signal); Colab's `Your session crashed after
+            // using all available RAM`.
+            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\]\s+\d+\s+)[Kk]illed\b.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|ProcessExitedException:\s*process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
@@ -2293,7 +2299,7 @@ fn gpu_oom(h: &Headline<'_>) -> Read {
         Phase::Runtime,
         flat,
     );
-    e.requested_bytes = size(&c, 2);
+    e.requested_bytes = size(&c, 2).or_else(|| c.get(3).and_then(|m| m.as_str().parse().ok()));
     if host {
         e.memory_space = Some(MemorySpace::Host);
     }
@@ -2409,7 +2415,8 @@ fn prose_report(h: &Headline<'_>) -> Read {
             // meets cuda oom error`, `I met ran out of memory problem`.
             r"(?i)\b(?:i|we|it)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b",
             // `but it always OOM`, `training OOMs after 3 epochs`.
-            r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b",
+            // `tensor parallel hits OOM`, `It is host OOM` (the user's diagnosis of their run).
+            r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b|\b(?:hits|hitting)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|^\s*it(?:'s|\s+is|\s+was)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b",
             // `the GPU I'm using (A40, 48 GB VRAM) runs out of memory from training`.
             r"(?i)\bthe (?:gpu|card|device)\b[^.]{0,60}?\b(?:runs|ran) out of memory\b",
         ],
@@ -2499,9 +2506,13 @@ fn prose_report(h: &Headline<'_>) -> Read {
     } else {
         Family::Unrecognized
     };
+    let host = lower.contains("host oom") || lower.contains("host memory");
+    let family = if host { Family::HostOom } else { family };
     let mut e = new_event(h.line, family, Phase::Runtime, h.flat);
     e.told = true;
-    if gpu {
+    if host {
+        e.memory_space = Some(MemorySpace::Host);
+    } else if gpu {
         e.backend = Some(Backend::Gpu);
         e.memory_space = Some(MemorySpace::Device);
     }
@@ -2691,6 +2702,12 @@ fn generic(h: &Headline<'_>) -> Read {
         }
     } else if pat.notebook_exception.is_match(first)
         || first.to_ascii_lowercase().contains("op_requires failed at")
+        // An op kernel's own status (`W tensorflow/core/framework/op_kernel.cc:1733]
+        // RESOURCE_EXHAUSTED: failed to allocate memory`, its log prefix usually cleaned
+        // away): TensorFlow's, its tensor unnamed.
+        || first.contains("framework/op_kernel.cc")
+        || first.contains("RESOURCE_EXHAUSTED: failed to allocate memory")
+        || first.contains("Resource exhausted: failed to allocate memory")
     {
         // TensorFlow's op-kernel line (`OP_REQUIRES failed at conv_grad_input_ops.cc:942 :
         // Resource exhausted: OOM when allocating tensor ...`), here without its tensor.
@@ -2772,10 +2789,19 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
     let mut in_program = false;
     let all = head.iter().chain(region.iter());
     let mut ptxla = false;
-    for line in all {
+    // PyTorch's cudaMallocAsync message: its figures one per line under the headline.
+    let async_torch = e.family == Family::PytorchCudaOom
+        && head
+            .first()
+            .is_some_and(|l| l.text.contains("Allocation on device"));
+    let mut pending_limit = false;
+    for (k, line) in all.enumerate() {
         let t = line.text.trim();
         if t.is_empty() {
             continue;
+        }
+        if async_torch && k < 12 {
+            crate::families::read_async_figures(e, t, &mut pending_limit);
         }
         saw_scoped |= t == "Allocation type: scoped";
         // TensorFlow (and XRT) print this hint under an out-of-memory status only: a listing's

@@ -80,6 +80,10 @@ pub(crate) const ANCHORS: &[&str] = &[
     "new constant",
     "DEVMEM",
     "ut of Memory",
+    // PyTorch's cudaMallocAsync backend: `OutOfMemoryError: Allocation on device 0 would exceed
+    // allowed memory`.
+    "exceed allowed memory",
+    "OfMemoryError: Alloc",
     // The shell's `Killed`, quoted `"killed"`, SIGKILL: a process the kernel killed.
     "Killed",
     "killed\"",
@@ -87,6 +91,7 @@ pub(crate) const ANCHORS: &[&str] = &[
     "killed`",
     "SIGKILL",
     "zsh: killed",
+    "all available RAM",
 ];
 
 /// The multi-pattern searcher for [`ANCHORS`]: the packed SIMD searcher (Teddy) called
