@@ -2025,6 +2025,11 @@ fn runtime_spike(ctx: &Ctx<'_>) -> Option<Cause> {
             "Free or donate what training holds during the spike: run evaluation with a smaller batch, under the same mesh, and without keeping optimizer state copies; save checkpoints asynchronously (orbax) or shard-by-shard instead of gathering whole arrays.".into(),
         ],
     };
+    // PyTorch's evaluation without `no_grad` builds the autograd graph of every forward pass
+    // and keeps its activations, as training does: the commonest spike at evaluation there.
+    if near == "eval" && !ctx.jax && !ctx.tf && !ctx.ptxla {
+        actions.insert(0, "PyTorch: run evaluation under torch.no_grad() (or torch.inference_mode()) with model.eval(), and accumulate metrics with loss.item() / .detach().cpu(), never the tensors themselves.".into());
+    }
     actions
         .push("Record memory over steps (hbm-doctor record) to see the jump and its size.".into());
     Some(ctx.cause(

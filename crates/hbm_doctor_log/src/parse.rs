@@ -1161,6 +1161,8 @@ fn batch_tried(t: &str) -> Option<String> {
     let around = |ks: &[&str]| ks.iter().any(|k| l.contains(k));
     let tried = around(&[
         "tried reduc",
+        "tried editing",
+        "tried changing",
         "tried lower",
         "tried decreas",
         "tried smaller",
@@ -1200,6 +1202,11 @@ fn batch_tried(t: &str) -> Option<String> {
             "still get",
             "still got",
             "still the same",
+            "still no solution",
+            "still not work",
+            "still doesn't work",
+            "still does not work",
+            "same error",
             "error persists",
         ]
         .iter()
@@ -3313,10 +3320,11 @@ fn prose_stage(t: &str) -> Option<Stage> {
     static EVAL: OnceLock<Regex> = OnceLock::new();
     // `cuda out of memory will appear during the validation process`: the failure told to come
     // while evaluating.
-    if t.contains("valid") || t.contains("evaluat") || t.contains("Valid") || t.contains("Evaluat")
-    {
+    // `on validatation phase` (sic), or the user's evaluation method named (`for the epochVal
+    // method`, `in my eval_step function`).
+    if t.contains("val") || t.contains("Val") {
         let re = EVAL.get_or_init(|| {
-            Regex::new(r"(?i)(?:during|while|when|in)\s+(?:the\s+)?(?:validation|validating|evaluation|evaluating)")
+            Regex::new(r"(?i:(?:during|while|when|in|on|at)\s+(?:the\s+|my\s+)?(?:validation|validating|validatation|evaluation|evaluating|val|eval)\b)|\b\w*(?:Val|_val|val_|Eval|eval_|_eval|valid)\w*\s+(?:method|function|phase|step|loop)\b")
                 .expect("prose stage pattern")
         });
         let code = t.contains('(') && t.contains('=');
@@ -3504,6 +3512,21 @@ mod tests {
         // A file called generate.py is not generation; library frames say nothing.
         let t = tb("  File \"generate.py\", line 1, in main\n    run()\n  File \"/x/site-packages/jax/_src/api.py\", line 5, in generate_thing\n    f()\n");
         assert_eq!(stage(&t), None);
+    }
+
+    #[test]
+    fn a_sentence_about_evaluation_is_the_eval_stage() {
+        use super::prose_stage;
+        for t in [
+            "for the epochVal method. Have tried editing batch size, still no solution.",
+            "it runs fine in training but OOM on validatation phase",
+            "cuda out of memory will appear during the validation process",
+        ] {
+            assert_eq!(prose_stage(t), Some(Stage::Eval), "{t}");
+        }
+        for t in ["x = valid_step(model, batch)", "the value method returns"] {
+            assert_eq!(prose_stage(t), None, "{t}");
+        }
     }
 
     #[test]
