@@ -432,7 +432,11 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         // outside the framework's pool. With nothing else shown, what holds it comes before the
         // step's batch (the labelled posts of this family: another process 10, a preallocated
         // pool 9, growth 8, the card 4, the batch 2).
-        if e.family == Family::CudaOom && e.phase == Phase::Runtime && e.figure_count() == 0 {
+        if e.family == Family::CudaOom
+            && e.phase == Phase::Runtime
+            && e.figure_count() == 0
+            && !e.told
+        {
             rank!(0.95, Some(ctx.cause(
                 CauseKind::OtherProcess,
                 None,
@@ -446,7 +450,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             // labelled posts of that family name the card 4 times, the input once.)
             let prior = match c.cause {
                 CauseKind::BatchTooLarge => 0.9,
-                CauseKind::LargeActivation if e.family == Family::CudaOom => 0.3,
+                CauseKind::LargeActivation if e.family == Family::CudaOom && !e.told => 0.3,
                 CauseKind::LargeActivation => 0.4,
                 _ => 0.35,
             };

@@ -85,7 +85,7 @@ fn p() -> &'static Patterns {
         // memory for its handle, the device already taken (a preallocating framework or another
         // process); the fix users report is a smaller pool or allow_growth.
         cuda_driver: re(
-            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"

@@ -171,9 +171,10 @@ fn p() -> &'static Patterns {
             // Killed  python train.py`, `zsh: killed  python`), the same word quoted as the output
             // a user got, or SIGKILL said with memory; a worker of torch.multiprocessing killed
             // (`ProcessExitedException: process 1 terminated with signal SIGKILL`: xmp.spawn's
-            // TPU workers, the kernel's OOM killer's signal); Colab's `Your session crashed after
+            // TPU workers, the kernel's OOM killer's signal; `DataLoader worker (pid 19597) is
+            // killed by signal: Killed.`); Colab's `Your session crashed after
             // using all available RAM`.
-            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\]\s+\d+\s+)[Kk]illed\b.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|ProcessExitedException:\s*process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM"#),
+            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\]\s+\d+\s+)[Kk]illed\b.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|ProcessExitedException:\s*process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+Killed|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
@@ -267,7 +268,8 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
     let pat = p();
     for (number, raw) in (1u64..).zip(input.split(|&b| b == b'\n')) {
         let quick = memchr::memmem::find(raw, b"OOM").is_some()
-            || memchr::memmem::find(raw, b"oom").is_some();
+            || memchr::memmem::find(raw, b"oom").is_some()
+            || memchr::memmem::find(raw, b"OUT OF MEMORY").is_some();
         if !quick {
             continue;
         }
@@ -332,7 +334,11 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         if bare(&found) && lines[i].raw_len >= 60 && end > i + 1 {
             let fallback = found.take();
             // A terminal wrapped the message in the middle of a word (`Failed to allo` / `cate`).
-            let glued: String = lines[i..end].iter().map(|l| l.text.as_str()).collect();
+            // (A line continued with a backslash, `alread\` / `y allocated`, is glued without it.)
+            let glued: String = lines[i..end]
+                .iter()
+                .map(|l| l.text.strip_suffix('\\').unwrap_or(&l.text))
+                .collect();
             found = headline(&glued, lines[i].number, pat).map(|(piece, used)| {
                 let mut len = 0;
                 let mut n = 0;
@@ -2420,10 +2426,10 @@ fn prose_report(h: &Headline<'_>) -> Read {
         [
             // `I receive a OOM error`, `I always get CUDA out of memory`, `we hit an OOM`, `it
             // meets cuda oom error`, `I met ran out of memory problem`.
-            r"(?i)\b(?:i|we|it)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b",
+            r"(?i)\b(?:i|we|it)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+|will\s+|would\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b",
             // `but it always OOM`, `training OOMs after 3 epochs`.
             // `tensor parallel hits OOM`, `It is host OOM` (the user's diagnosis of their run).
-            r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b|\b(?:hits|hitting)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|^\s*it(?:'s|\s+is|\s+was)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b",
+            r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b|\b(?:hits|hitting)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|^\s*it(?:'s|\s+is|\s+was)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|\b(?:is|was)\s+causing\s+(?:an?\s+)?(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory)\b|\b(?:grows?|grew|growing|increas\w*|rises|rising)\b[^.]{0,40}\buntil\s+(?:an?\s+)?(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory)\b",
             // `the GPU I'm using (A40, 48 GB VRAM) runs out of memory from training`.
             r"(?i)\bthe (?:gpu|card|device)\b[^.]{0,60}?\b(?:runs|ran) out of memory\b",
         ],
@@ -2471,12 +2477,35 @@ fn prose_report(h: &Headline<'_>) -> Read {
             "you'll",
             "you get",
             "you have to",
+            "when you ",
         ]
         .iter()
         .any(|k| l.contains(k))
             || l.contains('?') && !l.contains(" i ")
     };
-    let found = found.filter(|&(a, b)| !talk(sentence_around(first, a, b, &['.', '!', '?'])));
+    // Failures in the plural after the phrase (`it throws OOM errors because ...`), or a line
+    // that goes on to say the error was fixed (a pull request's description), are talk too.
+    let plural = |b: usize| {
+        let rest = lower[b..].trim_start();
+        ["errors", "issues", "problems", "exceptions"]
+            .iter()
+            .any(|w| rest.starts_with(w))
+    };
+    let fixed = [
+        "been fixed",
+        "is fixed",
+        "was fixed",
+        "this pr ",
+        "this pull request",
+    ]
+    .iter()
+    .any(|k| lower.contains(k));
+    let found = found.filter(|&(a, b)| {
+        let generic = ["it ", "is ", "was "]
+            .iter()
+            .any(|k| lower[a..].starts_with(k));
+        !fixed && !(generic && plural(b)) && !talk(sentence_around(first, a, b, &['.', '!', '?']))
+    });
     let found = found.map(|(_, b)| b);
     // An issue's title naming the failure (`OOM during training on v3-8`, `XLM-R model OOM
     // (PyTorch XLA limitations vs TF)`): the first line of a post, short, the word itself; a pull
@@ -2496,11 +2525,18 @@ fn prose_report(h: &Headline<'_>) -> Read {
                 .split(|c: char| !c.is_ascii_alphanumeric())
                 .filter(|w| !w.is_empty())
                 .collect();
-            let named = words.contains(&"oom") || lower.contains("out of memory");
-            named
-                && !words
+            let at = words
+                .iter()
+                .position(|w| *w == "oom")
+                .or_else(|| words.windows(3).position(|w| w == ["out", "of", "memory"]));
+            // A pull request's title starts with what it changes (`Fix OOM in eval`, `Reduce
+            // memory ...`); words after the failure describe when it came (`CUDA OOM when
+            // accelerator.load_state() with multi-GPU training`).
+            at.is_some_and(|at| {
+                !words[..at]
                     .iter()
                     .any(|w| change.iter().any(|c| w.starts_with(c)))
+            })
         };
     let Some(end) = found.or_else(|| title.then_some(first.len())) else {
         return Read::Next;
