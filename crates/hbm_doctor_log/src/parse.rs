@@ -2504,7 +2504,8 @@ fn prose_report(h: &Headline<'_>) -> Read {
         let generic = ["it ", "is ", "was "]
             .iter()
             .any(|k| lower[a..].starts_with(k));
-        !fixed && !(generic && plural(b)) && !talk(sentence_around(first, a, b, &['.', '!', '?']))
+        let talked = talk(sentence_around(first, a, b, &['.', '!', '?']));
+        !(fixed || talked || generic && plural(b))
     });
     let found = found.map(|(_, b)| b);
     // An issue's title naming the failure (`OOM during training on v3-8`, `XLM-R model OOM
