@@ -3090,13 +3090,41 @@ fn read_progress(e: &mut Event, before: &[Line], pat: &Patterns) {
             e.step = pat.step.captures(t).and_then(|c| c[1].parse().ok());
         }
         if e.near.is_none() {
-            let lower = t.to_ascii_lowercase();
-            e.near = ["eval", "checkpoint", "saving", "recompil", "compiling"]
-                .iter()
-                .find(|k| lower.contains(*k))
-                .map(|k| (*k).to_string());
+            e.near = progress_word(t).map(str::to_string);
         }
     }
+}
+
+/// What a progress line before a failure says was under way (`Evaluating...`, `Saving
+/// checkpoint to ...`, `Compiling ...`): the word standing alone in prose, not inside an
+/// identifier, a flag, a path or a dictionary key (`--checkpoint_dir`, `train_and_evaluate(`,
+/// `--max-eval-instances`, `'checkpoint_info'`), and not on a line of code, a command or the
+/// failure's own report (`Aborting and saving the final best model. Encountered exception:`).
+fn progress_word(t: &str) -> Option<&'static str> {
+    let lower = t.to_ascii_lowercase();
+    let trimmed = lower.trim_start();
+    let code = (lower.contains('(') && lower.contains('='))
+        || trimmed.starts_with("python")
+        || trimmed.starts_with('$')
+        || trimmed.starts_with("file \"")
+        || lower.contains("exception")
+        || lower.contains("error");
+    if code {
+        return None;
+    }
+    let joined = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '\'');
+    ["eval", "checkpoint", "saving", "recompil", "compiling"]
+        .into_iter()
+        .find(|k| {
+            lower.match_indices(k).any(|(i, _)| {
+                let before = lower[..i].chars().next_back();
+                let word_end = lower[i..]
+                    .find(|c: char| !c.is_ascii_alphabetic())
+                    .map_or(lower.len(), |n| i + n);
+                let after = lower[word_end..].chars().next();
+                !before.is_some_and(joined) && !after.is_some_and(joined)
+            })
+        })
 }
 
 /// Words in a traceback frame (`File "...", line N, in NAME` and the code line under it) that say
@@ -3549,6 +3577,23 @@ mod tests {
         // A file called generate.py is not generation; library frames say nothing.
         let t = tb("  File \"generate.py\", line 1, in main\n    run()\n  File \"/x/site-packages/jax/_src/api.py\", line 5, in generate_thing\n    f()\n");
         assert_eq!(stage(&t), None);
+    }
+
+    #[test]
+    fn progress_words_stand_alone_in_prose() {
+        use super::progress_word;
+        assert_eq!(progress_word("Saving checkpoint to out/ckpt-500"), Some("checkpoint"));
+        assert_eq!(progress_word("***** Running Evaluation *****"), Some("eval"));
+        assert_eq!(progress_word("INFO:tensorflow:Saving checkpoints for 22000"), Some("checkpoint"));
+        for t in [
+            "Model selected: {'checkpoint_info': {'filename': 'x.gguf'}}",
+            "python finetune/lora.py --checkpoint_dir /llm/vicuna-7b",
+            "model = train_and_evaluate(batch_size=32)",
+            "helm-run --suite v1 --max-eval-instances 10",
+            "Aborting and saving the final best model. Encountered exception:",
+        ] {
+            assert_eq!(progress_word(t), None, "{t}");
+        }
     }
 
     #[test]
