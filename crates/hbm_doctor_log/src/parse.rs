@@ -576,7 +576,21 @@ fn holder_named(t: &str) -> Option<String> {
         || ["make sure", "check ", "if "]
             .iter()
             .any(|k| l[..at].contains(k));
-    (device && !advice).then(|| t.trim().chars().take(160).collect())
+    // A denial (`it's not running any other processes`, `no other process uses the GPU`) says
+    // the opposite: within the few words before the holder.
+    let mut from = at.saturating_sub(24);
+    while !l.is_char_boundary(from) {
+        from -= 1;
+    }
+    let near = &l[from..at];
+    // (Only of another process or program: `doesn't free the memory occupied by the old
+    // weights` denies the freeing, not the holder.)
+    let other = l[at..].starts_with("another") || l[at..].starts_with("other");
+    let denied = other
+        && [" not ", "n't ", " no ", " nor ", "without "]
+            .iter()
+            .any(|k| near.contains(k));
+    (device && !advice && !denied).then(|| t.trim().chars().take(160).collect())
 }
 
 /// The user says memory grew before the failure: a leak, a steady increase over epochs or
@@ -3580,11 +3594,34 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_denied_is_no_holder() {
+        use super::holder_named;
+        assert!(holder_named(
+            "I checked my computer's memory usage, it's not running any other processes on the GPU"
+        )
+        .is_none());
+        assert!(holder_named("GPU 0 is in use by another process").is_some());
+        assert!(holder_named(
+            "Keras doesn't free the GPU memory occupied by the old model weights"
+        )
+        .is_some());
+    }
+
+    #[test]
     fn progress_words_stand_alone_in_prose() {
         use super::progress_word;
-        assert_eq!(progress_word("Saving checkpoint to out/ckpt-500"), Some("checkpoint"));
-        assert_eq!(progress_word("***** Running Evaluation *****"), Some("eval"));
-        assert_eq!(progress_word("INFO:tensorflow:Saving checkpoints for 22000"), Some("checkpoint"));
+        assert_eq!(
+            progress_word("Saving checkpoint to out/ckpt-500"),
+            Some("checkpoint")
+        );
+        assert_eq!(
+            progress_word("***** Running Evaluation *****"),
+            Some("eval")
+        );
+        assert_eq!(
+            progress_word("INFO:tensorflow:Saving checkpoints for 22000"),
+            Some("checkpoint")
+        );
         for t in [
             "Model selected: {'checkpoint_info': {'filename': 'x.gguf'}}",
             "python finetune/lora.py --checkpoint_dir /llm/vicuna-7b",
