@@ -418,6 +418,9 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         // threads' answers were the card 4 times, the batch 5 times.
         let tiny_card = e.limit_bytes.is_some_and(|l| l <= 5 << 29);
         rank!(if tiny_card { 2.6 } else { 0.85 }, small_gpu(&ctx));
+        for (prior, c) in held_beyond_card(&ctx) {
+            add(prior, Some(c));
+        }
         if let Some((c, small)) = gpu_held_at_model_creation(&ctx) {
             add(if small { 3.3 } else { 3.1 }, Some(c));
         }
@@ -2517,6 +2520,54 @@ fn gpu_held_at_model_creation(ctx: &Ctx<'_>) -> Option<(Cause, bool)> {
         ),
         small,
     ))
+}
+
+/// What the process already holds on a GPU exceeds the card itself (`20.58 GiB already
+/// allocated` on a `6.00 GiB total capacity` card: the Windows driver spills into shared system
+/// memory): the model's own state does not fit the card, before any step's activations, and a
+/// smaller batch cannot change that.
+fn held_beyond_card(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
+    let e = ctx.e;
+    let (Some(used), Some(l)) = (e.allocated_bytes.or(e.used_bytes), e.limit_bytes) else {
+        return Vec::new();
+    };
+    if e.phase != Phase::Runtime
+        || e.backend != Some(Backend::Gpu)
+        || used.saturating_mul(10) <= l.saturating_mul(11)
+    {
+        return Vec::new();
+    }
+    let said = format!(
+        "the process already holds {} on a {} card: what it keeps resident (the model's weights and state) does not fit the card, and the driver spills it into system memory",
+        fmt(used),
+        fmt(l)
+    );
+    vec![
+        (
+            3.0,
+            ctx.cause(
+                CauseKind::DeviceTooSmall,
+                Some(used - l),
+                said.clone(),
+                vec![
+                    "Use a GPU with more memory than the model needs resident, or a smaller or quantized model (8-bit / 4-bit weights, fp16 instead of fp32).".into(),
+                ],
+                Vec::new(),
+            ),
+        ),
+        (
+            2.9,
+            ctx.cause(
+                CauseKind::ArgumentsExceed,
+                Some(used - l),
+                said,
+                vec![
+                    "Keep less of the model state on the card: CPU offload of weights or optimizer state (accelerate device_map='auto', DeepSpeed ZeRO offload, enable_sequential_cpu_offload in diffusers).".into(),
+                ],
+                Vec::new(),
+            ),
+        ),
+    ]
 }
 
 /// A GPU of 2 GiB or so (a laptop's or an old card: PyTorch's "1.96 GiB total capacity"): the
