@@ -14,6 +14,7 @@ struct Patterns {
     torch_new: Regex,
     torch_old: Regex,
     torch_async: Regex,
+    paddle: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -66,6 +67,11 @@ fn p() -> &'static Patterns {
         torch_async: re(
             r"Allocation\s+on\s+device\s*(\d*)\s+would\s+exceed\s+allowed\s+memory|OutOfMemoryError:\s*Allocation\s+on\s+device\b",
         ),
+        // PaddlePaddle's allocator: `Out of memory error on GPU 0. Cannot allocate 18.062744MB
+        // memory on GPU 0, available memory is only 17.537501MB.`
+        paddle: re(&format!(
+            r"Out of memory error on GPU (\d+)\.\s*Cannot allocate\s*{SZ}\s*memory on GPU \d+,\s*available memory is only\s*{SZ}"
+        )),
         torch_process: re(&format!(
             r"(?:Process\s+\d+\s+has|this\s+process\s+has)\s+{SZ}\s+memory\s+in\s+use"
         )),
@@ -155,6 +161,18 @@ fn gpu_event(line: u64, family: Family, flat: &str) -> Event {
 pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, usize)> {
     let pat = p();
     let on_first = |m: &regex::Match<'_>| m.start() <= first;
+    if let Some(c) = pat
+        .paddle
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        // A framework outside the contract's vocabulary: its figures, no framework named.
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.device = Some(format!("GPU {}", &c[1]));
+        e.requested_bytes = bytes(&c, 2);
+        e.free_bytes = bytes(&c, 3);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if let Some(c) = pat
         .torch_async
         .captures(flat)

@@ -772,8 +772,10 @@ fn gpu_named_bytes(t: &str) -> Option<u64> {
 fn geforce_gib(t: &str) -> Option<f64> {
     static RE: OnceLock<Regex> = OnceLock::new();
     let re = RE.get_or_init(|| {
-        Regex::new(r"\b(?:(RTX|GTX)[\s-]?(\d{3,4})([\s-]?(?:Ti|TI|ti))?|(TITAN|Titan)\s(X|Xp|V|RTX))\b")
-            .expect("valid built-in regex")
+        Regex::new(
+            r"\b(?:(RTX|GTX)[\s-]?(\d{3,4})([\s-]?(?:Ti|TI|ti))?|(TITAN|Titan)\s(X|Xp|V|RTX))\b",
+        )
+        .expect("valid built-in regex")
     });
     let c = re.captures(t)?;
     if c.get(4).is_some() {
