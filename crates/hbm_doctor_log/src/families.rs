@@ -15,6 +15,7 @@ struct Patterns {
     torch_old: Regex,
     torch_async: Regex,
     paddle: Regex,
+    pinned: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -72,6 +73,9 @@ fn p() -> &'static Patterns {
         paddle: re(&format!(
             r"Out of memory error on GPU (\d+)\.\s*Cannot allocate\s*{SZ}\s*memory on GPU \d+,\s*available memory is only\s*{SZ}"
         )),
+        // llama.cpp's page-locked host buffer: `WARNING: failed to allocate 82120.00 MB of
+        // pinned memory: out of memory` (host memory, the KV cache or weights kept on the host).
+        pinned: re(&format!(r"failed to allocate\s+{SZ}\s+of pinned memory:\s*out of memory")),
         torch_process: re(&format!(
             r"(?:Process\s+\d+\s+has|this\s+process\s+has)\s+{SZ}\s+memory\s+in\s+use"
         )),
@@ -84,14 +88,16 @@ fn p() -> &'static Patterns {
         // The CUDA runtime's "out of memory" as C programs print it: `CUDA error: out of memory`
         // (PyTorch), `CUDA Error: out of memory` (darknet), `cuda runtime error (2) : out of
         // memory` (old PyTorch), `out of memory cudaMalloc(&p, n)` / `cudaMalloc failed: out of
-        // memory` (hand-written CUDA checks that print the call).
+        // memory` (hand-written CUDA checks that print the call); llama.cpp's `CUDA error 2 at
+        // ggml-cuda.cu:7641: out of memory`, TensorRT-LLM's `CUDA runtime error in
+        // ::cudaMallocAsync(...): out of memory`.
         // Caffe's `Cannot create Cublas handle. Cublas won't be available.` is the same cuBLAS
         // failure as the one below.
         // `failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED`: cuBLAS found no
         // memory for its handle, the device already taken (a preallocating framework or another
         // process); the fix users report is a smaller pool or allow_growth.
         cuda_driver: re(
-            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
@@ -161,6 +167,16 @@ fn gpu_event(line: u64, family: Family, flat: &str) -> Event {
 pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, usize)> {
     let pat = p();
     let on_first = |m: &regex::Match<'_>| m.start() <= first;
+    if let Some(c) = pat
+        .pinned
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Host);
+        e.requested_bytes = bytes(&c, 1);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if let Some(c) = pat
         .paddle
         .captures(flat)
