@@ -1861,14 +1861,14 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
             ctx.category,
             Category::RuntimeAllocation | Category::Unknown | Category::SingleLargeAllocation
         )
-        || matches!(
-            e.stage,
-            Some(Stage::Init | Stage::Restore | Stage::Generation)
-        )
+        || matches!(e.stage, Some(Stage::Init | Stage::Restore))
         || e.memory_space == Some(MemorySpace::Host)
     {
         return Vec::new();
     }
+    // In generation the KV cache is the batch's story (`generation_memory`); a long input and
+    // a model too large for the card remain.
+    let generation = e.stage == Some(Stage::Generation);
     let request = e
         .requested_bytes
         .map(|r| format!(" for {}", fmt(r)))
@@ -1877,7 +1877,9 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
         .free_bytes
         .map(|f| format!(" with {} free", fmt(f)))
         .unwrap_or_default();
-    let mut out = vec![ctx.cause(
+    let mut out = Vec::new();
+    if !generation {
+        out.push(ctx.cause(
         CauseKind::BatchTooLarge,
         None,
         format!("the device ran out at run time{request}{free}: what a step holds (activations of the batch, gradients, temporaries) on top of the model state filled it; the batch is the knob that scales it"),
@@ -1886,7 +1888,8 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
             "optimizer = optax.MultiSteps(optax.adamw(lr), every_k_schedule=2)  # 2 micro-batches per update",
             "for i, (x, y) in enumerate(loader):  # loader yields half batches\n    (loss_fn(model(x), y) / 2).backward()\n    if (i + 1) % 2 == 0:\n        optimizer.step(); optimizer.zero_grad()\n    xm.mark_step()",
         ),
-    )];
+    ));
+    }
     // The input's own size scales a step's activations as the batch does: in the labelled
     // posts without decisive evidence, the thread's answer was the input (a crop, a resolution,
     // a sequence) about half as often as the batch.

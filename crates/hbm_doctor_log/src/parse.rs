@@ -283,13 +283,15 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
                     .iter()
                     .position(|l| l.number >= number)
                     .unwrap_or(lines.len());
-                Hints::of(&lines).apply(&mut e);
+                let hints = Hints::of(&lines);
+                hints.apply(&mut e);
                 read_progress(&mut e, &lines[..at], pat);
                 read_stage(
                     &mut e,
                     &lines[..(at + 1).min(lines.len())],
                     &lines[(at + 1).min(lines.len())..],
                 );
+                hints.apply_stage(&mut e);
                 return Some(*e);
             }
         }
@@ -407,6 +409,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
                 hints.apply(event);
                 read_progress(event, &lines[..start], pat);
                 read_stage(event, &lines[..start + used], region);
+                hints.apply_stage(event);
                 read_failing_op(event, &lines[..start + used], region);
             }
             Piece::AllocatorStats {
@@ -469,6 +472,34 @@ struct Hints {
     holder_named: Option<String>,
     growth_said: Option<String>,
     device_named_bytes: Option<u64>,
+    /// The text shows an LLM serving or generation engine sizing its KV cache or context
+    /// (`llama_new_context_with_model`, `n_ctx`, `KV self size`, `max_model_len`, a `.gguf`
+    /// model): a failure with no traceback of its own is the engine's generation.
+    serving: bool,
+}
+
+/// Words of an LLM inference engine sizing its context or KV cache.
+fn serving_words(t: &str) -> bool {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let quick = [
+        "ctx",
+        "KV",
+        "kv",
+        "model_len",
+        "model-len",
+        "input_len",
+        "gguf",
+        "ggml",
+    ]
+    .iter()
+    .any(|k| t.contains(k));
+    quick
+        && RE
+            .get_or_init(|| {
+                Regex::new(r"llama_new_context|llm_load|\bn_ctx\b|KV self size|[Kk][Vv][ _-]?[Cc]ache|num_ctx|max_model_len|max-model-len|max_input_len|ctx[-_]size|\.gguf\b|\bggml|max_num_seqs")
+                    .expect("valid built-in regex")
+            })
+            .is_match(t)
 }
 
 /// `line` with every path into a Python installation cut to its package
@@ -1310,6 +1341,7 @@ impl Hints {
         let (mut jax, mut ptxla, mut tf, mut tf_strong) = (false, false, false, false);
         for line in lines {
             let t = &*installed_paths(&line.text);
+            h.serving |= serving_words(t);
             if t.contains("torch_xla")
                 || t.contains("Bad StatusOr access")
                 || t.contains("PT_XLA")
@@ -1406,6 +1438,14 @@ impl Hints {
             None
         };
         h
+    }
+
+    /// After the traceback was read: a stage the text around the failure implies, where no
+    /// frame named one.
+    fn apply_stage(&self, event: &mut Event) {
+        if self.serving && event.stage.is_none() && event.phase == Phase::Runtime {
+            event.stage = Some(Stage::Generation);
+        }
     }
 
     fn apply(&self, event: &mut Event) {
