@@ -435,11 +435,11 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         // outside the framework's pool. With nothing else shown, what holds it comes before the
         // step's batch (the labelled posts of this family: another process 10, a preallocated
         // pool 9, growth 8, the card 4, the batch 2).
-        if e.family == Family::CudaOom
-            && e.phase == Phase::Runtime
-            && e.figure_count() == 0
-            && !e.told
-        {
+        // (A wrapper may print the request alone: `failed to cudaMalloc 47064032 bytes`; a small
+        // one says the device was already full, a large one is its own story.)
+        let runtime_own = e.figure_count() == usize::from(e.requested_bytes.is_some())
+            && e.requested_bytes.is_none_or(|r| r < 1 << 30);
+        if e.family == Family::CudaOom && e.phase == Phase::Runtime && runtime_own && !e.told {
             rank!(0.95, Some(ctx.cause(
                 CauseKind::OtherProcess,
                 None,

@@ -16,6 +16,9 @@ struct Patterns {
     torch_async: Regex,
     paddle: Regex,
     pinned: Regex,
+    numpy_host: Regex,
+    catboost: Regex,
+    figures_told: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -76,6 +79,18 @@ fn p() -> &'static Patterns {
         // llama.cpp's page-locked host buffer: `WARNING: failed to allocate 82120.00 MB of
         // pinned memory: out of memory` (host memory, the KV cache or weights kept on the host).
         pinned: re(&format!(r"failed to allocate\s+{SZ}\s+of pinned memory:\s*out of memory")),
+        // NumPy's host allocation: `MemoryError: Unable to allocate 315. GiB for an array with
+        // shape (10000, 100, 84480) and data type float32`.
+        numpy_host: re(r"Unable to allocate\s+(\d+(?:\.\d*)?)\s*([KMGTP]i?B)\s+for an array with shape"),
+        // CatBoost's GPU pool: `(NCudaLib::TOutOfMemoryError) ...: Error: Out of memory.
+        // Requested 1070.546387; Free 1010.952393` (megabytes, unit unprinted).
+        catboost: re(r"Out of memory\. Requested ([\d.]+); Free ([\d.]+)"),
+        // Figures a wrapper prints under a CUDA out-of-memory (XGBoost's `- Free memory:
+        // 53.1098GB\n- Requested memory: 64GB`, TensorRT's `Requested amount of GPU memory
+        // (15485030400 bytes)`, Faiss's `failed to cudaMalloc 47064032 bytes`).
+        figures_told: re(&format!(
+            r"(?:Free memory:\s*{SZ})|(?:Requested memory:\s*{SZ})|(?:Requested amount of GPU memory \((\d+) bytes\))|(?:cudaMalloc\s+(\d+)\s+bytes)"
+        )),
         torch_process: re(&format!(
             r"(?:Process\s+\d+\s+has|this\s+process\s+has)\s+{SZ}\s+memory\s+in\s+use"
         )),
@@ -97,7 +112,7 @@ fn p() -> &'static Patterns {
         // memory for its handle, the device already taken (a preallocating framework or another
         // process); the fix users report is a smaller pool or allow_growth.
         cuda_driver: re(
-            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|Cuda Error in \w+: 2 \(out of memory\)|Cuda Runtime \(out of memory\)|RMM failure at[^\n]{0,240}?(?:Maximum pool size exceeded|out of memory)|Runtime error: out of memory [^\s]+\.(?:hpp|cpp|cu|h):\d+|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
@@ -306,9 +321,36 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.used_bytes = bytes(&c, 2);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
+    if let Some(c) = pat
+        .numpy_host
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Host);
+        e.requested_bytes = parse_size(&format!("{} {}", c[1].trim_end_matches('.'), &c[2]));
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = pat
+        .catboost
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.requested_bytes = parse_size(&format!("{} MB", &c[1]));
+        e.free_bytes = parse_size(&format!("{} MB", &c[2]));
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if let Some(m) = pat.cuda_driver.find(flat).filter(on_first) {
         let mut e = gpu_event(line, Family::CudaOom, flat);
         e.requested_bytes = pat.ggml_alloc.captures(flat).and_then(|c| bytes(&c, 1));
+        for c in pat.figures_told.captures_iter(flat) {
+            e.free_bytes = e.free_bytes.or_else(|| bytes(&c, 1));
+            e.requested_bytes = e
+                .requested_bytes
+                .or_else(|| bytes(&c, 2))
+                .or_else(|| c.get(3).or(c.get(4)).and_then(|m| m.as_str().parse().ok()));
+        }
         if flat.contains("torch") {
             e.framework = Some(Framework::Pytorch);
         }

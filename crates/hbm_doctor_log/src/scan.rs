@@ -92,6 +92,8 @@ pub(crate) const ANCHORS: &[&str] = &[
     "SIGKILL",
     "zsh: killed",
     "all available RAM",
+    "Unable to allocate",
+    "RMM failure",
 ];
 
 /// The multi-pattern searcher for [`ANCHORS`]: the packed SIMD searcher (Teddy) called
