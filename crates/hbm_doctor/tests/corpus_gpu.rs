@@ -137,4 +137,28 @@ fn recorded_leak_is_suspected_and_ends_at_the_limit() {
     let h = &v["hosts"][0];
     assert_eq!(h["hbm_at_limit"][0], "0", "{h}");
     assert_eq!(h["causes"][0]["cause"], "memory_leak", "{h}");
+    let reason = s["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("the growth filled the device"), "{reason}");
+}
+
+/// JAX's leak recorded through NVML: the pool JAX preallocated (75% of the H100) is all the
+/// readings show, and the memory the dying process let go at the end is its teardown, not a
+/// second process.
+#[test]
+fn recorded_jax_pool_is_a_plateau_and_its_teardown_no_restart() {
+    let out = bin()
+        .args(["trend", "--format", "json"])
+        .arg(gpu("jax_leak/record.jsonl"))
+        .output()
+        .expect("runs");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let s = &v["series"][0];
+    assert_eq!(s["restarts"], 0, "{s}");
+    assert!(s["samples"].as_u64().unwrap_or(0) > 900, "{s}");
+    let plateau = s["pool_plateau_bytes"].as_u64().expect("a plateau");
+    let limit = s["limit_bytes"].as_u64().expect("limit");
+    assert!(
+        (0.74..0.76).contains(&(plateau as f64 / limit as f64)),
+        "{s}"
+    );
 }

@@ -133,6 +133,18 @@ fn human(rep: &TrendReport, st: Style) -> String {
                 s.restarts
             );
         }
+        if let Some(p) = s.pool_plateau_bytes {
+            let share = s
+                .limit_bytes
+                .filter(|&l| l > 0)
+                .map(|l| format!(" ({:.0}% of the device)", 100.0 * p as f64 / l as f64))
+                .unwrap_or_default();
+            w!(
+                out,
+                "  every reading shows {}{share} from the start: a pool the framework preallocated (JAX takes 75% by default, TensorFlow the whole card); growth inside it does not show from outside: record from inside the process (hbm_doctor.sampler: memory_stats()['bytes_in_use']) or run with XLA_PYTHON_CLIENT_PREALLOCATE=false (TensorFlow: allow_growth) to see it",
+                format_size(p)
+            );
+        }
         let mut fixed = Vec::new();
         if s.invalid_samples > 0 {
             fixed.push(format!(

@@ -410,6 +410,17 @@ fn short_trend(seg: &Segment, a: &mut Analysis) {
             fs(ts.lo),
             fs(ts.hi)
         ));
+        // The rise reached the device's limit where the readings end: the growth itself is
+        // what filled it, however short the recording.
+        if let (Some(l), Some(r)) = (seg.limit, a.reason.as_mut()) {
+            if seg.last_used as f64 >= 0.95 * l as f64 {
+                r.push_str(&format!(
+                    "; the readings end at {} of the {} limit: the growth filled the device",
+                    fs(seg.last_used as f64),
+                    fs(l as f64)
+                ));
+            }
+        }
     }
 }
 

@@ -147,6 +147,10 @@ pub struct SeriesReport {
     pub reordered_samples: u64,
     /// Extension: duplicate samples merged (same step and value).
     pub duplicate_samples: u64,
+    /// Extension: every reading shows the same level, most of the device, from the first
+    /// seconds: a pool the framework preallocated (JAX's 75%, TensorFlow's whole card), seen
+    /// from outside the process. Growth inside it does not show in these readings.
+    pub pool_plateau_bytes: Option<u64>,
 }
 
 /// Per-host findings.
@@ -310,7 +314,7 @@ fn series_report(
         host,
         device,
         d.source.clone(),
-        series.restarts,
+        series.real_restarts(),
         seg.peak,
         seg.last_used,
         &a,
@@ -319,7 +323,27 @@ fn series_report(
     r.invalid_samples = series.invalid;
     r.reordered_samples = series.reordered;
     r.duplicate_samples = series.duplicates;
+    r.pool_plateau_bytes = pool_plateau(seg);
     Some((r, a))
+}
+
+/// The level of a preallocated pool, when every reading after the first tenth of the process
+/// lies within 1% of it and it is 60% or more of the device (and 1 GiB or more): readings from
+/// outside the process (NVML, the runtime's per-device usage) see the pool, not what fills it.
+fn pool_plateau(seg: &crate::store::Segment) -> Option<u64> {
+    let limit = seg.limit? as f64;
+    let w = &seg.windows;
+    if seg.samples < 32 || w.len() < 8 {
+        return None;
+    }
+    let rest = &w[w.len() / 10..];
+    let mut maxes: Vec<f64> = rest.iter().map(|w| w.max).collect();
+    maxes.sort_by(f64::total_cmp);
+    let level = maxes[maxes.len() / 2];
+    let flat = rest
+        .iter()
+        .all(|w| (w.min - level).abs() <= 0.01 * level && (w.max - level).abs() <= 0.01 * level);
+    (flat && level >= 0.6 * limit && level >= (1u64 << 30) as f64).then_some(level as u64)
 }
 
 /// The contract's per-device object for one analysis (also what `top` shows as `trend`).
@@ -510,6 +534,7 @@ pub fn build_series(
         invalid_samples: 0,
         reordered_samples: 0,
         duplicate_samples: 0,
+        pool_plateau_bytes: None,
     }
 }
 

@@ -657,8 +657,27 @@ impl Series {
         }
     }
 
-    /// The current process (of the folded samples: see [`Series::settled`]).
+    /// The series ends in a dip too short to be a process of its own (fewer than
+    /// [`TEARDOWN_SAMPLES`] readings after a process of 64 or more): the process letting its
+    /// memory go as it died (an out-of-memory error's teardown), not a restart.
+    pub fn ended_in_teardown(&self) -> bool {
+        self.last_boundary == Some(Boundary::Dip)
+            && self.segments.len() == 2
+            && self.segments[1].samples < TEARDOWN_SAMPLES
+            && self.segments[0].samples >= 64
+    }
+
+    /// Restarts, not counting a teardown at the end ([`Series::ended_in_teardown`]).
+    pub fn real_restarts(&self) -> u32 {
+        self.restarts - u32::from(self.ended_in_teardown())
+    }
+
+    /// The current process (of the folded samples: see [`Series::settled`]); the one before a
+    /// teardown at the end ([`Series::ended_in_teardown`]).
     pub fn current(&self) -> Option<&Segment> {
+        if self.ended_in_teardown() {
+            return self.segments.first();
+        }
         self.segments.last()
     }
 
@@ -671,6 +690,9 @@ impl Series {
             + self.raw.capacity()
     }
 }
+
+/// Readings after a dip at the very end that still count as the dying process's teardown.
+pub const TEARDOWN_SAMPLES: u64 = 8;
 
 #[cfg(test)]
 mod tests {
