@@ -421,6 +421,9 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         for (prior, c) in held_beyond_card(&ctx) {
             add(prior, Some(c));
         }
+        for (prior, c) in apple_unified_memory(&ctx) {
+            add(prior, Some(c));
+        }
         if let Some((c, small)) = gpu_held_at_model_creation(&ctx) {
             add(if small { 3.3 } else { 3.1 }, Some(c));
         }
@@ -2566,6 +2569,48 @@ fn held_beyond_card(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
                 said,
                 vec![
                     "Keep less of the model state on the card: CPU offload of weights or optimizer state (accelerate device_map='auto', DeepSpeed ZeRO offload, enable_sequential_cpu_offload in diffusers).".into(),
+                ],
+                Vec::new(),
+            ),
+        ),
+    ]
+}
+
+/// PyTorch on Apple silicon (`MPS backend out of memory (MPS allocated: X, other allocations: Y,
+/// max allowed: Z)`): the limit is a high watermark over the Mac's unified memory, shared with the
+/// system and every other application. The threads answered the machine's memory (a smaller
+/// model, a Mac with more memory) in all three labelled posts, first in two; the watermark
+/// (`PYTORCH_MPS_HIGH_WATERMARK_RATIO`) in one.
+fn apple_unified_memory(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
+    let e = ctx.e;
+    if e.device.as_deref() != Some("mps") || e.phase != Phase::Runtime {
+        return Vec::new();
+    }
+    let allowed = e
+        .limit_bytes
+        .map(|l| format!(" (max allowed {})", fmt(l)))
+        .unwrap_or_default();
+    vec![
+        (
+            1.5,
+            ctx.cause(
+                CauseKind::DeviceTooSmall,
+                None,
+                format!("an Apple GPU (MPS) ran out of the Mac's unified memory{allowed}, which the system and other applications share: the model and its activations need more than this machine has"),
+                vec![
+                    "Use a smaller or quantized model, fp16 weights (model.half()), a smaller image or sequence, or a Mac (or a GPU) with more memory; close other applications.".into(),
+                ],
+                Vec::new(),
+            ),
+        ),
+        (
+            1.0,
+            ctx.cause(
+                CauseKind::Preallocation,
+                None,
+                format!("the limit{allowed} is PyTorch's high watermark on MPS, a share of the unified memory"),
+                vec![
+                    "Raise it (PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 disables the cap; the system may then swap or freeze), or lower what the program holds.".into(),
                 ],
                 Vec::new(),
             ),

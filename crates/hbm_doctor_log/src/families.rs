@@ -16,6 +16,9 @@ struct Patterns {
     torch_async: Regex,
     paddle: Regex,
     pinned: Regex,
+    mps: Regex,
+    win_paging: Regex,
+    miopen: Regex,
     numpy_host: Regex,
     catboost: Regex,
     figures_told: Regex,
@@ -60,7 +63,7 @@ fn p() -> &'static Patterns {
         // PyTorch)"; retyped as `cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB
         // totalcapacity;1.33GiB ...` or re-wrapped without the parentheses.
         torch_old: re(&format!(
-            r"(?i)CUDA\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
+            r"(?i)(?:CUDA|HIP|XPU)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
         )),
         // PyTorch's cudaMallocAsync backend (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`,
         // ComfyUI's default): `Allocation on device 0 would exceed allowed memory. (out of
@@ -91,6 +94,19 @@ fn p() -> &'static Patterns {
         figures_told: re(&format!(
             r"(?:Free memory:\s*{SZ})|(?:Requested memory:\s*{SZ})|(?:Requested amount of GPU memory \((\d+) bytes\))|(?:cudaMalloc\s+(\d+)\s+bytes)"
         )),
+        // PyTorch on Apple silicon: `MPS backend out of memory (MPS allocated: 8.93 GB, other
+        // allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private
+        // pool.` (the limit is the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO of the unified
+        // memory); the headline alone too.
+        mps: re(&format!(
+            r"MPS backend out of memory(?:\s*\(MPS allocated:\s*{SZ},\s*other allocations:\s*{SZ},\s*max allowed:\s*{SZ}\)\.?(?:\s*Tried to allocate\s*{SZ})?)?"
+        )),
+        // Windows' commit limit: `OSError: [WinError 1455] The paging file is too small for this
+        // operation to complete.` (host memory: DataLoader workers each loading torch's DLLs).
+        win_paging: re(r"\[WinError 1455\]"),
+        // ROCm's MIOpen: `MIOpen Error: .../handlehip.cpp:68: Memory not available to allocate
+        // buffer: 528515072`.
+        miopen: re(r"Memory not available to allocate buffer:\s*(\d+)"),
         torch_process: re(&format!(
             r"(?:Process\s+\d+\s+has|this\s+process\s+has)\s+{SZ}\s+memory\s+in\s+use"
         )),
@@ -182,6 +198,40 @@ fn gpu_event(line: u64, family: Family, flat: &str) -> Event {
 pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, usize)> {
     let pat = p();
     let on_first = |m: &regex::Match<'_>| m.start() <= first;
+    if let Some(c) = pat
+        .mps
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        // A name quoted in a sentence (`users hit either "MPS backend out of memory" or
+        // SIGKILL`) is talk.
+        let at = c.get(0)?.start();
+        let quoted = flat[..at].ends_with(['"', '\'', '`']);
+        if !quoted {
+            let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+            e.framework = Some(Framework::Pytorch);
+            e.memory_space = Some(MemorySpace::Device);
+            e.device = Some("mps".into());
+            e.used_bytes = bytes(&c, 1);
+            e.limit_bytes = bytes(&c, 3);
+            e.requested_bytes = bytes(&c, 4);
+            return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+        }
+    }
+    if let Some(m) = pat.win_paging.find(flat).filter(on_first) {
+        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Host);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = pat
+        .miopen
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if let Some(c) = pat
         .pinned
         .captures(flat)

@@ -94,6 +94,8 @@ pub(crate) const ANCHORS: &[&str] = &[
     "all available RAM",
     "Unable to allocate",
     "RMM failure",
+    "WinError 1455",
+    "Memory not available",
 ];
 
 /// The multi-pattern searcher for [`ANCHORS`]: the packed SIMD searcher (Teddy) called
