@@ -167,7 +167,9 @@ fn p() -> &'static Patterns {
         // largest free block: 216504544 B)": the tail, when printed, is per bank.
         // A GPU kernel's per-block shared memory (Pallas on GPU, Triton): "Shared memory size
         // limit exceeded: requested 4194304, available: 101376" (users paste it wrapped).
-        gpu_shared: re(r"Shared memory size limit exceeded:\s*requested (\d+),\s*available:\s*(\d+)"),
+        // Triton itself (and Inductor's autotuning): `out of resource: shared memory, Required:
+        // 163840, Hardware limit: 101376` (`Hardware limitation:` in older Triton).
+        gpu_shared: re(r"Shared memory size limit exceeded:\s*requested (\d+),\s*available:\s*(\d+)|out of resource: shared memory,\s*Required:\s*(\d+),?\s*Hardware limit(?:ation)?:\s*(\d+)"),
         // A kernel launched with more shared memory than the GPU has (a Triton / Pallas kernel
         // in a custom call): `INTERNAL: Shared memory requested exceeds device resources.`
         gpu_shared_runtime: re(r"Shared memory requested exceeds device resources"),
@@ -469,8 +471,8 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     {
         let mut e = gpu_event(line, Family::GpuSharedMemory, flat);
         e.memory_space = Some(MemorySpace::Vmem);
-        e.requested_bytes = c[1].parse().ok();
-        e.limit_bytes = c[2].parse().ok();
+        e.requested_bytes = c.get(1).or(c.get(3)).and_then(|m| m.as_str().parse().ok());
+        e.limit_bytes = c.get(2).or(c.get(4)).and_then(|m| m.as_str().parse().ok());
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(m) = pat.gpu_shared_runtime.find(flat).filter(on_first) {

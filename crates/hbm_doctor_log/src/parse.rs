@@ -174,7 +174,7 @@ fn p() -> &'static Patterns {
             // TPU workers, the kernel's OOM killer's signal; `DataLoader worker (pid 19597) is
             // killed by signal: Killed.`); Colab's `Your session crashed after
             // using all available RAM`.
-            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\]\s+\d+\s+)[Kk]illed\b.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|ProcessExitedException:\s*process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+Killed|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM"#),
+            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+Killed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|ProcessExitedException:\s*process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+Killed|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
@@ -269,7 +269,8 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
     for (number, raw) in (1u64..).zip(input.split(|&b| b == b'\n')) {
         let quick = memchr::memmem::find(raw, b"OOM").is_some()
             || memchr::memmem::find(raw, b"oom").is_some()
-            || memchr::memmem::find(raw, b"OUT OF MEMORY").is_some();
+            || memchr::memmem::find(raw, b"OUT OF MEMORY").is_some()
+            || memchr::memmem::find(raw, b"ut-of-memory").is_some();
         if !quick {
             continue;
         }
@@ -2482,7 +2483,7 @@ fn prose_report(h: &Headline<'_>) -> Read {
         [
             // `I receive a OOM error`, `I always get CUDA out of memory`, `we hit an OOM`, `it
             // meets cuda oom error`, `I met ran out of memory problem`.
-            r"(?i)\b(?:i|we|it)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+|will\s+|would\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b",
+            r"(?i)\b(?:i|we|it)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+|will\s+|would\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|am running into|are running into|keep running into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b",
             // `but it always OOM`, `training OOMs after 3 epochs`.
             // `tensor parallel hits OOM`, `It is host OOM` (the user's diagnosis of their run).
             r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b|\b(?:hits|hitting)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|^\s*it(?:'s|\s+is|\s+was)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|\b(?:is|was)\s+causing\s+(?:an?\s+)?(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory)\b|\b(?:grows?|grew|growing|increas\w*|rises|rising)\b[^.]{0,40}\buntil\s+(?:an?\s+)?(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory)\b",
@@ -3928,6 +3929,8 @@ mod tests {
         for text in [
             "Killed\n",
             "./train.sh: line 3: 81234 Killed                  python train.py\n",
+            // A bash job report without its `[1]+` (the job's pid, then the command).
+            "71885 Killed                  PYTHONPATH=$PYTHONPATH:. python -m kauldron.main\n",
             "zsh: killed     python train.py\n",
             "I run the script but get \"killed\" output.\n",
             "the script is killed: SIGKILL. The SIGKILL is because of out-of-memory.\n",

@@ -68,6 +68,7 @@ pub(crate) const ANCHORS: &[&str] = &[
     "ublas handle",
     "Shared memory size limit",
     "Shared memory requested",
+    "out of resource: shared",
     "too much shared data",
     "KV cache is needed",
     "JIT session error",
