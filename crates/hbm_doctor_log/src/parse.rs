@@ -271,12 +271,25 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             || memchr::memmem::find(raw, b"oom").is_some()
             || memchr::memmem::find(raw, b"OUT OF MEMORY").is_some()
             || memchr::memmem::find(raw, b"ut-of-memory").is_some();
-        if !quick {
+        // Messages too rare to anchor the scan of a multi-GB log on (every anchor slows its SIMD
+        // search), read in small texts: PyTorch's cudaMallocAsync headline cut before its `(out
+        // of memory)`, Colab's RAM crash, RMM's pool, ROCm MIOpen's buffer, Windows' paging file
+        // in another language (`[WinError 1455] 页面文件太小`).
+        let rare = [
+            &b"Allocation on device"[..],
+            b"all available RAM",
+            b"RMM failure",
+            b"Memory not available to allocate",
+            b"WinError 1455",
+        ]
+        .iter()
+        .any(|k| memchr::memmem::find(raw, k).is_some());
+        if !quick && !rare {
             continue;
         }
         let text = crate::clean::clean_line(raw);
         if let Some((Piece::Event(mut e), _)) = headline(&text, number, pat) {
-            if e.told {
+            if e.told || (rare && e.fatal) {
                 // The text around it is evidence as for a printed failure: the framework, the
                 // device named, growth said in words, the stage.
                 let lines = crate::clean::clean_block(input, 1);
