@@ -597,10 +597,12 @@ pub(crate) fn read_async_figures(e: &mut Event, t: &str, pending_limit: &mut boo
     let pytorch_limit = |e: &mut Event, v: Option<u64>| {
         if let (Some(v), Some(l)) = (v, e.limit_bytes) {
             if v < l {
-                e.pool_setting = e
-                    .pool_setting
-                    .take()
-                    .or_else(|| Some(format!("PyTorch memory fraction limit {}", fmt_gib(v))));
+                e.pool_setting = e.pool_setting.take().or_else(|| {
+                    Some(format!(
+                        "PyTorch memory fraction limit {}",
+                        crate::format_size(v)
+                    ))
+                });
             }
         }
     };
@@ -629,10 +631,6 @@ pub(crate) fn read_async_figures(e: &mut Event, t: &str, pending_limit: &mut boo
         }
         _ => {}
     }
-}
-
-fn fmt_gib(b: u64) -> String {
-    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
 #[cfg(test)]
