@@ -610,6 +610,19 @@ fn holder_named(t: &str) -> Option<String> {
     .filter_map(|k| l.find(k))
     .min();
     let at = holder?;
+    // `72.48 GiB in use by this process`: the process itself, not another holder.
+    if [
+        "in use by this",
+        "used by this",
+        "occupied by this",
+        "occupied by my",
+        "in use by my",
+    ]
+    .iter()
+    .any(|k| l[at..].starts_with(k))
+    {
+        return None;
+    }
     let device = [
         "gpu", "memory", "device", "tpu", "card", "vram", "卡", "显存",
     ]
@@ -3179,7 +3192,12 @@ fn progress_word(t: &str) -> Option<&'static str> {
         || trimmed.starts_with("file \"")
         || lower.contains("exception")
         || lower.contains("error");
-    if code {
+    // The user's own sentence (`I've recompiled the catboost library`) is not a progress line.
+    let first_person = lower.starts_with("i ")
+        || [" i ", "i've", "i'm", "i have", " my ", " we "]
+            .iter()
+            .any(|k| lower.contains(k));
+    if code || first_person {
         return None;
     }
     let joined = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '\'');
