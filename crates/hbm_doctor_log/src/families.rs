@@ -14,6 +14,8 @@ struct Patterns {
     torch_new: Regex,
     torch_old: Regex,
     torch_async: Regex,
+    torch_old_cut: Regex,
+    cpu_allocator: Regex,
     paddle: Regex,
     pinned: Regex,
     mps: Regex,
@@ -56,7 +58,7 @@ fn p() -> &'static Patterns {
         // space, the typo `capacty` (torch 2.1), the period after the request lost, a word
         // doubled by a screenshot's text recognition (`of whi ich`).
         torch_new: re(&format!(
-            r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d*)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+wh(?:ich|[a-z]{{1,3}}\s+[a-z]{{0,3}}ich)\s*{SZ}\s*is\s+free\."
+            r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d*)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+wh(?:ich|[a-z]{{1,3}}\s+[a-z]{{0,3}}ich)\s*{SZ}\s*is\s+free\b"
         )),
         // older: "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total
         // capacity; 12.23 GiB already allocated; 1.43 GiB free; 13.23 GiB reserved in total by
@@ -65,6 +67,15 @@ fn p() -> &'static Patterns {
         torch_old: re(&format!(
             r"(?i)(?:CUDA|HIP|XPU)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
         )),
+        // The older message cut after its capacity (`CUDA out of memory. Tried to allocate 28.27
+        // GiB (GPU 0; 15.77 GiB total capacity; 47.02 MiB already allocated;` and no more): what
+        // it states.
+        torch_old_cut: re(&format!(
+            r"(?i)(?:CUDA|HIP|XPU)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity(?:\s*;\s*{SZ}\s*already\s*allocated)?"
+        )),
+        // PyTorch on the host: `DefaultCPUAllocator: can't allocate memory: you tried to allocate
+        // 64597662208 bytes. Error code 12 (Cannot allocate memory)`.
+        cpu_allocator: re(r"CPUAllocator: (?:can't|not enough memory:?) (?:allocate memory: )?you tried to allocate (\d+) bytes"),
         // PyTorch's cudaMallocAsync backend (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`,
         // ComfyUI's default): `Allocation on device 0 would exceed allowed memory. (out of
         // memory)`, then one figure per line (`Currently allocated     : 21.55 GiB`,
@@ -336,6 +347,33 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
             }
         }
         return Some((Piece::Event(Box::new(e)), end));
+    }
+    if let Some(c) = pat
+        .cpu_allocator
+        .captures(flat)
+        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    {
+        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+        e.framework = Some(Framework::Pytorch);
+        e.memory_space = Some(MemorySpace::Host);
+        e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if pat.torch_old.captures(flat).is_none() {
+        if let Some(c) = pat
+            .torch_old_cut
+            .captures(flat)
+            .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+        {
+            let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
+            e.framework = Some(Framework::Pytorch);
+            e.requested_bytes = bytes(&c, 1);
+            e.device = Some(format!("GPU {}", &c[2]));
+            e.limit_bytes = bytes(&c, 3);
+            e.used_bytes = bytes(&c, 4);
+            e.allocated_bytes = e.used_bytes;
+            return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+        }
     }
     if let Some(c) = pat
         .torch_old

@@ -177,7 +177,7 @@ fn p() -> &'static Patterns {
             shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+Killed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|ProcessExitedException:\s*process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+Killed|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
-            not_memory: re(r"(?i)message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
+            not_memory: re(r"(?i)\b(?:not|n't|never)\s+(?:\w+\s+){0,2}out\s+of\s+memory|message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
             total_usage: re(r"^Total\s+(\w+)\s+usage\s*>=\s*SZ"),
             kv_size: re(r"^\[?(reserved|program|arguments|global|scoped|HLO temp|parameter allocation|constant allocation|maybe_live_out allocation|preallocated temp allocation|total allocation|total fragmentation)\]?:?\s+(SZ|unknown size)"),
             output_size: re(r"^Output\s+size\s+SZ(?:;\s+shares\s+SZ\s+with\s+arguments)?"),
@@ -343,7 +343,7 @@ pub fn parse_block(lines: &[Line]) -> Vec<Piece> {
         };
         // PyTorch's headline read alone (`CUDA out of memory. Tried to allocate X`, one figure)
         // may be the start of a message the terminal cut: the glued reading is tried too.
-        let torch_head = |f: &Option<(Piece, usize)>| matches!(f, Some((Piece::Event(e), _)) if e.family == Family::PytorchCudaOom && e.figure_count() <= 1);
+        let torch_head = |f: &Option<(Piece, usize)>| matches!(f, Some((Piece::Event(e), _)) if e.family == Family::PytorchCudaOom && (e.figure_count() <= 1 || e.free_bytes.is_none()));
         // A failure told in words is a sentence, not a message cut by a terminal.
         let told = |f: &Option<(Piece, usize)>| matches!(f, Some((Piece::Event(e), _)) if e.told);
         let bare = |f: &Option<(Piece, usize)>| (score(f) < 3 || torch_head(f)) && !told(f);
@@ -2509,10 +2509,10 @@ fn prose_report(h: &Headline<'_>) -> Read {
         [
             // `I receive a OOM error`, `I always get CUDA out of memory`, `we hit an OOM`, `it
             // meets cuda oom error`, `I met ran out of memory problem`.
-            r"(?i)\b(?:i|we|it)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+|will\s+|would\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|am running into|are running into|keep running into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b",
+            r"(?i)\b(?:i|we|it|my\s+[\w-]+)\s+(?:always\s+|still\s+|then\s+|now\s+|keep\s+|constantly\s+|eventually\s+|immediately\s+|also\s+|will\s+|would\s+)?(?:receive[sd]?|get|gets|got|getting|encounter(?:ed|s)?|ran into|run into|runs into|am running into|are running into|keep running into|hit|hits|faced?|met|meet|meets|am getting|are getting|keep getting|am having|have|had|throws|threw)\s+(?:a|an|the|this|that|same|into)?\s*(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory|ran out of memory|run out of memory)\b",
             // `but it always OOM`, `training OOMs after 3 epochs`.
             // `tensor parallel hits OOM`, `It is host OOM` (the user's diagnosis of their run).
-            r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b|\b(?:hits|hitting)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|^\s*it(?:'s|\s+is|\s+was)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|\b(?:is|was)\s+causing\s+(?:an?\s+)?(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory)\b|\b(?:grows?|grew|growing|increas\w*|rises|rising)\b[^.]{0,40}\buntil\s+(?:an?\s+)?(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory)\b",
+            r"(?i)\b(?:it|training|the training|my training|the model|my model|the job|my job|the script)\s+(?:always\s+|still\s+|then\s+|eventually\s+|immediately\s+)?(?:ooms?|goes oom|went oom)\b|\b(?:hits|hitting)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|^\s*it(?:'s|\s+is|\s+was)\s+(?:an?\s+)?(?:host\s+|cuda\s+|gpu\s+|hbm\s+|tpu\s+)?oom\b|\b(?:i|we)\b[^.]{0,80}?\bdue\s+to\s+(?:an?\s+)?(?:cuda\s+|gpu\s+)?(?:oom|out[- ]of[- ]memory)\b|\b(?:is|was)\s+causing\s+(?:an?\s+)?(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory)\b|\b(?:grows?|grew|growing|increas\w*|rises|rising)\b[^.]{0,40}\buntil\s+(?:an?\s+)?(?:cuda\s+|gpu\s+|hbm\s+|tpu\s+)?(?:oom|out[- ]of[- ]memory)\b",
             // `the GPU I'm using (A40, 48 GB VRAM) runs out of memory from training`.
             r"(?i)\bthe (?:gpu|card|device)\b[^.]{0,60}?\b(?:runs|ran) out of memory\b",
         ],
@@ -2564,7 +2564,7 @@ fn prose_report(h: &Headline<'_>) -> Read {
         ]
         .iter()
         .any(|k| l.contains(k))
-            || l.contains('?') && !l.contains(" i ")
+            || l.contains('?') && !l.contains(" i ") && !l.starts_with("my ") && !l.contains(" my ")
     };
     // Failures in the plural after the phrase (`it throws OOM errors because ...`), or a line
     // that goes on to say the error was fixed (a pull request's description), are talk too.

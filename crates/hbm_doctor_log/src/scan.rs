@@ -92,6 +92,8 @@ pub(crate) const ANCHORS: &[&str] = &[
     // carry `out of memory`; rarer shapes are read in small texts only: `told_failure`.)
     "yError: Unable",
     "paging file",
+    // PyTorch's host allocator: `DefaultCPUAllocator: can't allocate memory`.
+    "PUAllocator: ",
 ];
 
 /// The multi-pattern searcher for [`ANCHORS`]: the packed SIMD searcher (Teddy) called
