@@ -359,43 +359,33 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.requested_bytes = c[1].parse().ok();
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if pat.torch_old.captures(flat).is_none() {
-        if let Some(c) = pat
-            .torch_old_cut
-            .captures(flat)
-            .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-        {
-            let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
-            e.framework = Some(Framework::Pytorch);
-            e.requested_bytes = bytes(&c, 1);
-            e.device = Some(format!("GPU {}", &c[2]));
-            e.limit_bytes = bytes(&c, 3);
-            e.used_bytes = bytes(&c, 4);
-            e.allocated_bytes = e.used_bytes;
-            return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-        }
-    }
-    if let Some(c) = pat
-        .torch_old
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    // The older message whole, or cut after its capacity (the same first four figures).
+    let head = |c: &regex::Captures<'_>| c.get(0).is_some_and(|m| on_first(&m));
+    let whole = pat.torch_old.captures(flat).filter(head);
+    let cut = whole
+        .is_none()
+        .then(|| pat.torch_old_cut.captures(flat).filter(head))
+        .flatten();
+    if let Some(c) = whole.as_ref().or(cut.as_ref()) {
         let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
         e.framework = Some(Framework::Pytorch);
-        e.requested_bytes = bytes(&c, 1);
+        e.requested_bytes = bytes(c, 1);
         e.device = Some(format!("GPU {}", &c[2]));
-        e.limit_bytes = bytes(&c, 3);
-        e.used_bytes = bytes(&c, 4);
+        e.limit_bytes = bytes(c, 3);
+        e.used_bytes = bytes(c, 4);
         e.allocated_bytes = e.used_bytes;
-        e.free_bytes = bytes(&c, 5);
+        if whole.is_none() {
+            return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+        }
+        e.free_bytes = bytes(c, 5);
         // Reserved by PyTorch but not allocated: the caching allocator's idle blocks. PyTorch 1.x
         // printed them as `X cached` (the cache beyond what is allocated: `6.01 GiB already
         // allocated; ... 2.62 GiB cached`); later versions print the whole reservation
         // (`X reserved in total by PyTorch`).
-        if let Some(reserved) = bytes(&c, 7) {
+        if let Some(reserved) = bytes(c, 7) {
             e.fragmentation_bytes = e.used_bytes.map(|u| reserved.saturating_sub(u));
             e.process_bytes = Some(reserved);
-        } else if let Some(cached) = bytes(&c, 6) {
+        } else if let Some(cached) = bytes(c, 6) {
             e.fragmentation_bytes = Some(cached);
             e.process_bytes = e.used_bytes.map(|u| u.saturating_add(cached));
         }
