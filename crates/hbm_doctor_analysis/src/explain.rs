@@ -409,8 +409,9 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         );
         // Measured against a card the text only names, the share is less sure (a preallocated
         // pool is less than the card): a candidate behind what the message itself shows.
+        let named_only = ctx.limit.is_none() && e.device_named_bytes.is_some();
         rank!(
-            if ctx.limit.is_some() { 2.0 } else { 1.2 },
+            if named_only { 1.2 } else { 2.0 },
             intermediate_beyond_device(&ctx)
         );
         // A card of 2.5 GiB or less fits few current models at all; one of up to 4.5 GiB (a
@@ -725,7 +726,7 @@ fn intermediate_beyond_device(ctx: &Ctx<'_>) -> Option<Cause> {
     // The card the text names (`my 4GB GPU`) when the message states no limit.
     let known = ctx.limit.or(e.device_named_bytes);
     let device = known.unwrap_or(LARGEST_DEVICE);
-    // A sixth of the device or more in one request (2 GiB at least, up to 10x the device): a
+    // A sixth of the device or more in one request (512 MiB at least, up to 10x the device): a
     // step's working set is made of many buffers, and one this large is a single intermediate
     // (the labelled posts with such a request were answered "a smaller input / crop", "compute
     // it in pieces", 4 of 5; the fifth, an evaluation spike).
