@@ -211,11 +211,12 @@ fn gpu_event(line: u64, family: Family, flat: &str) -> Event {
 pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, usize)> {
     let pat = p();
     let on_first = |m: &regex::Match<'_>| m.start() <= first;
-    if let Some(c) = pat
-        .mps
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    // A pattern's captures when its match starts on the first line.
+    let at_head = |re: &Regex| {
+        re.captures(flat)
+            .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
+    };
+    if let Some(c) = at_head(&pat.mps) {
         // A name quoted in a sentence (`users hit either "MPS backend out of memory" or
         // SIGKILL`) is talk.
         let at = c.get(0)?.start();
@@ -236,30 +237,18 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.memory_space = Some(MemorySpace::Host);
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
-    if let Some(c) = pat
-        .miopen
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.miopen) {
         let mut e = gpu_event(line, Family::Unrecognized, flat);
         e.requested_bytes = c[1].parse().ok();
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat
-        .pinned
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.pinned) {
         let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
         e.memory_space = Some(MemorySpace::Host);
         e.requested_bytes = bytes(&c, 1);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat
-        .paddle
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.paddle) {
         // A framework outside the contract's vocabulary: its figures, no framework named.
         let mut e = gpu_event(line, Family::Unrecognized, flat);
         e.device = Some(format!("GPU {}", &c[1]));
@@ -267,11 +256,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.free_bytes = bytes(&c, 3);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat
-        .torch_async
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.torch_async) {
         let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
         e.framework = Some(Framework::Pytorch);
         e.device = c
@@ -281,11 +266,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         // The figures, one per line, are read with the report (`read_async_figures`).
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat
-        .torch_new
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.torch_new) {
         let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
         e.framework = Some(Framework::Pytorch);
         e.requested_bytes = bytes(&c, 1);
@@ -348,11 +329,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         }
         return Some((Piece::Event(Box::new(e)), end));
     }
-    if let Some(c) = pat
-        .cpu_allocator
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.cpu_allocator) {
         let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
         e.framework = Some(Framework::Pytorch);
         e.memory_space = Some(MemorySpace::Host);
@@ -360,11 +337,10 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     // The older message whole, or cut after its capacity (the same first four figures).
-    let head = |c: &regex::Captures<'_>| c.get(0).is_some_and(|m| on_first(&m));
-    let whole = pat.torch_old.captures(flat).filter(head);
+    let whole = at_head(&pat.torch_old);
     let cut = whole
         .is_none()
-        .then(|| pat.torch_old_cut.captures(flat).filter(head))
+        .then(|| at_head(&pat.torch_old_cut))
         .flatten();
     if let Some(c) = whole.as_ref().or(cut.as_ref()) {
         let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
@@ -391,31 +367,19 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat
-        .cupy
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.cupy) {
         let mut e = gpu_event(line, Family::CudaOom, flat);
         e.requested_bytes = bytes(&c, 1);
         e.used_bytes = bytes(&c, 2);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat
-        .numpy_host
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.numpy_host) {
         let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
         e.memory_space = Some(MemorySpace::Host);
         e.requested_bytes = parse_size(&format!("{} {}", c[1].trim_end_matches('.'), &c[2]));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat
-        .catboost
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.catboost) {
         let mut e = gpu_event(line, Family::Unrecognized, flat);
         e.requested_bytes = parse_size(&format!("{} MB", &c[1]));
         e.free_bytes = parse_size(&format!("{} MB", &c[2]));
@@ -436,11 +400,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         }
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
-    if let Some(c) = pat
-        .vllm_max_len
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.vllm_max_len) {
         let mut e = gpu_event(line, Family::VllmKvCache, flat);
         e.framework = Some(Framework::Pytorch);
         e.message = format!(
@@ -449,11 +409,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         );
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat
-        .vllm_needed
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.vllm_needed) {
         // vLLM runs on GPUs and TPUs: the backend is left to the text around it.
         let mut e = new_event(line, Family::VllmKvCache, Phase::Runtime, flat);
         e.framework = Some(Framework::Pytorch);
@@ -483,20 +439,12 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.framework = Some(Framework::Pytorch);
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
-    if let Some(c) = pat
-        .constant
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.constant) {
         let mut e = new_event(line, Family::GpuOomAllocate, Phase::Runtime, flat);
         e.requested_bytes = bytes(&c, 1);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
-    if let Some(c) = pat
-        .gpu_shared
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.gpu_shared) {
         let mut e = gpu_event(line, Family::GpuSharedMemory, flat);
         e.memory_space = Some(MemorySpace::Vmem);
         e.requested_bytes = c.get(1).or(c.get(3)).and_then(|m| m.as_str().parse().ok());
@@ -508,11 +456,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.memory_space = Some(MemorySpace::Vmem);
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
-    if let Some(c) = pat
-        .ptxas_shared
-        .captures(flat)
-        .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
-    {
+    if let Some(c) = at_head(&pat.ptxas_shared) {
         let mut e = gpu_event(line, Family::GpuSharedMemory, flat);
         e.phase = Phase::Compile;
         e.memory_space = Some(MemorySpace::Vmem);
@@ -538,6 +482,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         }
         None => (flat, first, None),
     };
+    // (`flat` and `first` are the filled text's from here on: `at_head` reads the original.)
     let on_first = |m: &regex::Match<'_>| m.start() <= first;
     if let Some(c) = pat
         .tenstorrent
