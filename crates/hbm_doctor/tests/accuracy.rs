@@ -18,6 +18,7 @@
 //! the test fails when one falls below the figure recorded in ACCURACY.md's ratchet block.
 
 use hbm_doctor::commands::analyze::{analyze_files, budget_options, discover};
+use hbm_doctor_analysis::rank::RankInput;
 use hbm_doctor_analysis::{explain_with_warnings, join::join_dump};
 use hbm_doctor_log::scan_all_with_warnings;
 use serde::Deserialize;
@@ -61,6 +62,11 @@ struct Case {
     /// For a dump with a compiled fixed twin: the savings the label's first cause predicts (its
     /// what-if) and what the twin measured (peak before minus the twin's peak).
     savings: Option<(u64, u64)>,
+    /// What explain's re-ranker saw (features, candidates), for `scripts/train_ranker.py`.
+    rank: Option<RankInput>,
+    /// The group the case belongs to for cross-validation: the label file (a batch of posts,
+    /// collected together) or the generated corpus.
+    group: String,
 }
 
 impl Case {
@@ -91,10 +97,10 @@ const SETS: [&str; 6] = [
 
 /// Category and cause names of an explain run on `text` (events and warnings, as the CLI reads
 /// them); "none" when no fatal event is found.
-fn explain_text(text: &[u8]) -> (String, Vec<String>) {
+fn explain_text(text: &[u8]) -> (String, Vec<String>, Option<RankInput>) {
     let (events, warnings) = scan_all_with_warnings(text);
     if !events.iter().any(|e| e.fatal) {
-        return ("none".into(), Vec::new());
+        return ("none".into(), Vec::new(), None);
     }
     let report = explain_with_warnings(events, warnings);
     let d = report.diagnosis.expect("a diagnosis when events exist");
@@ -104,6 +110,7 @@ fn explain_text(text: &[u8]) -> (String, Vec<String>) {
             .iter()
             .map(|c| c.cause.as_str().to_string())
             .collect(),
+        d.rank_input,
     )
 }
 
@@ -124,13 +131,19 @@ fn post_cases() -> Vec<Case> {
             let text = std::fs::read(&path).unwrap_or_else(|e| {
                 panic!("{} (labelled in {}): {e}", path.display(), f.display())
             });
-            let (category, causes) = explain_text(&text);
+            let (category, causes, rank) = explain_text(&text);
+            let group = f
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
             cases.push(Case {
                 set: "posts",
                 label,
                 category,
                 causes,
                 savings: None,
+                rank,
+                group,
             });
         }
     }
@@ -171,13 +184,15 @@ fn gpu_cases() -> Vec<Case> {
         label.source = "tests/corpus/gpu/generate.py".into();
         label.stage = meta["label"]["stage"].as_str().unwrap_or("").to_string();
         let log = std::fs::read(d.join("stderr.log")).expect("accuracy harness input");
-        let (category, causes) = explain_text(&log);
+        let (category, causes, rank) = explain_text(&log);
         cases.push(Case {
             set: "gpu_log",
             label,
             category,
             causes,
             savings: None,
+            rank,
+            group: format!("gpu/{name}"),
         });
     }
     cases
@@ -218,16 +233,18 @@ fn compiler_cases() -> Vec<Case> {
             continue;
         };
         let log = std::fs::read(d.join("stderr.log")).unwrap_or_default();
-        let (category, causes) = explain_text(&log);
+        let (category, causes, rank) = explain_text(&log);
         cases.push(Case {
             set: "compiler_log",
             label: label.clone(),
             category,
             causes,
             savings: None,
+            rank,
+            group: format!("tpu/{name}"),
         });
         if let Ok(exc) = std::fs::read(d.join("exception.txt")) {
-            let (category, causes) = explain_text(&exc);
+            let (category, causes, rank) = explain_text(&exc);
             // The exception alone is a headline: labelling.md's category for a headline without
             // its listing is `unknown`.
             let mut label = label.clone();
@@ -242,6 +259,8 @@ fn compiler_cases() -> Vec<Case> {
                 category,
                 causes,
                 savings: None,
+                rank,
+                group: format!("tpu/{name}"),
             });
         }
         let dump = d.join("dump");
@@ -325,6 +344,8 @@ fn analyze_case(
             .map(|c| c.cause.as_str().to_string())
             .collect(),
         savings,
+        rank: None,
+        group: "tpu".into(),
     }
 }
 
@@ -352,6 +373,8 @@ fn joined_case(log: &[u8], dump: &Path, label: Label) -> Case {
         category,
         causes,
         savings: None,
+        rank: None,
+        group: "tpu".into(),
     }
 }
 
@@ -580,6 +603,24 @@ fn accuracy_on_every_labelled_case() {
     cases.extend(compiler_cases());
     cases.extend(gpu_cases());
     let scores = score(&cases);
+    // The re-ranker's training data: every explained case with its label and what the ranker
+    // saw (scripts/train_ranker.py sets this).
+    if let Some(path) = std::env::var_os("HBM_DOCTOR_RANK_DUMP") {
+        let mut out = String::new();
+        for c in &cases {
+            let Some(rank) = &c.rank else { continue };
+            let row = serde_json::json!({
+                "set": c.set,
+                "group": c.group,
+                "file": c.label.file,
+                "category": c.label.category,
+                "causes": c.label.causes,
+                "rank": rank,
+            });
+            let _ = writeln!(out, "{row}");
+        }
+        std::fs::write(&path, out).expect("HBM_DOCTOR_RANK_DUMP is writable");
+    }
     let text = report(&cases, &scores);
     println!("{text}");
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("accuracy.txt");

@@ -2,6 +2,7 @@
 
 use crate::chips;
 use crate::model::{Category, Cause, CauseKind, Diagnosis, ExplainReport, Snippet, SCHEMA_VERSION};
+use crate::rank::{self, Candidate, RankInput};
 use hbm_doctor_hlo::Shape;
 use hbm_doctor_log::{
     format_size, Allocation, Backend, Event, Family, Framework, MemorySpace, Phase, Stage,
@@ -263,10 +264,11 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         }
         _ => (None, None),
     };
-    let mut causes: Vec<(f64, Cause)> = Vec::new();
-    let mut add = |score: f64, cause: Option<Cause>| {
+    // (score, rule that proposed it, cause): the rule's name is the re-ranker's evidence.
+    let mut causes: Vec<(f64, String, Cause)> = Vec::new();
+    let mut add = |score: f64, rule: String, cause: Option<Cause>| {
         if let Some(c) = cause {
-            causes.push((score, c));
+            causes.push((score, rule, c));
         }
     };
     let cover = |c: &Option<Cause>| -> f64 {
@@ -279,8 +281,11 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
     macro_rules! rank {
         ($prior:expr, $cause:expr) => {{
             let c = $cause;
-            let s = $prior + cover(&c);
-            add(s, c);
+            let prior: f64 = $prior;
+            let s = prior + cover(&c);
+            let call = stringify!($cause);
+            let rule = call.split('(').next().unwrap_or(call).trim();
+            add(s, format!("{rule}@{prior}"), c);
         }};
     }
     rank!(10.0, shape_bug(&ctx));
@@ -392,7 +397,8 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         rank!(2.6, runtime_spike(&ctx));
         rank!(3.0, model_state_at_load(&ctx));
         if let Some((c, over)) = model_weights(&ctx) {
-            add(if over { 3.2 } else { 2.4 }, Some(c));
+            let prior = if over { 3.2 } else { 2.4 };
+            add(prior, format!("model_weights@{prior}"), Some(c));
         }
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
@@ -420,19 +426,24 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         let tiny_card = e.limit_bytes.is_some_and(|l| l <= 5 << 29);
         rank!(if tiny_card { 2.6 } else { 0.85 }, small_gpu(&ctx));
         for (prior, c) in held_beyond_card(&ctx) {
-            add(prior, Some(c));
+            add(prior, format!("held_beyond_card@{prior}"), Some(c));
         }
         for (prior, c) in apple_unified_memory(&ctx) {
-            add(prior, Some(c));
+            add(prior, format!("apple_unified_memory@{prior}"), Some(c));
         }
         if let Some((c, small)) = gpu_held_at_model_creation(&ctx) {
-            add(if small { 3.3 } else { 3.1 }, Some(c));
+            let prior = if small { 3.3 } else { 3.1 };
+            add(
+                prior,
+                format!("gpu_held_at_model_creation@{prior}"),
+                Some(c),
+            );
         }
         rank!(2.5, cuda_init_starved(&ctx));
         rank!(2.4, cuda_init_other_process(&ctx));
         rank!(2.1, other_allocator_in_process(&ctx));
         for (prior, c) in vllm_kv_cache(&ctx) {
-            add(prior, Some(c));
+            add(prior, format!("vllm_kv_cache@{prior}"), Some(c));
         }
         // The CUDA runtime's own `out of memory` (not a framework allocator's message with its
         // figures): a context, a library's workspace or a launch found the device already full
@@ -461,7 +472,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
                 CauseKind::LargeActivation => 0.4,
                 _ => 0.35,
             };
-            add(prior, Some(c));
+            add(prior, format!("full_device@{prior}"), Some(c));
         }
         rank!(1.2, state_heavy_program(&ctx));
         if category != Category::Arguments {
@@ -478,12 +489,12 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
     // The user already made the batch smaller and it still failed: the batch is not the knob.
     if let Some(said) = e.batch_tried.as_deref() {
         if e.phase == Phase::Runtime || !e.allocations.is_empty() || e.used_bytes.is_some() {
-            for (score, c) in causes.iter_mut() {
+            for (score, _, c) in causes.iter_mut() {
                 if c.cause == CauseKind::BatchTooLarge {
                     *score -= 2.0;
                 }
             }
-            causes.push((2.0, ctx.cause(
+            causes.push((2.0, "batch_tried@2".into(), ctx.cause(
                 CauseKind::ArgumentsExceed,
                 None,
                 format!("a smaller batch was already tried and it still fails (\"{said}\"): what fills the device does not scale with the batch: the model's parameters, optimizer state or gradients, or something else holding the device"),
@@ -501,7 +512,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
                 // With no model size in the text, the fixed pool is the likelier wall than a
                 // model state nobody measured.
                 let prior = if e.model_params.is_none() { 2.05 } else { 1.8 };
-                causes.push((prior, ctx.cause(
+                causes.push((prior, format!("batch_tried_pool@{prior}"), ctx.cause(
                     CauseKind::Preallocation,
                     None,
                     "JAX preallocates a fixed share of the GPU (75% by default) whatever the batch: a program that needs more than that share fails at any batch size".into(),
@@ -515,7 +526,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             // step; with no model size stated, something else holding it comes first.
             let tiny = e.requested_bytes.is_some_and(|r| r < 1 << 20);
             if tiny && e.phase == Phase::Runtime && e.model_params.is_none() {
-                causes.push((2.1, ctx.cause(
+                causes.push((2.1, "batch_tried_tiny@2.1".into(), ctx.cause(
                     CauseKind::OtherProcess,
                     None,
                     format!("only {} failed, and a smaller batch did not help: the device was already full before this step, so check what else holds it first", fmt(e.requested_bytes.unwrap_or(0))),
@@ -523,7 +534,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
                     Vec::new(),
                 )));
             }
-            causes.push((1.5, ctx.cause(
+            causes.push((1.5, "batch_tried_card@1.5".into(), ctx.cause(
                 CauseKind::DeviceTooSmall,
                 None,
                 "if the model state alone is close to the device's memory, no batch size fits: the program needs more devices or a device with more memory".into(),
@@ -532,17 +543,27 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             )));
         }
     }
-    causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cause.cmp(&b.1.cause)));
-    let mut seen = Vec::new();
-    let causes: Vec<Cause> = causes
-        .into_iter()
-        .map(|(_, c)| c)
-        .filter(|c| {
-            let fresh = !seen.contains(&c.cause);
-            seen.push(c.cause);
-            fresh
-        })
-        .collect();
+    causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.cause.cmp(&b.2.cause)));
+    // One entry per cause (its best-scored evidence), with every rule that proposed it.
+    let mut input = RankInput {
+        features: rank::features(e, category, ctx.limit),
+        candidates: Vec::new(),
+    };
+    let mut kept: Vec<Cause> = Vec::new();
+    for (score, rule, c) in causes {
+        match input.candidates.iter_mut().find(|k| k.cause == c.cause) {
+            Some(k) => k.rules.push(rule),
+            None => {
+                input.candidates.push(Candidate {
+                    cause: c.cause,
+                    hand: score,
+                    rules: vec![rule],
+                });
+                kept.push(c);
+            }
+        }
+    }
+    let causes = rank::rerank(rank::shipped(), &input, kept);
     let fits_on = match (e.memory_space, e.used_bytes, e.phase) {
         (Some(MemorySpace::Hbm), Some(u), Phase::Compile) if tpu => chips::tpus_that_fit(u),
         _ => Vec::new(),
@@ -559,6 +580,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         dump_module: None,
         ledger: crate::ledger::of_event(e),
         missing,
+        rank_input: Some(input),
     }
 }
 

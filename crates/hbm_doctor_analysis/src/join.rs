@@ -47,6 +47,9 @@ pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<Str
     }
     // The dump measures what the message could only state or list.
     d.ledger = crate::ledger::of_space(space);
+    if let Some(input) = &d.rank_input {
+        crate::rank::hand_order(input, &mut d.causes);
+    }
     // Merge causes: the dump's evidence is measured, so it replaces the log's guess.
     let exceeded = event.exceeded_bytes;
     for dc in &module.causes {

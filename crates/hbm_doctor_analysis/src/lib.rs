@@ -22,6 +22,7 @@ pub mod join;
 pub mod ledger;
 pub mod model;
 pub mod origin;
+pub mod rank;
 pub mod whatif;
 
 pub use explain::{explain, explain_with_warnings};

@@ -216,6 +216,10 @@ pub struct Diagnosis {
     /// Extension: evidence the diagnosis lacks, and the cheapest way to collect it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// What the re-ranker saw (features and candidates): for the accuracy harness and the
+    /// ranker's training, never serialized.
+    #[serde(skip)]
+    pub rank_input: Option<crate::rank::RankInput>,
 }
 
 /// One accounted part of what the program needs (extension field `ledger` of a diagnosis).
