@@ -23,6 +23,12 @@ struct Patterns {
     miopen: Regex,
     numpy_host: Regex,
     catboost: Regex,
+    ggml_buffer: Regex,
+    ggml_pool: Regex,
+    tvm_storage: Regex,
+    vulkan: Regex,
+    cpu_enforce: Regex,
+    tgi_prefill: Regex,
     figures_told: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
@@ -99,11 +105,28 @@ fn p() -> &'static Patterns {
         // CatBoost's GPU pool: `(NCudaLib::TOutOfMemoryError) ...: Error: Out of memory.
         // Requested 1070.546387; Free 1010.952393` (megabytes, unit unprinted).
         catboost: re(r"Out of memory\. Requested ([\d.]+); Free ([\d.]+)"),
+        // llama.cpp / stable-diffusion.cpp (ggml), sizes in bare bytes: a backend buffer
+        // (`ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size N`,
+        // `ggml_vulkan: Device memory allocation of size N failed.`), and 2023's fixed context
+        // pool (`not enough space in the context's memory pool (needed N, available M)`).
+        ggml_buffer: re(r"(?:ggml_backend_(\w+?)_buffer_type_alloc_buffer: failed to allocate buffer of size|ggml_(\w+): Device memory allocation of size) (\d+)"),
+        ggml_pool: re(r"not enough space in the context's memory pool \(needed (\d+), available (\d+)\)"),
+        // TVM's (MLC LLM's) statically planned storage: `storage allocation failure, attempted to
+        // allocate N at offset 0 in region that is Mbytes`.
+        tvm_storage: re(r"storage allocation failure, attempted to allocate (\d+) at offset \d+ in region that is (\d+)\s*bytes"),
+        // Vulkan (ncnn, ggml): `vkAllocateMemory failed -1`, `ErrorOutOfDeviceMemory`.
+        vulkan: re(r"vkAllocateMemory failed|ErrorOutOfDeviceMemory"),
+        // PyTorch's host allocator named by its source file (`enforce fail at CPUAllocator.cpp`,
+        // the message's first words, as users quote it).
+        // text-generation-inference's warm-up: `Not enough memory to handle 4096 prefill tokens.
+        // You need to decrease --max-batch-prefill-tokens` (the KV cache and the prefill batch).
+        tgi_prefill: re(r"Not enough memory to handle (\d+) prefill tokens"),
+        cpu_enforce: re(r"enforce fail at (?:\w+[/\\])*CPUAllocator\.cpp"),
         // Figures a wrapper prints under a CUDA out-of-memory (XGBoost's `- Free memory:
         // 53.1098GB\n- Requested memory: 64GB`, TensorRT's `Requested amount of GPU memory
         // (15485030400 bytes)`, Faiss's `failed to cudaMalloc 47064032 bytes`).
         figures_told: re(&format!(
-            r"(?:Free memory:\s*{SZ})|(?:Requested memory:\s*{SZ})|(?:Requested amount of GPU memory \((\d+) bytes\))|(?:cudaMalloc\s+(\d+)\s+bytes)"
+            r"(?:Free memory:\s*{SZ})|(?:Requested memory:\s*{SZ})|(?:Requested amount of GPU memory \((\d+) bytes\))|(?:cudaMalloc\s+(\d+)\s+bytes)|(?:failed\s+to\s+alloc\s+(\d+)\s+bytes)"
         )),
         // PyTorch on Apple silicon: `MPS backend out of memory (MPS allocated: 8.93 GB, other
         // allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private
@@ -379,6 +402,49 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.requested_bytes = parse_size(&format!("{} {}", c[1].trim_end_matches('.'), &c[2]));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
+    if let Some(c) = at_head(&pat.ggml_buffer) {
+        let backend = c.get(1).or(c.get(2)).map_or("", |m| m.as_str());
+        let mut e = if backend == "cpu" {
+            let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+            e.memory_space = Some(MemorySpace::Host);
+            e
+        } else if backend.starts_with("cuda") {
+            gpu_event(line, Family::CudaOom, flat)
+        } else {
+            gpu_event(line, Family::OtherAccelerator, flat)
+        };
+        e.requested_bytes = c[3].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.ggml_pool) {
+        let mut e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
+        e.requested_bytes = c[1].parse().ok();
+        e.free_bytes = c[2].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.tvm_storage) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.requested_bytes = c[1].parse().ok();
+        e.limit_bytes = c[2].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.vulkan.find(flat).filter(on_first) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.backend = Some(Backend::Gpu);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = at_head(&pat.tgi_prefill) {
+        let mut e = gpu_event(line, Family::VllmKvCache, flat);
+        e.framework = Some(Framework::Pytorch);
+        e.message = format!("not enough memory for {} prefill tokens", &c[1]);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.cpu_enforce.find(flat).filter(on_first) {
+        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+        e.framework = Some(Framework::Pytorch);
+        e.memory_space = Some(MemorySpace::Host);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
     if let Some(c) = at_head(&pat.catboost) {
         let mut e = gpu_event(line, Family::Unrecognized, flat);
         e.requested_bytes = parse_size(&format!("{} MB", &c[1]));
@@ -390,10 +456,12 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.requested_bytes = pat.ggml_alloc.captures(flat).and_then(|c| bytes(&c, 1));
         for c in pat.figures_told.captures_iter(flat) {
             e.free_bytes = e.free_bytes.or_else(|| bytes(&c, 1));
-            e.requested_bytes = e
-                .requested_bytes
-                .or_else(|| bytes(&c, 2))
-                .or_else(|| c.get(3).or(c.get(4)).and_then(|m| m.as_str().parse().ok()));
+            e.requested_bytes = e.requested_bytes.or_else(|| bytes(&c, 2)).or_else(|| {
+                c.get(3)
+                    .or(c.get(4))
+                    .or(c.get(5))
+                    .and_then(|m| m.as_str().parse().ok())
+            });
         }
         if flat.contains("torch") {
             e.framework = Some(Framework::Pytorch);
