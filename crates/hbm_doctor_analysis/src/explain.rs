@@ -494,7 +494,13 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
                     *score -= 2.0;
                 }
             }
-            causes.push((2.0, "batch_tried@2".into(), ctx.cause(
+            // The threads' answers where a smaller batch had been tried (16 labelled posts): the
+            // card 6, the batch after all 4 (a still smaller one), the input's size 4, the model
+            // state 2.
+            const DEVICE: f64 = 2.0;
+            const STATE: f64 = 1.9;
+            const INPUT: f64 = 1.7;
+            causes.push((STATE, "batch_tried".into(), ctx.cause(
                 CauseKind::ArgumentsExceed,
                 None,
                 format!("a smaller batch was already tried and it still fails (\"{said}\"): what fills the device does not scale with the batch: the model's parameters, optimizer state or gradients, or something else holding the device"),
@@ -534,11 +540,20 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
                     Vec::new(),
                 )));
             }
-            causes.push((1.5, "batch_tried_card@1.5".into(), ctx.cause(
+            causes.push((DEVICE, "batch_tried_card".into(), ctx.cause(
                 CauseKind::DeviceTooSmall,
                 None,
                 "if the model state alone is close to the device's memory, no batch size fits: the program needs more devices or a device with more memory".into(),
                 vec!["Spread parameters and optimizer state over more devices (FSDP / model parallelism), or use a generation with more memory per device.".into()],
+                Vec::new(),
+            )));
+            // The other thing a smaller batch does not shrink: one input's own size (a long
+            // audio clip or document, a full-resolution image) fills the device at any batch.
+            causes.push((INPUT, "batch_tried_input".into(), ctx.cause(
+                CauseKind::LargeActivation,
+                None,
+                "or one input's own size: a long sequence or a large image needs its activations whole at a batch of 1 too".into(),
+                vec!["Cap the input's size (max_length / max_duration, crop or tile large images), or process long inputs in chunks.".into()],
                 Vec::new(),
             )));
         }
