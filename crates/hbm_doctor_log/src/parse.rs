@@ -1445,6 +1445,19 @@ fn batch_tried(t: &str) -> Option<String> {
                 "did not help",
             ])
     };
+    // A run at a batch of one that failed (`batch_size=1` in a failure report): the batch cannot
+    // be halved; not an evaluation's or a test's batch, not one that worked.
+    let one_stated = {
+        let r = &l[b..];
+        ((r.starts_with("batch_size=1") && !r[12..].starts_with(|c: char| c.is_ascii_digit()))
+            || r.starts_with("batch size of 1 "))
+            && !["eval", "val_", "valid", "test", "infer", "predict"]
+                .iter()
+                .any(|k| l[..b].contains(k))
+            && !["work", "fine", "fit", "ok"]
+                .iter()
+                .any(|k| r.chars().take(40).collect::<String>().contains(k))
+    };
     // `... and it worked`: the batch was the fix, not a dead end.
     let solved = [
         "it worked",
@@ -1478,7 +1491,7 @@ fn batch_tried(t: &str) -> Option<String> {
         .take(2)
         .filter_map(|n| n.parse::<u64>().ok())
         .any(|n| (32..=1 << 20).contains(&n));
-    (!solved && !still_large && (tried || one)).then(|| {
+    (!solved && ((!still_large && (tried || one)) || one_stated)).then(|| {
         let s: String = t.trim().chars().take(160).collect();
         s
     })
