@@ -71,7 +71,7 @@ fn p() -> &'static Patterns {
         // PyTorch)"; retyped as `cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB
         // totalcapacity;1.33GiB ...` or re-wrapped without the parentheses.
         torch_old: re(&format!(
-            r"(?i)(?:CUDA|HIP|XPU)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
+            r"(?i)(?:CUDA|HIP|XPU|NPU)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*(?:GPU|NPU)\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;(?:\s*\d[\d.,]*\s*[KMGTP]i?B\s*current\s*active\s*;)?\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
         )),
         // The older message cut after its capacity (`CUDA out of memory. Tried to allocate 28.27
         // GiB (GPU 0; 15.77 GiB total capacity; 47.02 MiB already allocated;` and no more): what
@@ -462,6 +462,14 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
                     .or(c.get(5))
                     .and_then(|m| m.as_str().parse().ok())
             });
+        }
+        // TF 1.x's context creation: `CUDA_ERROR_OUT_OF_MEMORY; total memory reported: N`.
+        if let Some(t) = flat.find("total memory reported: ") {
+            let digits: String = flat[t + 23..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            e.limit_bytes = digits.parse().ok();
         }
         if flat.contains("torch") {
             e.framework = Some(Framework::Pytorch);

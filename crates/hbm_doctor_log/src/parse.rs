@@ -137,7 +137,9 @@ fn p() -> &'static Patterns {
         Patterns {
             // Newer libtpu (Pallas kernels): "Ran out of memory in memory space vmem. Estimated
             // 268.96MB exceeds 67.11MB vmem capacity."
-            tpu_hbm: re(r"(Compilation failure:\s+)?Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\.?\s+(?:Used|Estimated)\s+SZ\s+(?:of|exceeds)\s+SZ(?:\s+\w+)?(?:\s+capacity)?\.?(?:\s+Exceeded\s+\w+\s+capacity\s+by\s+SZ)?"),
+            // libtpu's error code may stand for the first sentence: `CompileTimeHbmOom — Used X of Y
+            // hbm. Exceeded hbm capacity by Z.`
+            tpu_hbm: re(r"(Compilation failure:\s+)?(?:Ran\s+out\s+of\s+memory\s+in\s+memory\s+space\s+(\w+)\.?|CompileTime(?:Hbm|ScopedVmem)Oom[\s:\-\x{2013}\x{2014}]+)\s*(?:Used|Estimated)\s+SZ\s+(?:of|exceeds)\s+SZ(?:\s+(\w+))?(?:\s+capacity)?\.?(?:\s+Exceeded\s+\w+\s+capacity\s+by\s+SZ)?"),
             hlo_temporaries: re(r"Ran\s+out\s+of\s+memory\s+on\s+(\w+),?\s+the\s+total\s+memory\s+required\s+for\s+HLO\s+temporaries\s+\(SZ\)\s+exceeds\s+available\s+\w+\s+\(SZ\)"),
             tc_sc: re(r"TensorCore\s+Hbm\s+usage:?\s+SZ,?\s+SparseCore\s+Hbm\s+usage:?\s+SZ,?\s+exceeding\s+available\s+bytes:?\s+SZ"),
             abort_early: re(r"Aborting\s+compilation\s+early\s+because\s+it's\s+unlikely\s+to\s+have\s+enough\s+memory\.?\s+Requires\s+SZ,?\s+has\s+SZ(?:\s+available)?"),
@@ -174,7 +176,7 @@ fn p() -> &'static Patterns {
             // TPU workers, the kernel's OOM killer's signal; `DataLoader worker (pid 19597) is
             // killed by signal: Killed.`); Colab's `Your session crashed after
             // using all available RAM`.
-            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+Killed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|ProcessExitedException:\s*process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated)|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM"#),
+            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+Killed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|(?:ProcessExitedException:\s*|exception:\s*)?process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|\bOOMKilled\b|已杀死|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated)|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)\b(?:not|n't|never)\s+(?:\w+\s+){0,2}out\s+of\s+memory|message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
@@ -289,6 +291,9 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"ErrorOutOfDeviceMemory",
             b"CPUAllocator.cpp",
             b"prefill tokens",
+            b"OOMKilled",
+            b"terminated with signal SIGKILL",
+            "已杀死".as_bytes(),
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
@@ -2100,7 +2105,10 @@ fn tpu_hbm(h: &Headline<'_>) -> Read {
     } else {
         Family::TpuCompileHbm
     };
-    let space = MemorySpace::from_name(&c[2]);
+    let space = c
+        .get(2)
+        .or(c.get(5))
+        .and_then(|m| MemorySpace::from_name(m.as_str()));
     let family = if matches!(space, Some(MemorySpace::Vmem | MemorySpace::Smem)) {
         Family::TpuCompileVmem
     } else {
@@ -2111,7 +2119,7 @@ fn tpu_hbm(h: &Headline<'_>) -> Read {
     e.memory_space = space;
     e.used_bytes = size(&c, 3);
     e.limit_bytes = size(&c, 4);
-    e.exceeded_bytes = size(&c, 5);
+    e.exceeded_bytes = size(&c, 6);
     if old {
         e.framework = Some(Framework::Tensorflow).filter(|_| !flat.contains("torch"));
     }
