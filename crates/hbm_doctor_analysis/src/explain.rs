@@ -2323,8 +2323,16 @@ fn starved_library_handle(e: &Event) -> bool {
         || m.contains("cubin")
         || m.contains("cuinit")
         || m.contains("initializ")
-        || m.contains("status_alloc_failed");
-    let cuda = m.contains("cuda") || m.contains("cudnn") || m.contains("cublas");
+        || m.contains("status_alloc_failed")
+        // An autotuner that could not get workspace for a single algorithm (`Failed to determine
+        // best cudnn convolution algorithm`, cuBLAS's `GetBlasGemmAlgorithms` RET_CHECK).
+        || m.contains("convolution algorithm")
+        || m.contains("getblasgemmalgorithms");
+    let cuda = m.contains("cuda")
+        || m.contains("cudnn")
+        || m.contains("cublas")
+        || m.contains("cusolver")
+        || m.contains("blasgemm");
     // A CUDA library's own call inside a custom call (`CustomCall failed:
     // jaxlib/cuda/cusolver_kernels.cc:79: operation cudaMemcpyAsync(...) failed: out of memory`):
     // its workspace lives outside the framework's pool, in what the pool left.

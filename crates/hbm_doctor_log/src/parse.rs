@@ -292,6 +292,12 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"CPUAllocator.cpp",
             b"prefill tokens",
             b"OOMKilled",
+            // XLA's and TF's GPU libraries starved of memory by a preallocated pool (JAX's and
+            // TF's documented symptoms): no memory word in the message.
+            b"best cudnn convolution algorithm",
+            b"Failed to get convolution algorithm",
+            b"cuSolver has not been initialized",
+            b"GetBlasGemmAlgorithms",
             b"terminated with signal SIGKILL",
             "已杀死".as_bytes(),
         ]
