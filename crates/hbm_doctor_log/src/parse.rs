@@ -395,24 +395,45 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
             }
             let lower = sentence.to_ascii_lowercase();
             let has = |ks: &[&str]| ks.iter().any(|k| lower.contains(k));
+            // A word standing alone (`cpu` in `+cpu`, a version tag, is not the host).
+            let has_word = |ks: &[&str]| {
+                ks.iter().any(|k| {
+                    lower.match_indices(k).any(|(i, _)| {
+                        let before = lower[..i].chars().next_back();
+                        let after = lower[i + k.len()..].chars().next();
+                        before.is_none_or(|c| c == ' ' || c == '-' || c == '(')
+                            && after.is_none_or(|c| !c.is_ascii_alphanumeric())
+                    })
+                })
+            };
+            // The memory the sentence names decides over the device it names (`the TPU VM
+            // runs out of RAM` is the host's).
             let (family, backend, space) = if has(&["cuda", "gpu", "vram", "nvidia", "graphic"]) {
                 (
                     Family::CudaOom,
                     Some(Backend::Gpu),
                     Some(MemorySpace::Device),
                 )
+            } else if !has(&["tpu memory", "hbm"]) && has_word(&["ram", "cpu", "host", "killed"])
+                || has(&["system memory"])
+            {
+                (Family::HostOom, None, Some(MemorySpace::Host))
             } else if has(&["tpu", "hbm"]) {
                 (
                     Family::Unrecognized,
                     Some(Backend::Tpu),
                     Some(MemorySpace::Hbm),
                 )
-            } else if has(&[" ram", "cpu", "host", "system memory", "killed"]) {
-                (Family::HostOom, None, Some(MemorySpace::Host))
             } else {
                 (Family::Unrecognized, None, None)
             };
-            let mut e = new_event(number, family, Phase::Runtime, sentence.trim());
+            // `a permanent compile error`, `OOM while compiling`: the compiler's failure.
+            let phase = if has(&["compil"]) {
+                Phase::Compile
+            } else {
+                Phase::Runtime
+            };
+            let mut e = new_event(number, family, phase, sentence.trim());
             e.told = true;
             e.backend = backend;
             e.memory_space = space;
@@ -2710,6 +2731,11 @@ fn prose_report(h: &Headline<'_>) -> Read {
             "you get",
             "you have to",
             "when you ",
+            // A remedy said in Chinese: prevent, avoid, solve, fix.
+            "防止",
+            "避免",
+            "解决",
+            "修复",
         ]
         .iter()
         .any(|k| l.contains(k))
@@ -2745,6 +2771,7 @@ fn prose_report(h: &Headline<'_>) -> Read {
     // request's title says what it changes (`Fix OOM in eval`, `Add an OOM test`).
     let title = h.line == 1
         && first.split_whitespace().count() <= 12
+        && first.chars().count() <= 100
         && !first.contains(':')
         && !h.pat.not_memory.is_match(first)
         && !talk(first)
@@ -2888,7 +2915,13 @@ fn generic(h: &Headline<'_>) -> Read {
         "avoid", "prevent", "fixes ", "fix ", "fixed ", "fixing ", "reduce ", "reduces ",
     ]
     .iter()
-    .any(|k| before.contains(k));
+    .any(|k| before.contains(k))
+        // A consequence foretold (`that will lead to an out of memory error`, `can cause OOM`):
+        // a possibility, not a failure that happened.
+        || (["will ", "would ", "can ", "could ", "may ", "might "]
+            .iter()
+            .any(|k| before.contains(k))
+            && ["lead", "cause", "result"].iter().any(|k| before.contains(k)));
     if remedy && !first.contains(':') {
         return Read::Stop;
     }
