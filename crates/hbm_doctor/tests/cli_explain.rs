@@ -584,3 +584,25 @@ fn oom_after_many_warnings_is_reported_and_warnings_summarised() {
     assert!(md.contains("#### Warnings"), "{md}");
     assert!(md.contains("- 120,001 rematerialization warnings"), "{md}");
 }
+
+/// A failure told only in words asks for the message itself first; a PyTorch CUDA failure is told
+/// how to log memory with PyTorch's own API.
+#[test]
+fn missing_evidence_names_the_cheapest_thing_to_collect() {
+    let told = b"### Describe the bug\nI am using GTX 1050Ti of 4GB.\nHowever, after run about two days I saw it stopped because of OOM error.\n";
+    let out = run(&["explain", "-", "--format", "json"], Some(told));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let missing = v["diagnosis"]["missing"].as_array().expect("missing");
+    assert!(
+        missing[0]
+            .as_str()
+            .is_some_and(|m| m.starts_with("the error itself")),
+        "{missing:?}"
+    );
+    let torch = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which 3.06 MiB is free. Including non-PyTorch memory, this process has 14.74 GiB memory in use. Of the allocated memory 14.51 GiB is allocated by PyTorch, and 98.79 MiB is reserved by PyTorch but unallocated.\n";
+    let out = run(&["explain", "-", "--format", "json"], Some(torch));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let text = v["diagnosis"]["missing"].to_string();
+    assert!(text.contains("torch.cuda.memory_allocated()"), "{text}");
+    assert!(!text.contains("jax.devices()"), "{text}");
+}

@@ -603,6 +603,10 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
 fn missing_evidence(ctx: &Ctx<'_>, causes: &[Cause]) -> Vec<String> {
     let e = ctx.e;
     let mut out = Vec::new();
+    // A failure told in words: the message itself is the cheapest and strongest evidence.
+    if e.told && e.figure_count() == 0 {
+        out.push("the error itself: the failure is only told in words; paste the exception with the lines printed around it (PyTorch's `Tried to allocate X (GPU 0; Y total capacity; ...)`, XLA's `Used X of Y hbm` and its allocation listing, TensorFlow's `OOM when allocating tensor with shape[...]`): its figures decide between the batch, the model and another process".into());
+    }
     if e.phase == Phase::Runtime && e.stage.is_none() && e.step.is_none() && e.near.is_none() {
         out.push("what the program was doing: paste the whole traceback (init, checkpoint restore, a training step, eval or generation decide the cause), and the step it failed at".into());
     }
@@ -615,7 +619,13 @@ fn missing_evidence(ctx: &Ctx<'_>, causes: &[Cause]) -> Vec<String> {
             )
         })
     {
-        out.push("whether memory grows over steps: log jax.devices()[0].memory_stats()['bytes_in_use'] (PyTorch/XLA: xm.get_memory_info()) each step, or run hbm-doctor record, then hbm-doctor trend".into());
+        let torch_cuda = e.family == Family::PytorchCudaOom
+            || (e.framework == Some(Framework::Pytorch) && e.backend == Some(Backend::Gpu));
+        out.push(if torch_cuda {
+            "whether memory grows over steps: log torch.cuda.memory_allocated() and torch.cuda.max_memory_allocated() each step (torch.cuda.memory._record_memory_history() for what holds it), or run hbm-doctor record, then hbm-doctor trend".into()
+        } else {
+            "whether memory grows over steps: log jax.devices()[0].memory_stats()['bytes_in_use'] (PyTorch/XLA: xm.get_memory_info()) each step, or run hbm-doctor record, then hbm-doctor trend".into()
+        });
     }
     if e.phase == Phase::Compile
         && e.allocations.is_empty()
