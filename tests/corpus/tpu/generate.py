@@ -2071,6 +2071,619 @@ pair(
 )
 
 
+
+# ---- 15. more broken/fixed pairs (batch tpu4): other models, other names ----------------------
+#
+# Programs of kinds sections 13 and 14 do not have (a dense-message GNN, an LSTM through time, a
+# 3D-conv video net, a decoder's KV cache, a micro-batch loop differentiated as one sum, layer-axis
+# FSDP, a retrieval top-k, a full Hessian, an encoder-decoder with cross attention, a top-p sampler,
+# a dataset kept on the device). The same conventions: the fixed twin changes exactly the first
+# cause. Five keep their dumps (dump=True); the others only stderr.log / exception.txt / meta.json.
+# (Tried and dropped: a diffusion U-Net without remat, 128 images of 256x256 per v6e device: it
+# compiled (peak 24.82 GiB, the compiler's own rematerialization) after 8 minutes; a GShard MoE
+# with dense dispatch/combine tensors [1,65536,64,1280] per device and an embedding lookup written
+# as one_hot(ids, 131072) @ table: the compiler fused the one-hot operands into their einsums and
+# never materialized them, peaks 3.44 GiB and 0.72 GiB.)
+
+
+# 15.1 a GNN that computes its messages for every node pair
+
+
+def _gnn_builder(mesh, graphs, nodes, dim, hidden, degree, dense):
+    """Interaction-network layer (a 2-layer message MLP on [x_receiver, x_sender], sum aggregation,
+    a node update) trained on a node regression target, f32; graphs batched [G, N, dim] and sharded
+    over 'd', edges given as sender/receiver index lists [G, E]. dense: the messages are computed for
+    every node pair ([N, N, hidden] per graph) and masked with the adjacency built from the edge
+    lists; otherwise only along the E edges (gather + segment_sum)."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def layer(params, x, senders, receivers):
+        a = x @ params["w_recv"]
+        b = x @ params["w_send"]
+        if dense:
+            adj = jnp.zeros((nodes, nodes), x.dtype).at[receivers, senders].add(1.0)
+            h = jax.nn.relu(a[:, None, :] + b[None, :, :] + params["b_msg"])  # [N, N, H]
+            m = jax.nn.silu(h @ params["w_msg"])  # [N, N, dim]
+            agg = jnp.einsum("ij,ijd->id", adj, m)
+        else:
+            h = jax.nn.relu(a[receivers] + b[senders] + params["b_msg"])  # [E, H]
+            m = jax.nn.silu(h @ params["w_msg"])
+            agg = jax.ops.segment_sum(m, receivers, num_segments=nodes)
+        return x + jax.nn.relu(jnp.concatenate([x, agg], -1) @ params["w_node"])
+
+    def gnn_train_step(params, x, senders, receivers, y):
+        def loss_fn(params):
+            out = jax.vmap(lambda xg, s, r: layer(params, xg, s, r))(x, senders, receivers)
+            return jnp.mean((out - y) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    f32 = jnp.float32
+    params = {"w_recv": sds((dim, hidden), f32, mesh, P()), "w_send": sds((dim, hidden), f32, mesh, P()),
+              "b_msg": sds((hidden,), f32, mesh, P()), "w_msg": sds((hidden, dim), f32, mesh, P()),
+              "w_node": sds((2 * dim, dim), f32, mesh, P())}
+    g = mesh.devices.size * graphs
+    x = sds((g, nodes, dim), f32, mesh, P("d"))
+    senders = sds((g, nodes * degree), jnp.int32, mesh, P("d"))
+    receivers = sds((g, nodes * degree), jnp.int32, mesh, P("d"))
+    y = sds((g, nodes, dim), f32, mesh, P("d"))
+    return gnn_train_step, (params, x, senders, receivers, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "gnn_dense_messages", "v5e", "v5e:2x2",
+    "Interaction-network GNN layer (f32, 2 graphs of 4096 nodes per device, 16 edges per node) whose "
+    "message MLP is evaluated for every node pair and masked with the adjacency: the messages "
+    "f32[2,4096,4096,128] (16 GiB per device) exceed HBM.",
+    "Fixed variant of gnn_dense_messages_v5e: the messages computed only along the 65536 edges of each "
+    "graph (gather + jax.ops.segment_sum); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _gnn_builder, dict(graphs=2, nodes=4096, dim=128, hidden=128, degree=16, dense=True),
+    dict(graphs=2, nodes=4096, dim=128, hidden=128, degree=16, dense=False),
+    dump=True,
+)
+
+
+# 15.2 an LSTM scanned over a long sequence without remat
+
+
+def _lstm_builder(mesh, batch, seq, d_in, hidden, remat):
+    """LSTM sequence regression: bf16 inputs [B, T, d_in] and weights, an LSTM cell with f32 state
+    scanned over time with lax.scan, a linear head on every step's hidden state; SGD, weights
+    replicated and donated, sequences sharded over 'd'. remat: the cell under jax.checkpoint."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def lstm_train_step(params, x, y):
+        def loss_fn(params):
+            def cell(carry, x_t):
+                h, c = carry
+                z = (x_t @ params["wx"] + h.astype(bf) @ params["wh"]).astype(f32) + params["b"]
+                i, f, g, o = jnp.split(z, 4, axis=-1)
+                c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+                h = jax.nn.sigmoid(o) * jnp.tanh(c)
+                return (h, c), h.astype(bf)
+
+            step = jax.checkpoint(cell) if remat else cell
+            b = x.shape[0]
+            zero = jnp.zeros((b, hidden), f32)
+            _, hs = jax.lax.scan(step, (zero, zero), x.swapaxes(0, 1))  # [T, B, H]
+            pred = (hs @ params["w_out"]).astype(f32)
+            return jnp.mean((pred - y.swapaxes(0, 1)) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g.astype(p.dtype), params, grads), loss
+
+    params = {"wx": sds((d_in, 4 * hidden), bf, mesh, P()), "wh": sds((hidden, 4 * hidden), bf, mesh, P()),
+              "b": sds((4 * hidden,), f32, mesh, P()), "w_out": sds((hidden, d_in), bf, mesh, P())}
+    n = mesh.devices.size * batch
+    x = sds((n, seq, d_in), bf, mesh, P("d"))
+    y = sds((n, seq, d_in), f32, mesh, P("d"))
+    return lstm_train_step, (params, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "lstm_no_remat", "v5e", "v5e:2x2",
+    "LSTM (hidden 1024, f32 cell state) scanned with lax.scan over 2048 time steps, 256 sequences per "
+    "device, trained without jax.checkpoint: every step's gate activations are stacked for the backward "
+    "pass (f32[2048,256,1024], 2 GiB each, a dozen of them) and exceed HBM.",
+    "Fixed variant of lstm_no_remat_v5e: the LSTM cell under jax.checkpoint (only the carries are "
+    "stacked); fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large", "f32_precision"]),
+    _lstm_builder, dict(batch=256, seq=2048, d_in=512, hidden=1024, remat=False),
+    dict(batch=256, seq=2048, d_in=512, hidden=1024, remat=True),
+    dump=False,
+)
+
+
+# 15.3 a 3D-conv video classifier in f32
+
+
+def _video_builder(mesh, batch, frames, size, widths, dtype, classes=400):
+    """C3D-style video classifier on NDHWC clips: 3x3x3 convs, ReLU, 2x2x2 average pooling after
+    every second conv, global pooling, a linear head, softmax cross-entropy, SGD; params
+    replicated and donated, clips sharded over 'd'. dtype: params and clips."""
+    jax, jnp, NamedSharding, P = _jax()
+    dt = jnp.dtype(dtype)
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1, 1), "SAME",
+                                            dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+
+    def pool(x):
+        b, d, hh, ww, c = x.shape
+        return x.reshape(b, d // 2, 2, hh // 2, 2, ww // 2, 2, c).mean(axis=(2, 4, 6))
+
+    def video_train_step(params, clips, labels):
+        def loss_fn(params):
+            h = clips
+            for i in range(len(widths)):
+                h = jax.nn.relu(conv(h, params[f"conv{i}"]))
+                if i % 2 == 1:
+                    h = pool(h)
+            logits = (jnp.mean(h, axis=(1, 2, 3)) @ params["head"]).astype(jnp.float32)
+            return jnp.mean(jax.nn.logsumexp(logits, -1)
+                            - jnp.take_along_axis(logits, labels[:, None], -1)[:, 0])
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 0.05 * g, params, grads), loss
+
+    params = {}
+    cin = 3
+    for i, c in enumerate(widths):
+        params[f"conv{i}"] = sds((3, 3, 3, cin, c), dt, mesh, P())
+        cin = c
+    params["head"] = sds((cin, classes), dt, mesh, P())
+    n = mesh.devices.size * batch
+    clips = sds((n, frames, size, size, 3), dt, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    return video_train_step, (params, clips, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "video_conv3d_f32", "v4", "v4:2x2x1",
+    "C3D-style video classifier (3x3x3 convs, 64-64-128-128-256-256 channels) trained in f32 on v4, "
+    "80 clips of 16x112x112 frames per TensorCore: the f32 feature maps (f32[80,16,112,112,64], 6.12 GiB "
+    "slots) kept for the backward pass exceed 15.25G.",
+    "Fixed variant of video_conv3d_f32_v4: params and clips in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "batch_too_large", "no_remat"]),
+    _video_builder, dict(batch=80, frames=16, size=112, widths=(64, 64, 128, 128, 256, 256), dtype="float32"),
+    dict(batch=80, frames=16, size=112, widths=(64, 64, 128, 128, 256, 256), dtype="bfloat16"),
+    dump=False,
+)
+
+
+# 15.4 a decoder's KV cache kept in f32
+
+
+def _decode_builder(mesh, n_layers, batch, max_len, d_model, heads, kv_heads, d_ff, cache_dtype,
+                    vocab=32000):
+    """One decode step of a GQA decoder-only LM (bf16 weights replicated; RMSNorm, SwiGLU MLP) with a
+    per-layer KV cache k/v [B, max_len, kv_heads, head_dim] in cache_dtype, batch sharded over 'd',
+    donated and updated in place at `pos`."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    cdt = jnp.dtype(cache_dtype)
+    hd = d_model // heads
+    rep = heads // kv_heads
+
+    def rms(x):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6)).astype(bf)
+
+    def decode_step(params, cache, tok, pos):
+        b = tok.shape[0]
+        x = params["embed"][tok]  # [B, D]
+        new = {"k": [], "v": []}
+        valid = jnp.arange(max_len) <= pos
+        for l in range(n_layers):
+            lp = params["layers"][l]
+            h = rms(x)
+            q = (h @ lp["wq"]).reshape(b, kv_heads, rep, hd)
+            k = (h @ lp["wk"]).reshape(b, 1, kv_heads, hd).astype(cdt)
+            v = (h @ lp["wv"]).reshape(b, 1, kv_heads, hd).astype(cdt)
+            kc = jax.lax.dynamic_update_slice_in_dim(cache["k"][l], k, pos, axis=1)
+            vc = jax.lax.dynamic_update_slice_in_dim(cache["v"][l], v, pos, axis=1)
+            new["k"].append(kc)
+            new["v"].append(vc)
+            s = jnp.einsum("bgrd,bsgd->bgrs", q.astype(cdt), kc).astype(f32) * hd ** -0.5
+            p = jax.nn.softmax(jnp.where(valid, s, -1e30), axis=-1)
+            o = jnp.einsum("bgrs,bsgd->bgrd", p.astype(cdt), vc).astype(bf).reshape(b, d_model)
+            x = x + o @ lp["wo"]
+            h = rms(x)
+            x = x + (jax.nn.silu(h @ lp["w_gate"]) * (h @ lp["w_up"])) @ lp["w_down"]
+        logits = (rms(x) @ params["embed"].T).astype(f32)
+        return logits, new
+
+    def w(*shape):
+        return sds(shape, bf, mesh, P())
+
+    params = {"embed": w(vocab, d_model),
+              "layers": [{"wq": w(d_model, d_model), "wk": w(d_model, kv_heads * hd),
+                          "wv": w(d_model, kv_heads * hd), "wo": w(d_model, d_model),
+                          "w_gate": w(d_model, d_ff), "w_up": w(d_model, d_ff), "w_down": w(d_ff, d_model)}
+                         for _ in range(n_layers)]}
+    n = mesh.devices.size * batch
+    cspec = P("d")
+    cache = {kv: [sds((n, max_len, kv_heads, hd), cdt, mesh, cspec) for _ in range(n_layers)]
+             for kv in ("k", "v")}
+    tok = sds((n,), jnp.int32, mesh, P("d"))
+    pos = sds((), jnp.int32, mesh, P())
+    kw = {"donate_argnums": (1,),
+          "out_shardings": (NamedSharding(mesh, P("d")), _shardings(cache))}
+    return decode_step, (params, cache, tok, pos), kw
+
+
+pair(
+    "kv_cache_f32", "v6e", "v6e:2x2",
+    "One decode step of a 32-layer GQA decoder (bf16 weights, 3.9 GiB) on v6e whose KV cache "
+    "(16 sequences x 8192 positions x 8 kv heads x 128 per device and layer) is kept in f32: the cache "
+    "alone is 32 GiB per device and the arguments (35.87G) exceed 31.25G.",
+    "Fixed variant of kv_cache_f32_v6e: the KV cache in bf16 (16 GiB per device); fits.",
+    dict(category="arguments", causes=["f32_precision", "arguments_exceed"]),
+    _decode_builder, dict(n_layers=32, batch=16, max_len=8192, d_model=2048, heads=16, kv_heads=8, d_ff=8192,
+                          cache_dtype="float32"),
+    dict(n_layers=32, batch=16, max_len=8192, d_model=2048, heads=16, kv_heads=8, d_ff=8192,
+         cache_dtype="bfloat16"),
+    dump=False,
+)
+
+
+# 15.5 gradient accumulation written as one gradient of a Python loop's summed loss
+
+
+def _microbatch_builder(mesh, layers, width, batch, micro, grad_per_micro):
+    """Data-parallel bf16 MLP whose step splits the batch into `micro` micro-batches. The broken
+    twin sums the micro-batch losses in a Python loop and takes one gradient of the sum (every
+    micro-batch's activations live until the backward pass); grad_per_micro: the gradient of
+    each micro-batch inside lax.scan, accumulated (the usual gradient accumulation)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf = jnp.bfloat16
+
+    def loss_fn(params, x):
+        h = x
+        for i in range(layers):
+            h = jax.nn.gelu(h @ params[f"dense_{i}"])
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    def train_step(params, x):
+        xs = x.reshape(micro, x.shape[0] // micro, width)
+        xs = jax.lax.with_sharding_constraint(xs, NamedSharding(mesh, P(None, "d")))
+        if grad_per_micro:
+            def acc(carry, xm):
+                l, g = jax.value_and_grad(loss_fn)(params, xm)
+                return _tm(lambda a, b: a + b.astype(a.dtype), carry, (l, g)), None
+
+            zero = (jnp.zeros((), jnp.float32), _tm(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+            (loss, grads), _ = jax.lax.scan(acc, zero, xs)
+        else:
+            def total(params):
+                return sum(loss_fn(params, xs[i]) for i in range(micro))
+
+            loss, grads = jax.value_and_grad(total)(params)
+        return _tm(lambda p, g: p - (0.01 / micro) * g.astype(p.dtype), params, grads), loss / micro
+
+    params = {f"dense_{i}": sds((width, width), bf, mesh, P()) for i in range(layers)}
+    x = sds((batch, width), bf, mesh, P("d"))
+    return train_step, (params, x), {"donate_argnums": (0,)}
+
+
+pair(
+    "microbatch_loss_sum", "v4", "v4:2x2x1",
+    "bf16 MLP (8 x bf16[8192,8192]) on v4, 196608 rows per TensorCore split into 16 micro-batches, but "
+    "the micro-batch losses are summed in a Python loop and differentiated once: all 16 micro-batches' "
+    "activations are live together and exceed 15.25G.",
+    "Fixed variant of microbatch_loss_sum_v4: the gradient of each micro-batch taken inside lax.scan and "
+    "accumulated (f32), one micro-batch's activations live at a time; fits.",
+    dict(category="aggregate", causes=["batch_too_large", "no_remat"]),
+    _microbatch_builder, dict(layers=8, width=8192, batch=8 * 196608, micro=16, grad_per_micro=False),
+    dict(layers=8, width=8192, batch=8 * 196608, micro=16, grad_per_micro=True),
+    dump=False,
+)
+
+
+# 15.6 FSDP over stacked layer params sharded along the layer axis
+
+
+def _fsdp_scan_builder(mesh, n_layers, width, ffn, batch, param_spec):
+    """FSDP training step of a residual MLP stack scanned over stacked params (bf16 [L, D, F] and
+    [L, F, D], checkpointed block), params sharded with `param_spec` and donated, batch over 'd'.
+    ('d', None, None) shards the layer axis the scan slices; (None, 'd', None) shards within a layer."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf = jnp.bfloat16
+
+    @jax.checkpoint
+    def block(h, layer):
+        return h + jax.nn.gelu(h @ layer["w_in"]) @ layer["w_out"], None
+
+    def fsdp_train_step(params, x):
+        def loss_fn(params):
+            h, _ = jax.lax.scan(block, x, params["layers"])
+            return jnp.mean(h.astype(jnp.float32) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    spec = _P(*param_spec)
+    params = {"layers": {"w_in": sds((n_layers, width, ffn), bf, mesh, spec),
+                         "w_out": sds((n_layers, ffn, width), bf, mesh, spec)}}
+    x = sds((batch, width), bf, mesh, P("d"))
+    kw = {"donate_argnums": (0,), "out_shardings": (_shardings(params), NamedSharding(mesh, P()))}
+    return fsdp_train_step, (params, x), kw
+
+
+pair(
+    "fsdp_layer_axis", "v5e", "v5e:2x2",
+    "FSDP training step of 64 scanned residual MLP blocks (bf16[64,4096,16384] and [64,16384,4096], 16 GiB) "
+    "whose stacked params are sharded P('d', None, None) along the layer axis that lax.scan slices: the "
+    "partitioner gathers whole stacks (8 GiB buffers) onto every device and exceeds HBM.",
+    "Fixed variant of fsdp_layer_axis_v5e: the stacks sharded P(None, 'd', None), within each layer (one "
+    "layer gathered per scan step); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["replicated_tensor"]),
+    _fsdp_scan_builder, dict(n_layers=64, width=4096, ffn=16384, batch=4 * 2048, param_spec=("d", None, None)),
+    dict(n_layers=64, width=4096, ffn=16384, batch=4 * 2048, param_spec=(None, "d", None)),
+    dump=True,
+)
+
+
+# 15.7 a retrieval step that scores every query against the whole database at once
+
+
+def _retrieval_builder(mesh, queries, db_size, dim, k, block=None):
+    """Exact maximum-inner-product search: bf16 queries [Q, dim] sharded over 'd', a bf16 database
+    [N, dim] replicated, the top k ids and scores per query. block: the database scanned in blocks
+    of `block` rows (lax.scan), a running top-k merged per block."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def search(db, q):
+        if block is None:
+            return jax.lax.top_k((q @ db.T).astype(f32), k)
+        blocks = db.reshape(db_size // block, block, dim)
+
+        def body(best, xs):
+            db_b, off = xs
+            s = (q @ db_b.T).astype(f32)
+            vals = jnp.concatenate([best[0], s], axis=-1)
+            ids = jnp.concatenate([best[1], jnp.broadcast_to(off + jnp.arange(block, dtype=jnp.int32), s.shape)],
+                                  axis=-1)
+            v, i = jax.lax.top_k(vals, k)
+            return (v, jnp.take_along_axis(ids, i, axis=-1)), None
+
+        init = (jnp.full((q.shape[0], k), -jnp.inf, f32), jnp.zeros((q.shape[0], k), jnp.int32))
+        offs = jnp.arange(db_size // block, dtype=jnp.int32) * block
+        best, _ = jax.lax.scan(body, init, (blocks, offs))
+        return best
+
+    db = sds((db_size, dim), jnp.bfloat16, mesh, P())
+    q = sds((queries, dim), jnp.bfloat16, mesh, P("d"))
+    return search, (db, q), {}
+
+
+pair(
+    "retrieval_topk", "v5p", "v5p:2x2x1",
+    "Exact top-100 inner-product search on v5p, 8192 queries per device against a replicated bf16 "
+    "database of 8388608 x 256: the scores of every query against every row, bf16[8192,8388608] "
+    "(128 GiB per device), exceed 95.74G.",
+    "Fixed variant of retrieval_topk_v5p: the database scanned in blocks of 65536 rows (lax.scan) with a "
+    "running top-100; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _retrieval_builder, dict(queries=4 * 8192, db_size=8388608, dim=256, k=100),
+    dict(queries=4 * 8192, db_size=8388608, dim=256, k=100, block=65536),
+    dump=True,
+)
+
+
+# 15.8 a full Hessian where a Hessian-vector product was meant
+
+
+def _hessian_builder(mesh, batch, d_in, hidden, full):
+    """Newton-CG-style curvature of a small f32 MLP regression loss with respect to the first layer's
+    weights w1 [d_in, hidden] (flattened P = d_in * hidden parameters), data sharded over 'd'.
+    full: jax.hessian (jacfwd of jacrev: P tangents pushed through the whole batch, a [P, P] result)
+    contracted with v afterwards; otherwise the Hessian-vector product jax.jvp(jax.grad(f), (w,), (v,))."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def curvature(params, v, x, y):
+        def f(w1):
+            h = jnp.tanh(x @ w1)
+            return jnp.mean((h @ params["w2"] - y) ** 2)
+
+        w1 = params["w1"]
+        if full:
+            hess = jax.hessian(f)(w1).reshape(w1.size, w1.size)
+            return (hess @ v.reshape(-1)).reshape(w1.shape)
+        return jax.jvp(jax.grad(f), (w1,), (v,))[1]
+
+    params = {"w1": sds((d_in, hidden), f32, mesh, P()), "w2": sds((hidden, 1), f32, mesh, P())}
+    v = sds((d_in, hidden), f32, mesh, P())
+    x = sds((batch, d_in), f32, mesh, P("d"))
+    y = sds((batch, 1), f32, mesh, P("d"))
+    return curvature, (params, v, x, y), {}
+
+
+pair(
+    "hessian_full", "v5p", "v5p:2x2x1",
+    "Newton-CG curvature of an MLP loss on v5p computed with jax.hessian with respect to w1 f32[512,256] "
+    "(131072 parameters) and then multiplied by v, where a Hessian-vector product was meant: the "
+    "forward-over-reverse tangents f32[131072,1024,256] (128 GiB per device) exceed 95.74G.",
+    "Fixed variant of hessian_full_v5p: the Hessian-vector product jax.jvp(jax.grad(f), (w1,), (v,)); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _hessian_builder, dict(batch=4 * 1024, d_in=512, hidden=256, full=True),
+    dict(batch=4 * 1024, d_in=512, hidden=256, full=False),
+    dump=True,
+)
+
+
+# 15.9 an encoder-decoder (T5-style) with cross attention over a long source, no remat
+
+
+def _encdec_builder(mesh, batch, src_len, tgt_len, d_model, heads, n_dec, remat):
+    """T5-style decoder stack (bf16; causal self-attention, cross attention to the encoder output,
+    ReLU MLP) scanned over stacked layer params, trained with a next-token loss; the encoder output
+    [B, src_len, D] is an input (the encoder is frozen). remat: the decoder block under
+    jax.checkpoint."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def ln(x):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6)).astype(bf)
+
+    def attend(q, k, v, mask=None):
+        b, sq, _ = q.shape
+        sk = k.shape[1]
+        q, k, v = q.reshape(b, sq, heads, hd), k.reshape(b, sk, heads, hd), v.reshape(b, sk, heads, hd)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32)
+        if mask is not None:
+            s = jnp.where(mask, s, -1e9)
+        p = jax.nn.softmax(s, axis=-1).astype(bf)
+        return jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, sq, d_model)
+
+    def encdec_train_step(params, enc_out, tokens):
+        causal = jnp.tril(jnp.ones((tgt_len, tgt_len), bool))
+
+        def block(x, lp):
+            h = ln(x)
+            x = x + attend(h @ lp["sq"], h @ lp["sk"], h @ lp["sv"], causal) @ lp["so"]
+            h = ln(x)
+            x = x + attend(h @ lp["cq"], enc_out @ lp["ck"], enc_out @ lp["cv"]) @ lp["co"]
+            x = x + jax.nn.relu(ln(x) @ lp["w_up"]) @ lp["w_down"]
+            return x, None
+
+        body = jax.checkpoint(block) if remat else block
+
+        def loss_fn(params):
+            x = params["embed"][tokens[:, :-1]]
+            x, _ = jax.lax.scan(body, x, params["dec"])
+            logits = (ln(x) @ params["embed"].T).astype(f32)
+            tgt = tokens[:, 1:]
+            return jnp.mean(jax.nn.logsumexp(logits, -1)
+                            - jnp.take_along_axis(logits, tgt[..., None], -1)[..., 0])
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-4 * g.astype(p.dtype), params, grads), loss
+
+    L, D = n_dec, d_model
+    dec = {n: sds((L, D, D), bf, mesh, P()) for n in ("sq", "sk", "sv", "so", "cq", "ck", "cv", "co")}
+    dec["w_up"] = sds((L, D, 4 * D), bf, mesh, P())
+    dec["w_down"] = sds((L, 4 * D, D), bf, mesh, P())
+    params = {"embed": sds((32128, D), bf, mesh, P()), "dec": dec}
+    n = mesh.devices.size * batch
+    enc_out = sds((n, src_len, D), bf, mesh, P("d"))
+    tokens = sds((n, tgt_len + 1), jnp.int32, mesh, P("d"))
+    return encdec_train_step, (params, enc_out, tokens), {"donate_argnums": (0,)}
+
+
+pair(
+    "encdec_cross_attention", "v5p", "v5p:2x2x1",
+    "T5-style decoder stack (24 layers, d_model 2048, 16 heads, bf16) trained on v5p with cross attention "
+    "to 8192-token encoder outputs, 12 sequences of 1024 target tokens per device, scanned without "
+    "jax.checkpoint: every layer's cross-attention scores (stacked f32[24,12,16,1024,8192], 144 GiB) are "
+    "saved for the backward pass and exceed 95.74G.",
+    "Fixed variant of encdec_cross_attention_v5p: jax.checkpoint on the scanned decoder block; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["no_remat", "large_activation", "batch_too_large"]),
+    _encdec_builder, dict(batch=12, src_len=8192, tgt_len=1024, d_model=2048, heads=16, n_dec=24, remat=False),
+    dict(batch=12, src_len=8192, tgt_len=1024, d_model=2048, heads=16, n_dec=24, remat=True),
+    dump=False,
+)
+
+
+# 15.10 nucleus (top-p) sampling that sorts the whole vocabulary
+
+
+def _nucleus_builder(mesh, batch, d_model, vocab, full_sort, candidates=256, top_p=0.9):
+    """Top-p sampling of the next token for a batch of sequences (rollout generation): f32 logits
+    [B, V] from the final hidden states (bf16 unembedding replicated, sequences over 'd').
+    full_sort: the candidates ordered with jnp.argsort over the whole vocabulary; otherwise
+    lax.top_k(logits, candidates) and the nucleus within those."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def sample_top_p(params, h, key):
+        logits = (h @ params["unembed"]).astype(f32)  # [B, V]
+        if full_sort:
+            order = jnp.argsort(-logits, axis=-1)
+            cand = jnp.take_along_axis(logits, order, axis=-1)
+        else:
+            cand, order = jax.lax.top_k(logits, candidates)
+        probs = jax.nn.softmax(cand, axis=-1)
+        keep = jnp.cumsum(probs, axis=-1) - probs < top_p
+        pick = jax.random.categorical(key, jnp.where(keep, cand, -jnp.inf), axis=-1)
+        return jnp.take_along_axis(order, pick[:, None], axis=-1)[:, 0]
+
+    params = {"unembed": sds((d_model, vocab), jnp.bfloat16, mesh, P())}
+    h = sds((mesh.devices.size * batch, d_model), jnp.bfloat16, mesh, P("d"))
+    key = sds((2,), jnp.uint32, mesh, P())
+    return sample_top_p, (params, h, key), {}
+
+
+pair(
+    "nucleus_sort", "v6e", "v6e:2x2",
+    "Top-p sampling of the next token for 16384 rollouts per device on v6e (vocabulary 128256) that "
+    "orders the candidates with jnp.argsort over the whole vocabulary: the f32 logits, the sort's "
+    "keys, permutation and sorted copies ([16384,128256], 7.83 GiB each) exceed 31.25G.",
+    "Fixed variant of nucleus_sort_v6e: lax.top_k(logits, 256) and the nucleus within those 256 "
+    "candidates; fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _nucleus_builder, dict(batch=16384, d_model=4096, vocab=128256, full_sort=True),
+    dict(batch=16384, d_model=4096, vocab=128256, full_sort=False),
+    dump=True,
+)
+
+
+# 15.11 a tokenized dataset kept on the device, replicated
+
+
+def _dataset_builder(mesh, n_seqs, seq, batch, vocab, d_model, data_spec):
+    """Language-model step whose whole tokenized dataset lives in HBM (int32 [n_seqs, seq], an
+    argument, not donated) for a host-free input pipeline: each step gathers its `batch`
+    sequences by index, then a small bf16 model (embedding, GELU MLP, tied softmax) with SGD.
+    data_spec () replicates the dataset on every device, ('d', None) shards its rows."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def train_step(params, dataset, idx):
+        tokens = jax.lax.with_sharding_constraint(dataset[idx], NamedSharding(mesh, P("d")))
+
+        def loss_fn(params):
+            x = params["embed"][tokens[:, :-1]]
+            h = x + jax.nn.gelu(x @ params["w1"]) @ params["w2"]
+            logits = (h @ params["embed"].T).astype(f32)
+            tgt = tokens[:, 1:]
+            return jnp.mean(jax.nn.logsumexp(logits, -1)
+                            - jnp.take_along_axis(logits, tgt[..., None], -1)[..., 0])
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {"embed": sds((vocab, d_model), bf, mesh, P()),
+              "w1": sds((d_model, 4 * d_model), bf, mesh, P()),
+              "w2": sds((4 * d_model, d_model), bf, mesh, P())}
+    dataset = sds((n_seqs, seq), jnp.int32, mesh, _P(*data_spec))
+    idx = sds((mesh.devices.size * batch,), jnp.int32, mesh, P())
+    return train_step, (params, dataset, idx), {"donate_argnums": (0,)}
+
+
+pair(
+    "dataset_replicated", "v5e", "v5e:2x2",
+    "Language-model step that keeps its whole tokenized dataset in HBM (int32[2097152,2048], 16 GiB) and "
+    "gathers each batch by index, the dataset passed replicated P() where P('d', None) was meant: the "
+    "dataset alone exceeds HBM on every device.",
+    "Fixed variant of dataset_replicated_v5e: the dataset's rows sharded P('d', None) (4 GiB per device); "
+    "fits.",
+    dict(category="arguments", category_also=["single_large_allocation"],
+         causes=["replicated_tensor", "arguments_exceed"]),
+    _dataset_builder, dict(n_seqs=2097152, seq=2048, batch=16, vocab=32768, d_model=1024, data_spec=()),
+    dict(n_seqs=2097152, seq=2048, batch=16, vocab=32768, d_model=1024, data_spec=("d", None)),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
