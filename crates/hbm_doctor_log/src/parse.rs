@@ -3137,18 +3137,25 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
                 if !shapes.starts_with('(') {
                     let first = shapes.split(", ").next().unwrap_or(shapes);
                     let first = first.split('×').next_back().unwrap_or(first).to_string();
-                    // A slot holds each of its values in turn: its logical size is the largest's.
-                    let unpadded = shapes
+                    // A slot holds each of its values in turn: its logical size is the largest's,
+                    // and that value is what the slot is sized for (`bf16[2048,16384], ...,
+                    // 2×bf16[64,16384,4096]` in an 8 GiB slot is the stacked parameters, not the
+                    // 64 MiB activation listed first).
+                    let largest = shapes
                         .split(", ")
                         .filter_map(|v| {
-                            hbm_doctor_hlo::Shape::parse(v.split('×').next_back().unwrap_or(v))
+                            let v = v.split('×').next_back().unwrap_or(v);
+                            hbm_doctor_hlo::Shape::parse(v).map(|sh| (sh.unpadded_bytes(), v))
                         })
-                        .map(|sh| sh.unpadded_bytes())
-                        .max();
+                        .fold(None, |best: Option<(u64, &str)>, (b, v)| match best {
+                            Some((bb, _)) if bb >= b => best,
+                            _ => Some((b, v)),
+                        });
+                    let unpadded = largest.map(|(b, _)| b);
                     usage_rows.push(Allocation {
                         size_bytes: size(&c, 2).unwrap_or(0),
                         unpadded_bytes: unpadded,
-                        shape: Some(first),
+                        shape: Some(largest.map_or(first, |(_, v)| v.to_string())),
                         label: (c[4].trim() != "1").then(|| {
                             format!(
                                 "slot shared by {} values: {}",
