@@ -116,11 +116,11 @@ fn p() -> &'static Patterns {
         tvm_storage: re(r"storage allocation failure, attempted to allocate (\d+) at offset \d+ in region that is (\d+)\s*bytes"),
         // Vulkan (ncnn, ggml): `vkAllocateMemory failed -1`, `ErrorOutOfDeviceMemory`.
         vulkan: re(r"vkAllocateMemory failed|ErrorOutOfDeviceMemory"),
-        // PyTorch's host allocator named by its source file (`enforce fail at CPUAllocator.cpp`,
-        // the message's first words, as users quote it).
         // text-generation-inference's warm-up: `Not enough memory to handle 4096 prefill tokens.
         // You need to decrease --max-batch-prefill-tokens` (the KV cache and the prefill batch).
         tgi_prefill: re(r"Not enough memory to handle (\d+) prefill tokens"),
+        // PyTorch's host allocator named by its source file alone (`enforce fail at
+        // CPUAllocator.cpp`, the message's first words, as users quote it).
         cpu_enforce: re(r"enforce fail at (?:\w+[/\\])*CPUAllocator\.cpp"),
         // Figures a wrapper prints under a CUDA out-of-memory (XGBoost's `- Free memory:
         // 53.1098GB\n- Requested memory: 64GB`, TensorRT's `Requested amount of GPU memory
@@ -222,6 +222,12 @@ fn bytes(c: &regex::Captures<'_>, i: usize) -> Option<u64> {
     parse_size(&s).or_else(|| s.trim().parse().ok())
 }
 
+fn host_event(line: u64, flat: &str) -> Event {
+    let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+    e.memory_space = Some(MemorySpace::Host);
+    e
+}
+
 fn gpu_event(line: u64, family: Family, flat: &str) -> Event {
     let mut e = new_event(line, family, Phase::Runtime, flat);
     e.backend = Some(Backend::Gpu);
@@ -256,8 +262,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         }
     }
     if let Some(m) = pat.win_paging.find(flat).filter(on_first) {
-        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
-        e.memory_space = Some(MemorySpace::Host);
+        let e = host_event(line, flat);
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(c) = at_head(&pat.miopen) {
@@ -266,8 +271,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.pinned) {
-        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
-        e.memory_space = Some(MemorySpace::Host);
+        let mut e = host_event(line, flat);
         e.requested_bytes = bytes(&c, 1);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
@@ -352,11 +356,10 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         }
         return Some((Piece::Event(Box::new(e)), end));
     }
-    if let Some(c) = at_head(&pat.cpu_allocator) {
-        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
+    if let Some(c) = at_head(&pat.cpu_allocator).or_else(|| at_head(&pat.cpu_enforce)) {
+        let mut e = host_event(line, flat);
         e.framework = Some(Framework::Pytorch);
-        e.memory_space = Some(MemorySpace::Host);
-        e.requested_bytes = c[1].parse().ok();
+        e.requested_bytes = c.get(1).and_then(|m| m.as_str().parse().ok());
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     // The older message whole, or cut after its capacity (the same first four figures).
@@ -397,17 +400,14 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.numpy_host) {
-        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
-        e.memory_space = Some(MemorySpace::Host);
+        let mut e = host_event(line, flat);
         e.requested_bytes = parse_size(&format!("{} {}", c[1].trim_end_matches('.'), &c[2]));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.ggml_buffer) {
         let backend = c.get(1).or(c.get(2)).map_or("", |m| m.as_str());
         let mut e = if backend == "cpu" {
-            let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
-            e.memory_space = Some(MemorySpace::Host);
-            e
+            host_event(line, flat)
         } else if backend.starts_with("cuda") {
             gpu_event(line, Family::CudaOom, flat)
         } else {
@@ -438,12 +438,6 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.framework = Some(Framework::Pytorch);
         e.message = format!("not enough memory for {} prefill tokens", &c[1]);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
-    }
-    if let Some(m) = pat.cpu_enforce.find(flat).filter(on_first) {
-        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
-        e.framework = Some(Framework::Pytorch);
-        e.memory_space = Some(MemorySpace::Host);
-        return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(c) = at_head(&pat.catboost) {
         let mut e = gpu_event(line, Family::Unrecognized, flat);
@@ -494,8 +488,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(m) = pat.llvm_jit.find(flat).filter(on_first) {
-        let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
-        e.memory_space = Some(MemorySpace::Host);
+        let e = host_event(line, flat);
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(m) = pat.vllm_negative.find(flat).filter(on_first) {
