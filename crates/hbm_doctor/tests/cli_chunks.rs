@@ -89,3 +89,47 @@ fn chunk_boundaries_change_nothing() {
         assert_eq!(events_json(&v), want, "stdin, {dump_lines} dump lines");
     }
 }
+
+/// A file of 64 MiB or more is scanned through a memory map, in windows, its scanned pages
+/// released as it goes: the same events as one scan of the whole text, and the same output as
+/// the streamed read (`HBM_DOCTOR_NO_MMAP=1`), whatever the windows cut.
+#[test]
+fn mapped_file_reads_like_the_stream() {
+    let dir = scratch("mapped");
+    let mut text = log(80_000);
+    let oom = b"jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes.\n";
+    let line = b"I1126 10:00:02.000000 1 train.py:88] step 9 loss 1.0000 lr 3e-4\n";
+    // OOMs cut by later window boundaries (every 8 MiB) and the last line of the file.
+    for boundary in [5usize, 8, 9] {
+        while text.len() < boundary * 8 * 1024 * 1024 - 30 {
+            text.extend_from_slice(line);
+        }
+        text.extend_from_slice(oom);
+    }
+    text.extend_from_slice(oom);
+    assert!(text.len() >= 64 * 1024 * 1024);
+    let want: Vec<(u64, u64)> = scan_all(&text)
+        .iter()
+        .map(|e| (e.line, e.requested_bytes.unwrap_or(0)))
+        .collect();
+    assert!(want.len() >= 5, "{want:?}");
+    let path = dir.join("train-mapped.log");
+    std::fs::write(&path, &text).expect("write");
+    let run = |no_mmap: bool| {
+        let mut cmd = bin();
+        cmd.args(["explain", "--format", "json"]).arg(&path);
+        if no_mmap {
+            cmd.env("HBM_DOCTOR_NO_MMAP", "1");
+        }
+        cmd.output().expect("runs").stdout
+    };
+    let mapped = run(false);
+    let v: serde_json::Value = serde_json::from_slice(&mapped).expect("json");
+    assert_eq!(events_json(&v), want, "mapped");
+    assert_eq!(
+        String::from_utf8_lossy(&mapped),
+        String::from_utf8_lossy(&run(true)),
+        "mapped and streamed"
+    );
+    let _ = std::fs::remove_file(&path);
+}

@@ -40,8 +40,7 @@ pub fn run(args: &ExplainArgs, global: &GlobalArgs) -> Result<u8> {
     let scanned = if evidence.is_some() && args.file.is_none() && stdin_is_terminal {
         input::scan(Box::new(std::io::empty()), "<evidence>".into())?
     } else {
-        let (reader, name) = input::open(args.file.as_deref())?;
-        input::scan(reader, name)?
+        input::scan_path(args.file.as_deref())?
     };
     if scanned.bytes == 0 && evidence.is_none() {
         bail!(
