@@ -92,9 +92,10 @@ fn p() -> &'static Patterns {
             r"Allocation\s+on\s+device\s*(\d*)\s+would\s+exceed\s+allowed\s+memory|OutOfMemoryError:\s*Allocation\s+on\s+device\b",
         ),
         // PaddlePaddle's allocator: `Out of memory error on GPU 0. Cannot allocate 18.062744MB
-        // memory on GPU 0, available memory is only 17.537501MB.`
+        // memory on GPU 0, available memory is only 17.537501MB.`; newer releases name what is
+        // allocated: `..., 1.204346GB memory has been allocated and available memory is only ...`.
         paddle: re(&format!(
-            r"Out of memory error on GPU (\d+)\.\s*Cannot allocate\s*{SZ}\s*memory on GPU \d+,\s*available memory is only\s*{SZ}"
+            r"Out of memory error on GPU (\d+)\.\s*Cannot allocate\s*{SZ}\s*memory on GPU \d+,\s*(?:{SZ}\s*memory has been allocated and\s*)?available memory is only\s*{SZ}"
         )),
         // llama.cpp's page-locked host buffer: `WARNING: failed to allocate 82120.00 MB of
         // pinned memory: out of memory` (host memory, the KV cache or weights kept on the host).
@@ -126,7 +127,7 @@ fn p() -> &'static Patterns {
         // 53.1098GB\n- Requested memory: 64GB`, TensorRT's `Requested amount of GPU memory
         // (15485030400 bytes)`, Faiss's `failed to cudaMalloc 47064032 bytes`).
         figures_told: re(&format!(
-            r"(?:Free memory:\s*{SZ})|(?:Requested memory:\s*{SZ})|(?:Requested amount of GPU memory \((\d+) bytes\))|(?:cudaMalloc\s+(\d+)\s+bytes)|(?:failed\s+to\s+alloc\s+(\d+)\s+bytes)"
+            r"(?:Free memory:\s*{SZ})|(?:Requested memory:\s*{SZ})|(?:Requested amount of GPU memory \((\d+) bytes\))|(?:cudaMalloc\s+(\d+)\s+bytes)|(?:failed\s+to\s+alloc\s+(\d+)\s+bytes)|(?:Requested size was (\d+) bytes)"
         )),
         // PyTorch on Apple silicon: `MPS backend out of memory (MPS allocated: 8.93 GB, other
         // allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private
@@ -161,8 +162,10 @@ fn p() -> &'static Patterns {
         // `failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED`: cuBLAS found no
         // memory for its handle, the device already taken (a preallocating framework or another
         // process); the fix users report is a smaller pool or allow_growth.
+        // TensorRT: `Cuda Error in nvinfer1::internal::DefaultAllocator::allocate: 2 (out of
+        // memory)`, and (8.x) `Error Code 2: OutOfMemory (Requested size was N bytes.)`.
         cuda_driver: re(
-            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|Cuda Error in \w+: 2 \(out of memory\)|Cuda Runtime \(out of memory\)|RMM failure at[^\n]{0,240}?(?:Maximum pool size exceeded|out of memory)|Runtime error: out of memory [^\s]+\.(?:hpp|cpp|cu|h):\d+|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|Failed to determine best cudnn convolution algorithm|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize|cuSolver has not been initialized|GetBlasGemmAlgorithms|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|Cuda Error in [\w:]+: 2 \(out of memory\)|Error Code \d+: OutOfMemory|Cuda Runtime \(out of memory\)|RMM failure at[^\n]{0,240}?(?:Maximum pool size exceeded|out of memory)|Runtime error: out of memory [^\s]+\.(?:hpp|cpp|cu|h):\d+|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|Failed to determine best cudnn convolution algorithm|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize|cuSolver has not been initialized|GetBlasGemmAlgorithms|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
@@ -280,7 +283,8 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         let mut e = gpu_event(line, Family::Unrecognized, flat);
         e.device = Some(format!("GPU {}", &c[1]));
         e.requested_bytes = bytes(&c, 2);
-        e.free_bytes = bytes(&c, 3);
+        e.used_bytes = bytes(&c, 3);
+        e.free_bytes = bytes(&c, 4);
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.torch_async) {
@@ -454,6 +458,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
                 c.get(3)
                     .or(c.get(4))
                     .or(c.get(5))
+                    .or(c.get(6))
                     .and_then(|m| m.as_str().parse().ok())
             });
         }

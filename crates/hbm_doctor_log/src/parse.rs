@@ -299,11 +299,21 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"cuSolver has not been initialized",
             b"GetBlasGemmAlgorithms",
             b"terminated with signal SIGKILL",
+            // TensorRT 8+: `Error Code 2: OutOfMemory (Requested size was N bytes.)`.
+            b": OutOfMemory",
             "已杀死".as_bytes(),
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
         if !quick && !rare {
+            continue;
+        }
+        // TensorRT's builder logs `Error Code 2: OutOfMemory` for a tactic whose workspace it
+        // could not get, then skips the tactic (`Skipping tactic ... due to insufficient
+        // memory`) and goes on: not the failure.
+        if memchr::memmem::find(raw, b": OutOfMemory").is_some()
+            && memchr::memmem::find(input, b"Skipping tactic").is_some()
+        {
             continue;
         }
         let text = crate::clean::clean_line(raw);
@@ -354,7 +364,7 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
     let [oom, talk, first_person, change, template, machine] = built_in(
         &RES,
         [
-            r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram))\b",
+            r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?))\b",
             r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed)\b|n't\b",
             r"(?i)\b(?:i|i'm|i've|im|my|me|we|our|us)\b",
             r"(?im)this pr\b|this pull request|this change|this patch|this commit|\bmerged\b|^#+\s*(?:changes|summary|motivation|what does this)|changelog|^\s*(?:fixes|closes|resolves) #|\blgtm\b|co-authored-by",
@@ -393,42 +403,14 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
             if (sentence.contains('?') || !issue) && !mine {
                 continue;
             }
-            let lower = sentence.to_ascii_lowercase();
-            let has = |ks: &[&str]| ks.iter().any(|k| lower.contains(k));
-            // A word standing alone (`cpu` in `+cpu`, a version tag, is not the host).
-            let has_word = |ks: &[&str]| {
-                ks.iter().any(|k| {
-                    lower.match_indices(k).any(|(i, _)| {
-                        let before = lower[..i].chars().next_back();
-                        let after = lower[i + k.len()..].chars().next();
-                        before.is_none_or(|c| c == ' ' || c == '-' || c == '(')
-                            && after.is_none_or(|c| !c.is_ascii_alphanumeric())
-                    })
-                })
-            };
-            // The memory the sentence names decides over the device it names (`the TPU VM
-            // runs out of RAM` is the host's).
-            let (family, backend, space) = if has(&["cuda", "gpu", "vram", "nvidia", "graphic"]) {
-                (
-                    Family::CudaOom,
-                    Some(Backend::Gpu),
-                    Some(MemorySpace::Device),
-                )
-            } else if !has(&["tpu memory", "hbm"]) && has_word(&["ram", "cpu", "host", "killed"])
-                || has(&["system memory"])
-            {
-                (Family::HostOom, None, Some(MemorySpace::Host))
-            } else if has(&["tpu", "hbm"]) {
-                (
-                    Family::Unrecognized,
-                    Some(Backend::Tpu),
-                    Some(MemorySpace::Hbm),
-                )
-            } else {
-                (Family::Unrecognized, None, None)
+            // The memory the sentence names decides; when it names none, the rest of its line
+            // (`it OOM'd a regular colab ... Why does it require >30GB of RAM to run?`).
+            let (family, backend, space) = match told_memory(sentence) {
+                (Family::Unrecognized, None, None) => told_memory(line),
+                found => found,
             };
             // `a permanent compile error`, `OOM while compiling`: the compiler's failure.
-            let phase = if has(&["compil"]) {
+            let phase = if sentence.to_ascii_lowercase().contains("compil") {
                 Phase::Compile
             } else {
                 Phase::Runtime
@@ -441,6 +423,44 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
         }
     }
     None
+}
+
+/// The family, backend and memory a told failure's words name (`None`s when they name none).
+/// The memory named decides over the device named (`the TPU VM runs out of RAM` is the host's).
+fn told_memory(words: &str) -> (Family, Option<Backend>, Option<MemorySpace>) {
+    let lower = words.to_ascii_lowercase();
+    let has = |ks: &[&str]| ks.iter().any(|k| lower.contains(k));
+    // A word standing alone (`cpu` in `+cpu`, a version tag, is not the host).
+    let has_word = |ks: &[&str]| {
+        ks.iter().any(|k| {
+            lower.match_indices(k).any(|(i, _)| {
+                let before = lower[..i].chars().next_back();
+                let after = lower[i + k.len()..].chars().next();
+                before.is_none_or(|c| c == ' ' || c == '-' || c == '(' || c == '>')
+                    && after.is_none_or(|c| !c.is_ascii_alphanumeric())
+            })
+        })
+    };
+    if has(&["cuda", "gpu", "vram", "nvidia", "graphic"]) {
+        (
+            Family::CudaOom,
+            Some(Backend::Gpu),
+            Some(MemorySpace::Device),
+        )
+    } else if !has(&["tpu memory", "hbm"])
+        && has_word(&["ram", "cpu", "host", "killed", "laptop"])
+        || has(&["system memory", "my system", "my machine", "my computer"])
+    {
+        (Family::HostOom, None, Some(MemorySpace::Host))
+    } else if has(&["tpu", "hbm"]) {
+        (
+            Family::Unrecognized,
+            Some(Backend::Tpu),
+            Some(MemorySpace::Hbm),
+        )
+    } else {
+        (Family::Unrecognized, None, None)
+    }
 }
 
 /// A line's sentences: split after `.`, `!` or `?` followed by a space.
@@ -2802,24 +2822,12 @@ fn prose_report(h: &Headline<'_>) -> Read {
     let Some(end) = found.or_else(|| title.then_some(first.len())) else {
         return Read::Next;
     };
-    let gpu = ["cuda", "gpu", "vram", "nvidia"]
-        .iter()
-        .any(|k| lower.contains(k));
-    let family = if gpu {
-        Family::CudaOom
-    } else {
-        Family::Unrecognized
-    };
-    let host = lower.contains("host oom") || lower.contains("host memory");
-    let family = if host { Family::HostOom } else { family };
+    // The memory the line names (the same words as a failure told in prose).
+    let (family, backend, space) = told_memory(first);
     let mut e = new_event(h.line, family, Phase::Runtime, h.flat);
     e.told = true;
-    if host {
-        e.memory_space = Some(MemorySpace::Host);
-    } else if gpu {
-        e.backend = Some(Backend::Gpu);
-        e.memory_space = Some(MemorySpace::Device);
-    }
+    e.backend = backend;
+    e.memory_space = space;
     Read::Found((Piece::Event(Box::new(e)), end))
 }
 
@@ -2923,6 +2931,19 @@ fn generic(h: &Headline<'_>) -> Read {
             .any(|k| before.contains(k))
             && ["lead", "cause", "result"].iter().any(|k| before.contains(k)));
     if remedy && !first.contains(':') {
+        return Read::Stop;
+    }
+    // A commit's or pull request's title (`fix batch_size in transformer_main.py which causes
+    // ResourceExhaustedError: OOM during training`): it starts with the fix and names the
+    // failure as what the fixed thing caused; a printed message never starts with `fix`.
+    let opening = before.trim_start_matches(['-', '*', '#', ' ', '[', ']']);
+    let fix_title = ["fix ", "fixes ", "fixed ", "fixing ", "avoid ", "prevent "]
+        .iter()
+        .any(|k| opening.starts_with(k))
+        && ["caus", "lead", "result", "trigger"]
+            .iter()
+            .any(|k| before.contains(k));
+    if fix_title {
         return Read::Stop;
     }
     // A failure and its fix told together (`... results in an out of memory error. Changing
