@@ -35,7 +35,8 @@ fn patterns() -> &'static Patterns {
         let re = |s: &str| Regex::new(&crate::parse::ascii_classes(s)).expect("valid built-in regex");
         Patterns {
             ansi: re(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07"),
-            bare_ansi: re(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m"),
+            // (`[m` alone only before a non-word byte: `[malloc_or_wait]`, `[model]` are text.)
+            bare_ansi: re(r"\[(?:\d{1,3}(?:;\d{1,3})*m|m\b)"),
             prefixes: vec![
                 // glog: E1121 23:09:56.211174 2507 file.cc:3781]
                 re(r"^[IWEF]\d{4} [\d:.]+\s+\d+\s+[^\]]+?:\d+\]\s?"),

@@ -30,6 +30,7 @@ struct Patterns {
     cpu_enforce: Regex,
     tgi_prefill: Regex,
     figures_told: Regex,
+    mlx: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -62,9 +63,10 @@ fn p() -> &'static Patterns {
         // capacity of 14.75 GiB of which 3.06 MiB is free."
         // Users retype and re-wrap it: any case, spaces dropped or doubled, a line break for a
         // space, the typo `capacty` (torch 2.1), the period after the request lost, a word
-        // doubled by a screenshot's text recognition (`of whi ich`).
+        // doubled by a screenshot's text recognition (`of whi ich`), the text cut after the free
+        // figure (`of which 402.38 MiB` and no more).
         torch_new: re(&format!(
-            r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d*)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+wh(?:ich|[a-z]{{1,3}}\s+[a-z]{{0,3}}ich)\s*{SZ}\s*is\s+free\b"
+            r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d*)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+wh(?:ich|[a-z]{{1,3}}\s+[a-z]{{0,3}}ich)\s*{SZ}(?:\s*is\s+free\b|[ \t]*(?m:$))"
         )),
         // older: "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total
         // capacity; 12.23 GiB already allocated; 1.43 GiB free; 13.23 GiB reserved in total by
@@ -129,6 +131,12 @@ fn p() -> &'static Patterns {
         figures_told: re(&format!(
             r"(?:Free memory:\s*{SZ})|(?:Requested memory:\s*{SZ})|(?:Requested amount of GPU memory \((\d+) bytes\))|(?:cudaMalloc\s+(\d+)\s+bytes)|(?:failed\s+to\s+alloc\s+(\d+)\s+bytes)|(?:Requested size was (\d+) bytes)"
         )),
+        // Apple's MLX: `[malloc_or_wait] Unable to allocate 12 bytes.`, `[metal::malloc]
+        // Attempting to allocate N bytes which is greater than the maximum allowed buffer size
+        // of M bytes.`
+        mlx: re(
+            r"\[(?:malloc_or_wait|metal::malloc)\]\s*(?:Unable to allocate (\d+) bytes|Attempting to allocate (\d+) bytes which is greater than the maximum allowed buffer size of (\d+) bytes)",
+        ),
         // PyTorch on Apple silicon: `MPS backend out of memory (MPS allocated: 8.93 GB, other
         // allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private
         // pool.` (the limit is the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO of the unified
@@ -248,6 +256,17 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         re.captures(flat)
             .filter(|c| c.get(0).is_some_and(|m| on_first(&m)))
     };
+    if let Some(c) = at_head(&pat.mlx) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Device);
+        e.device = Some("mlx".into());
+        e.requested_bytes = c
+            .get(1)
+            .or(c.get(2))
+            .and_then(|m| m.as_str().parse().ok());
+        e.limit_bytes = c.get(3).and_then(|m| m.as_str().parse().ok());
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
     if let Some(c) = at_head(&pat.mps) {
         // A name quoted in a sentence (`users hit either "MPS backend out of memory" or
         // SIGKILL`) is talk.

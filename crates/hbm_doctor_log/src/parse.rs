@@ -301,6 +301,9 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"terminated with signal SIGKILL",
             // TensorRT 8+: `Error Code 2: OutOfMemory (Requested size was N bytes.)`.
             b": OutOfMemory",
+            // Apple's MLX allocator.
+            b"[malloc_or_wait]",
+            b"[metal::malloc]",
             "已杀死".as_bytes(),
         ]
         .iter()
@@ -3022,7 +3025,11 @@ fn generic(h: &Headline<'_>) -> Read {
     // (the CUDA runtime's own text is `CUDA error: out of memory`), TensorFlow's exception
     // class as a notebook heads its traceback (`ResourceExhaustedError    Traceback (most
     // recent call last)`), the traceback cut before its `OOM when allocating` line.
-    if first.to_ascii_lowercase().contains("cuda out of memory") {
+    let lower_first = first.to_ascii_lowercase();
+    if ["cuda out of memory", "hip out of memory", "xpu out of memory"]
+        .iter()
+        .any(|k| lower_first.contains(k))
+    {
         e.family = Family::PytorchCudaOom;
         e.framework = Some(Framework::Pytorch);
         e.backend = Some(Backend::Gpu);
