@@ -392,8 +392,13 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             if e.phase == Phase::Runtime { 2.3 } else { 1.2 },
             pool_named(&ctx)
         );
-        // Growth needs evidence: a failure after many good steps.
-        rank!(2.5, runtime_growth(&ctx));
+        // Growth needs evidence: a failure after many good steps. Growth the user saw (memory
+        // said to grow) is shown directly, a spike at evaluation only from the stage: growth
+        // leads then (labelled posts at evaluation with growth said: a leak 3 of 3).
+        rank!(
+            if e.growth_said.is_some() { 2.7 } else { 2.5 },
+            runtime_growth(&ctx)
+        );
         rank!(2.6, runtime_spike(&ctx));
         rank!(3.0, model_state_at_load(&ctx));
         if let Some((c, over)) = model_weights(&ctx) {

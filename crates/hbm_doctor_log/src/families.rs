@@ -512,6 +512,13 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(m) = pat.llvm_jit.find(flat).filter(on_first) {
+        // Quoted in a sentence (`tracebacks including "JIT session error: Cannot allocate
+        // memory"`, a pull request's description): named, not printed.
+        if flat[..m.start()].ends_with(['"', '\'', '`'])
+            && flat[..first].split_whitespace().count() >= 8
+        {
+            return None;
+        }
         let e = host_event(line, flat);
         return Some((Piece::Event(Box::new(e)), m.end()));
     }

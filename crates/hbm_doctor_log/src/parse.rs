@@ -342,6 +342,15 @@ fn with_context(e: &mut Event, input: &[u8], number: u64, pat: &Patterns) {
         .unwrap_or(lines.len());
     let hints = Hints::of(&lines);
     hints.apply(e);
+    // `CUDA out of memory` told in a PyTorch program's post (a path into the torch package,
+    // no PyTorch/XLA marker) is PyTorch's caching allocator's message, not the CUDA runtime's own
+    // (`CUDA error: out of memory`).
+    let torch = e.framework == Some(Framework::Pytorch)
+        || (e.framework == Some(Framework::PytorchXla) && !hints.torch_xla);
+    if e.told && e.family == Family::CudaOom && torch {
+        e.family = Family::PytorchCudaOom;
+        e.framework = Some(Framework::Pytorch);
+    }
     read_progress(e, &lines[..at], pat);
     read_stage(
         e,
