@@ -385,6 +385,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         rank!(2.9, holder_in_text(&ctx));
         rank!(2.7, device_refused_pool(&ctx));
         rank!(1.3, preallocation(&ctx));
+        rank!(2.4, tensorrt_workspace(&ctx));
         rank!(0.5, jax_gpu_pool(&ctx));
         // A limit no device has is decisive: nothing else is worth doing before lifting it.
         rank!(2.6, hbm_cap(&ctx));
@@ -2479,6 +2480,49 @@ fn pool_named(ctx: &Ctx<'_>) -> Option<Cause> {
         None,
         format!("the text around the failure sets `{setting}`, which caps the allocator's pool: what is left outside it (or inside it) decides this failure"),
         vec![advice.into()],
+        Vec::new(),
+    ))
+}
+
+/// TensorRT building or running an engine: it allocates from a workspace pool whose size the
+/// user sets (the builder's memory pool limit, ONNX Runtime's `trt_max_workspace_size`), and an
+/// engine's tactics or execution context that do not fit what is free fail at that allocation.
+/// The labelled TensorRT failures were settled by the workspace setting 4 times in 5 (the batch
+/// of the optimization profile once).
+fn tensorrt_workspace(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let m = e.message.as_str();
+    let trt = [
+        "[TRT]",
+        "TensorRT",
+        "tensorrt",
+        "safeRuntime.cpp",
+        "nvinfer1",
+        "defaultAllocator.cpp",
+        "executionContext.cpp",
+    ]
+    .iter()
+    .any(|k| m.contains(k));
+    // TensorRT-LLM's runtime sizes its buffers and KV cache by its own settings (the batch, the
+    // KV cache fraction), not by a builder's workspace.
+    let llm = ["TensorRT-LLM", "tensorrt_llm", "trtllm"]
+        .iter()
+        .any(|k| m.contains(k));
+    if !trt
+        || llm
+        || e.backend == Some(Backend::Tpu)
+        || e.memory_space == Some(MemorySpace::Host)
+    {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::Preallocation,
+        None,
+        "TensorRT allocates an engine's tactics and its execution context from a workspace pool whose size is set by the user: the allocation that failed is TensorRT's, sized by that setting against what the GPU had free".into(),
+        vec![
+            "Set TensorRT's workspace to what the GPU has free: IBuilderConfig.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, N) (max_workspace_size before TensorRT 8.4), trtexec --memPoolSize=workspace:N, ONNX Runtime's trt_max_workspace_size; close other programs on the GPU while the engine builds.".into(),
+            "If the engine still does not fit, lower the optimization profile's maximum batch / shapes (profile.set_shape) or build in FP16.".into(),
+        ],
         Vec::new(),
     ))
 }
