@@ -79,6 +79,7 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
         out.extend(debug_print(m, s, &mut claimed));
         out.extend(replicated(m, s, &mut claimed));
         out.extend(gathered_output(m, s, &mut claimed));
+        out.extend(gathered_stack(m, s, &mut claimed));
         out.extend(no_donation(m, s));
     }
     if tight {
@@ -500,6 +501,92 @@ fn gathered_output(
             )],
         );
         c.changes = changes;
+        causes.push(c);
+    }
+    causes
+}
+
+/// A stack of layer parameters gathered whole: an all-gather along dimension 0 of a stacked
+/// array (rank 3 or more) that the program holds (a parameter or the loop's state, not an
+/// activation it computed), as large as a tenth of the peak. FSDP sharded along the stacked
+/// layer axis (`P('fsdp', None, None)` on `[layers, d, f]`) makes every step of the scan gather
+/// every layer's slice at once; sharded along a weight axis (`P(None, 'fsdp', None)`), each step
+/// gathers one layer.
+fn gathered_stack<'a>(
+    m: &'a HloModule<'a>,
+    s: &SpaceReport,
+    claimed: &mut HashSet<String>,
+) -> Vec<Cause> {
+    if m.num_partitions <= 1 {
+        return Vec::new();
+    }
+    let gathers: Vec<&BufferAtPeak> = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| matches!(b.opcode.as_deref(), Some("all-gather" | "all-gather-done")))
+        .filter(|b| b.size_bytes * 10 >= s.peak_bytes && !claimed.contains(&b.name))
+        .collect();
+    if gathers.is_empty() {
+        return Vec::new();
+    }
+    let by_name: HashMap<&'a str, &'a Instruction<'a>> = m
+        .computations
+        .iter()
+        .flat_map(|c| c.instructions.iter())
+        .map(|i| (i.name, i))
+        .collect();
+    let held = |mut cur: &'a str| {
+        for _ in 0..6 {
+            let Some(i) = by_name.get(cur) else {
+                return false;
+            };
+            match i.opcode {
+                "parameter" | "get-tuple-element" => return true,
+                "all-gather" | "all-gather-start" | "all-gather-done" | "copy" | "copy-done"
+                | "copy-start" | "bitcast" | "reshape" => match i.operands.first() {
+                    Some(next) => cur = next,
+                    None => return false,
+                },
+                _ => return false,
+            }
+        }
+        false
+    };
+    let mut causes = Vec::new();
+    for b in gathers {
+        let Some(i) = by_name.get(b.name.split('{').next().unwrap_or("")) else {
+            continue;
+        };
+        let dims: Vec<u64> = b
+            .shape
+            .split_once('[')
+            .and_then(|(_, r)| r.split(']').next())
+            .map(|d| d.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_default();
+        let along0 = i
+            .attr("dimensions")
+            .is_some_and(|d| d.trim_matches(|c| c == '{' || c == '}').trim() == "0");
+        let layers = dims.first().copied().unwrap_or(0);
+        if dims.len() < 3 || !along0 || layers < 4 || !i.operands.first().is_some_and(|o| held(o))
+        {
+            continue;
+        }
+        claimed.insert(b.name.clone());
+        let mut c = cause(
+            CauseKind::ReplicatedTensor,
+            None,
+            format!(
+                "`{}` gathers {} whole on every device ({}, {} of the peak): a stack of {layers} layers' parameters sharded along its layer axis, so each step gathers every layer's slice at once",
+                b.name,
+                b.shape,
+                format_size(b.size_bytes),
+                pct(b.size_bytes, s.peak_bytes)
+            ),
+            vec![
+                "shard stacked layer parameters along a weight axis, not the layer axis: P(None, 'fsdp', None) on [layers, d, f] (not P('fsdp', None, None)); the scan then gathers one layer per step".into(),
+            ],
+        );
+        c.changes = vec![(b.name.clone(), (1000 / layers).max(1) as u32)];
         causes.push(c);
     }
     causes
