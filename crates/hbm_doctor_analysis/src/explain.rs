@@ -320,6 +320,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             .iter()
             .take(3)
             .any(|a| shape_of(a).and_then(|s| activation_kind(&s)).is_some());
+        rank!(2.0, gathered_whole(&ctx));
         rank!(if shaped { 1.8 } else { 1.2 }, large_activation(&ctx));
         let pad = padding(&ctx);
         let extreme = pad
@@ -1708,6 +1709,52 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
             "block = jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)\n# flax: nn.remat(Block, policy=...); host offload:\n# policy=jax.checkpoint_policies.offload_dot_with_no_batch_dims('device', 'pinned_host')",
             "from torch_xla.utils.checkpoint import checkpoint\nh = checkpoint(layer, h)  # per transformer layer",
         ),
+    ))
+}
+
+/// A sharded array gathered whole: a large listed buffer `[k*L, rest...]` beside buffers of the
+/// same type `[L, rest...]` (one device's shard of it, k >= 2). A stack of layers sharded along
+/// its layer axis is gathered like that at every step of the scan (FSDP along the wrong axis);
+/// an array gathered for one op is the same story.
+fn gathered_whole(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.backend == Some(Backend::Gpu) || e.memory_space == Some(MemorySpace::Host) {
+        return None;
+    }
+    let used = ctx.used.or(ctx.limit)?;
+    let shapes: Vec<(Shape, &Allocation)> = e
+        .allocations
+        .iter()
+        .filter_map(|a| shape_of(a).map(|s| (s, a)))
+        .collect();
+    let (whole, a, parts) = shapes.iter().find_map(|(big, a)| {
+        if big.dims.len() < 3 || a.size_bytes.saturating_mul(10) < used {
+            return None;
+        }
+        shapes.iter().find_map(|(small, _)| {
+            let (k, l) = (big.dims[0], *small.dims.first()?);
+            (small.type_name == big.type_name
+                && small.dims.len() == big.dims.len()
+                && small.dims[1..] == big.dims[1..]
+                // (A one-layer slice `[1, ...]` is what a scan reads of its stack, not a shard.)
+                && l >= 2
+                && k > l
+                && k % l == 0)
+                .then_some((big, *a, k / l))
+        })
+    })?;
+    Some(ctx.cause(
+        CauseKind::ReplicatedTensor,
+        Some(a.size_bytes - a.size_bytes / parts),
+        format!(
+            "{} is {parts} times the {}[{}, ...] arrays listed beside it along its first dimension: a sharded array gathered whole on every device (a stack of {} layers sharded along its layer axis is gathered like this at every step of its scan)",
+            describe(a),
+            whole.type_name,
+            whole.dims[0] / parts,
+            whole.dims[0]
+        ),
+        vec!["shard stacked layer parameters along a weight axis, not the layer axis: P(None, 'fsdp', None) on [layers, d, f] (not P('fsdp', None, None)), so each step of the scan gathers one layer; an array gathered for one op: keep the op sharded (with_sharding_constraint) instead".into()],
+        Vec::new(),
     ))
 }
 
