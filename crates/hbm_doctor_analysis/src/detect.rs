@@ -39,6 +39,14 @@ fn same_array(a: &str, b: &str) -> bool {
     }
 }
 
+/// Whether two shapes have the same dimensions, whatever their element types.
+fn same_dims(a: &str, b: &str) -> bool {
+    match (Shape::parse(a), Shape::parse(b)) {
+        (Some(x), Some(y)) => x.dims == y.dims,
+        _ => false,
+    }
+}
+
 /// A cause whose savings are below this share of the peak is not reported (immaterial).
 pub const MATERIAL_SHARE: f64 = 0.05;
 
@@ -812,7 +820,10 @@ fn large_activation(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
     else {
         return Vec::new();
     };
-    if (b.size_bytes as u128) * 10 < (s.peak_bytes as u128) * 3 {
+    // A buffer that is mostly tile padding is the padding's story (`padding` below).
+    if (b.size_bytes as u128) * 10 < (s.peak_bytes as u128) * 3
+        || b.unpadded_bytes > 0 && b.size_bytes >= 2 * b.unpadded_bytes
+    {
         return Vec::new();
     }
     let attention = dims_of(b).is_some_and(|sh| {
@@ -846,12 +857,12 @@ fn large_activation(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
         actions,
     );
     // Computed in chunks (8 here), the activation and the values of its shape that come with it
-    // (its softmax, its gradient) are live one chunk at a time.
+    // (its softmax, its gradient, its copy in another precision) are live one chunk at a time.
     c.changes = s
         .largest_buffers
         .iter()
         .chain(&s.buffers_at_peak)
-        .filter(|x| x.kind == "temp" && same_array(&x.layout_shape, &b.layout_shape))
+        .filter(|x| x.kind == "temp" && same_dims(&x.layout_shape, &b.layout_shape))
         .map(|x| (x.name.clone(), 125))
         .collect();
     vec![c]
