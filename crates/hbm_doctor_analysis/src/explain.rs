@@ -409,6 +409,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         }
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
+        rank!(2.2, one_sample_tensor(&ctx));
         // The cache's own figures show it, yet the threads' answers rank it behind the batch, the
         // input size or the card (4 of 5 labelled posts with a split cache): a candidate, not
         // the lead.
@@ -2275,6 +2276,10 @@ fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
         .iter()
         .filter(|a| a.allocation_type.as_deref() == Some("tensor"))
         .find_map(|a| shape_of(a).filter(|s| s.dims.len() >= 2).map(|s| (a, s)));
+    // One sample's tensor (`[1, ...]`): the batch is already 1 (`one_sample_tensor`).
+    if tensor.as_ref().is_some_and(|(_, s)| s.dims[0] == 1 && s.dims.len() >= 3) {
+        return None;
+    }
     let evidence = match (&tensor, e.stage) {
         (Some((a, s)), _) => format!(
             "the allocation that failed is {} ({}), whose leading dimension {} is the batch in a framework's activation layout",
@@ -2302,6 +2307,36 @@ fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
         None,
         evidence,
         actions,
+        Vec::new(),
+    ))
+}
+
+/// The tensor that failed holds one sample (`[1, H, W, C]`, `[1, D, H, W, C]`): the batch is
+/// already 1, so one input's own activation does not fit (its resolution, volume or length).
+/// In the labelled posts with such a tensor the threads answered the input's size 4 times, the
+/// card once, the batch once.
+fn one_sample_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime {
+        return None;
+    }
+    let (a, s) = e
+        .allocations
+        .iter()
+        .filter(|a| a.allocation_type.as_deref() == Some("tensor"))
+        .find_map(|a| shape_of(a).map(|s| (a, s)))?;
+    if s.dims.len() < 3 || s.dims[0] != 1 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        None,
+        format!(
+            "the tensor that failed, {} ({}), holds one sample: the batch is already 1, so a single input's activation is what does not fit",
+            a.shape.as_deref().unwrap_or(""),
+            fmt(a.size_bytes)
+        ),
+        vec!["Make one input smaller: process it in tiles or patches (overlapping, stitched after), lower its resolution or crop it, and run in float16/bfloat16; a card with more memory is the alternative.".into()],
         Vec::new(),
     ))
 }
