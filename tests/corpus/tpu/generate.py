@@ -2684,6 +2684,616 @@ pair(
 )
 
 
+# ---- 16. more broken/fixed pairs (batch tpu5): other models, other names ----------------------
+#
+# Programs of kinds sections 13-15 do not have (DP-SGD per-example gradients, gradients
+# all-gathered where an all-reduce was meant, linear attention multiplied out the quadratic way,
+# convolutions written as im2col patches, grouped-query attention with repeated KV heads, a dense
+# mixture-of-experts that runs every expert on every token, an int8 model dequantized for all layers
+# at once, a learned-dynamics rollout that keeps its trajectory, a replicated distillation teacher,
+# a Pallas matmul whose blocks and accumulator exceed scoped VMEM). The same conventions: the fixed
+# twin changes exactly the first cause. Five keep their dumps (dump=True); the others only
+# stderr.log / exception.txt / meta.json.
+# (Tried and dropped: multi-LoRA serving with per-request merged weights W + A[id] @ B[id]
+# ([96,4096,11008] per layer) compiled at 2.87 GiB: the compiler fused the merge into the consumer
+# convolution and never materialized it; a ResNet stem on 3-channel uint8 images with a per-image
+# random crop compiled at 1.08 GiB without padding (the 3-channel arrays took unpadded layouts);
+# an exact GP (RBF kernel [49152,49152] and jnp.linalg.cholesky) drove the compiling process past
+# 9 GiB of host memory within 4 minutes, with and without jnp.eye, and was stopped.)
+
+
+# 16.1 DP-SGD: per-example gradients of a sequence model materialized for the whole batch
+
+
+def _dpsgd_builder(mesh, batch, seq, d_model, d_ff, micro=None, clip=1.0, noise=1.0):
+    """DP-SGD step of a token-level MLP regressor (f32, params replicated and donated): per-example
+    gradients with jax.vmap(jax.grad(loss_one)), each clipped to norm `clip`, summed, Gaussian noise
+    added. Over a sequence each example's weight gradient is a [T]-contracted product, so the
+    per-example gradients are real [B, D, F] arrays. micro: the clipped sum taken over micro-batches
+    of `micro` examples inside lax.scan (an accumulator), not over the whole per-device batch."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def loss_one(params, x, y):  # one example: x [T, D]
+        h = jax.nn.gelu(x @ params["w1"])
+        return jnp.mean((h @ params["w2"] - y) ** 2)
+
+    def clipped_sum(params, x, y):
+        g = jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0))(params, x, y)  # leaves [b, ...]
+        norms = jnp.sqrt(sum(jnp.sum(l.reshape(l.shape[0], -1) ** 2, axis=1)
+                             for l in jax.tree_util.tree_leaves(g)))
+        scale = jnp.minimum(1.0, clip / (norms + 1e-6))
+        return _tm(lambda l: jnp.einsum("b,b...->...", scale, l), g)
+
+    def dpsgd_step(params, x, y, key):
+        if micro is None:
+            gsum = clipped_sum(params, x, y)
+        else:
+            xs = x.reshape(-1, micro, *x.shape[1:])
+            ys = y.reshape(-1, micro, *y.shape[1:])
+            xs = jax.lax.with_sharding_constraint(xs, NamedSharding(mesh, P(None, "d")))
+            ys = jax.lax.with_sharding_constraint(ys, NamedSharding(mesh, P(None, "d")))
+
+            def acc(carry, xy):
+                return _tm(jnp.add, carry, clipped_sum(params, *xy)), None
+
+            gsum, _ = jax.lax.scan(acc, _tm(jnp.zeros_like, params), (xs, ys))
+        leaves, tree = jax.tree_util.tree_flatten(gsum)
+        keys = jax.random.split(key, len(leaves))
+        noisy = [l + noise * clip * jax.random.normal(k, l.shape, f32) for l, k in zip(leaves, keys)]
+        g = jax.tree_util.tree_unflatten(tree, noisy)
+        n = x.shape[0]
+        return _tm(lambda p, g: p - 1e-3 * g / n, params, g)
+
+    params = {"w1": sds((d_model, d_ff), f32, mesh, P()), "w2": sds((d_ff, d_model), f32, mesh, P())}
+    nb = mesh.devices.size * batch
+    x = sds((nb, seq, d_model), f32, mesh, P("d"))
+    y = sds((nb, seq, d_model), f32, mesh, P("d"))
+    key = sds((2,), jnp.uint32, mesh, P())
+    return dpsgd_step, (params, x, y, key), {"donate_argnums": (0,)}
+
+
+pair(
+    "dpsgd_per_example", "v5p", "v5p:2x2x1",
+    "DP-SGD step of a token-level f32 MLP (w1 [1024,4096], w2 [4096,1024]) on 4096 sequences of 128 "
+    "tokens per device: jax.vmap(jax.grad(...)) over the whole per-device batch, so the per-example "
+    "gradients f32[4096,1024,4096] and f32[4096,4096,1024] (64 GiB each) are materialized before "
+    "clipping and exceed 95.74G.",
+    "Fixed variant of dpsgd_per_example_v5p: the clipped per-example gradients summed over micro-batches "
+    "of 512 examples (128 per device) inside lax.scan; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _dpsgd_builder, dict(batch=4096, seq=128, d_model=1024, d_ff=4096),
+    dict(batch=4096, seq=128, d_model=1024, d_ff=4096, micro=512),
+    dump=False,
+)
+
+
+# 16.2 data parallelism in shard_map whose gradients are all-gathered, then averaged
+
+
+def _allgather_grads_builder(mesh, layers, width, batch, reduce):
+    """Data-parallel MLP training step written with jax.shard_map (params replicated, the batch
+    over 'd'): each device computes its gradients, then reduce='gather_mean' does
+    jax.lax.all_gather(grads, 'd').mean(0) (every device receives every device's gradients),
+    reduce='pmean' jax.lax.pmean(grads, 'd') (an all-reduce)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def local_step(params, x, y):
+        def loss_fn(params):
+            h = x
+            for i in range(layers):
+                h = jnp.tanh(h @ params[f"layer_{i}"])
+            return jnp.mean((h - y) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        if reduce == "gather_mean":
+            grads = _tm(lambda g: jax.lax.all_gather(g, "d").mean(0), grads)
+        else:
+            grads = jax.lax.pmean(grads, "d")
+        loss = jax.lax.pmean(loss, "d")
+        return _tm(lambda p, g: p - 1e-2 * g, params, grads), loss
+
+    step = jax.shard_map(local_step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=(P(), P()),
+                         check_vma=False)
+
+    def dp_train_step(params, x, y):
+        return step(params, x, y)
+
+    params = {f"layer_{i}": sds((width, width), f32, mesh, P()) for i in range(layers)}
+    n = mesh.devices.size * batch
+    x = sds((n, width), f32, mesh, P("d"))
+    y = sds((n, width), f32, mesh, P("d"))
+    return dp_train_step, (params, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "allgather_grads", "v5e", "v5e:4x4",
+    "Data-parallel MLP (3 x f32[16384,16384], replicated) written with jax.shard_map on v5e:4x4 "
+    "(16 devices) that averages its gradients with jax.lax.all_gather(g, 'd').mean(0): every device "
+    "receives all 16 gradients of a layer (16 GiB, listed as f32[262144,16384]) and exceeds 15.75G.",
+    "Fixed variant of allgather_grads_v5e: jax.lax.pmean(grads, 'd') (an all-reduce); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "replicated_tensor"]),
+    _allgather_grads_builder, dict(layers=3, width=16384, batch=2048, reduce="gather_mean"),
+    dict(layers=3, width=16384, batch=2048, reduce="pmean"),
+    dump=True,
+)
+
+
+# 16.3 linear attention multiplied out the quadratic way
+
+
+def _linear_attention_builder(mesh, batch, seq, heads, head_dim, d_model, associate_kv):
+    """Training step of a linear-attention (elu+1 feature map, non-causal) encoder block, bf16,
+    params replicated and donated, sequences over 'd'. associate_kv False: out = (phi(q) phi(k)^T) v,
+    the [B, H, S, S] score matrix is formed; True: out = phi(q) (phi(k)^T v), a [B, H, Dh, Dh] state."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def attention(params, x):
+        q, k, v = (jnp.einsum("bsd,dhe->bhse", x, params[n]) for n in ("wq", "wk", "wv"))
+        fq, fk = jax.nn.elu(q) + 1, jax.nn.elu(k) + 1
+        if associate_kv:
+            kv = jnp.einsum("bhtd,bhte->bhde", fk, v)
+            num = jnp.einsum("bhsd,bhde->bhse", fq, kv)
+            den = jnp.einsum("bhsd,bhd->bhs", fq, fk.sum(2))
+        else:
+            scores = jnp.einsum("bhsd,bhtd->bhst", fq, fk)
+            num = jnp.einsum("bhst,bhte->bhse", scores, v)
+            den = scores.astype(f32).sum(-1)
+        o = (num.astype(f32) / (den[..., None] + 1e-6)).astype(bf)
+        return x + jnp.einsum("bhse,hed->bsd", o, params["wo"])
+
+    def linear_attn_train_step(params, x):
+        def loss_fn(params):
+            h = attention(params, x)
+            h = h + jax.nn.gelu(h @ params["w1"]) @ params["w2"]
+            return jnp.mean(h.astype(f32) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {n: sds((d_model, heads, head_dim), bf, mesh, P()) for n in ("wq", "wk", "wv")}
+    params["wo"] = sds((heads, head_dim, d_model), bf, mesh, P())
+    params["w1"] = sds((d_model, 4 * d_model), bf, mesh, P())
+    params["w2"] = sds((4 * d_model, d_model), bf, mesh, P())
+    x = sds((mesh.devices.size * batch, seq, d_model), bf, mesh, P("d"))
+    return linear_attn_train_step, (params, x), {"donate_argnums": (0,)}
+
+
+pair(
+    "linear_attention_quadratic", "v6e", "v6e:2x2",
+    "Training step of a linear-attention (elu+1 features, non-causal) encoder block, bf16, 8 sequences of "
+    "16384 tokens per device, 8 heads of 64, computed as (phi(q) phi(k)^T) v: the [B,H,S,S] score matrix "
+    "bf16[8,8,16384,16384] (32 GiB) is formed and exceeds 31.25G.",
+    "Fixed variant of linear_attention_quadratic_v6e: phi(q) (phi(k)^T v), a [B,H,64,64] state per head; "
+    "fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _linear_attention_builder, dict(batch=8, seq=16384, heads=8, head_dim=64, d_model=512, associate_kv=False),
+    dict(batch=8, seq=16384, heads=8, head_dim=64, d_model=512, associate_kv=True),
+    dump=False,
+)
+
+
+# 16.4 convolutions written as im2col patches + matmul
+
+
+def _im2col_builder(mesh, batch, size, widths, kernel, use_patches, classes=1000):
+    """Image classifier (f32, NHWC, stride-1 'SAME' convs with ReLU, 2x2 average pooling between
+    stages, global pooling, a dense head), SGD, params replicated and donated, images over 'd'.
+    use_patches: each conv as jax.lax.conv_general_dilated_patches (im2col, [B, H, W, C*k*k])
+    followed by a matmul with the reshaped kernel; otherwise jax.lax.conv_general_dilated."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    dn = ("NHWC", "HWIO", "NHWC")
+
+    def conv(x, w):
+        if use_patches:
+            p = jax.lax.conv_general_dilated_patches(x, (kernel, kernel), (1, 1), "SAME",
+                                                     dimension_numbers=dn)  # [B, H, W, C*k*k], C major
+            cin, cout = w.shape[2], w.shape[3]
+            return p @ w.transpose(2, 0, 1, 3).reshape(cin * kernel * kernel, cout)
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn)
+
+    def im2col_train_step(params, images, labels):
+        def loss_fn(params):
+            h = images
+            for i in range(len(widths)):
+                h = jax.nn.relu(conv(h, params[f"conv_{i}"]))
+                if i + 1 < len(widths):
+                    b, hh, ww, c = h.shape
+                    h = h.reshape(b, hh // 2, 2, ww // 2, 2, c).mean((2, 4))
+            logits = h.mean((1, 2)) @ params["head"]
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-2 * g, params, grads), loss
+
+    params, cin = {}, 3
+    for i, c in enumerate(widths):
+        params[f"conv_{i}"] = sds((kernel, kernel, cin, c), f32, mesh, P())
+        cin = c
+    params["head"] = sds((cin, classes), f32, mesh, P())
+    n = mesh.devices.size * batch
+    images = sds((n, size, size, 3), f32, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    return im2col_train_step, (params, images, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "im2col_patches", "v4", "v4:2x2x1",
+    "Image classifier on v4 (256 images of 256x256 per TensorCore, f32, 5x5 convolutions 64-128-256) whose "
+    "convolutions are written as jax.lax.conv_general_dilated_patches + matmul: the im2col patches "
+    "(e.g. [256,128,128,1600], 12.5 GiB in bf16) are 25x the activations and exceed 15.25G.",
+    "Fixed variant of im2col_patches_v4: the same convolutions with jax.lax.conv_general_dilated; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _im2col_builder, dict(batch=256, size=256, widths=(64, 128, 256), kernel=5, use_patches=True),
+    dict(batch=256, size=256, widths=(64, 128, 256), kernel=5, use_patches=False),
+    dump=False,
+)
+
+
+# 16.5 grouped-query attention decode that repeats the KV heads
+
+
+def _gqa_decode_builder(mesh, n_layers, batch, max_len, d_model, heads, kv_heads, head_dim, repeat_kv):
+    """One decode step of a GQA decoder (bf16, params replicated, requests over 'd') reading a
+    stacked KV cache [L, B, S, KV, Dh] (bf16, donated, carried through the lax.scan over layers and
+    updated in place: the new token's K/V written at `pos`). repeat_kv: K and V are expanded to all query heads with
+    jnp.repeat(cache, heads // kv_heads, axis=2) before the attention einsums; otherwise the queries
+    are grouped [B, KV, G, Dh] and the einsums read the cache as it is."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    g = heads // kv_heads
+
+    def decode_step(params, cache, x, pos):
+        def layer(carry, xs):
+            h, ck_all, cv_all = carry
+            p, i = xs
+            q = (h @ p["wq"]).reshape(-1, heads, head_dim)
+            k = (h @ p["wk"]).reshape(1, -1, 1, kv_heads, head_dim)
+            v = (h @ p["wv"]).reshape(1, -1, 1, kv_heads, head_dim)
+            ck_all = jax.lax.dynamic_update_slice(ck_all, k, (i, 0, pos, 0, 0))  # in place (donated)
+            cv_all = jax.lax.dynamic_update_slice(cv_all, v, (i, 0, pos, 0, 0))
+            ck = jax.lax.dynamic_index_in_dim(ck_all, i, 0, keepdims=False)  # [B, S, KV, Dh]
+            cv = jax.lax.dynamic_index_in_dim(cv_all, i, 0, keepdims=False)
+            if repeat_kv:
+                kr, vr = jnp.repeat(ck, g, axis=2), jnp.repeat(cv, g, axis=2)  # [B, S, H, Dh]
+                s = jnp.einsum("bhd,bshd->bhs", q, kr).astype(f32) / head_dim ** 0.5
+                w = jax.nn.softmax(s, axis=-1).astype(bf)
+                o = jnp.einsum("bhs,bshd->bhd", w, vr)
+            else:
+                qg = q.reshape(-1, kv_heads, g, head_dim)
+                s = jnp.einsum("bkgd,bskd->bkgs", qg, ck).astype(f32) / head_dim ** 0.5
+                w = jax.nn.softmax(s, axis=-1).astype(bf)
+                o = jnp.einsum("bkgs,bskd->bkgd", w, cv)
+            h = h + o.reshape(-1, heads * head_dim) @ p["wo"]
+            h = h + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
+            return (h, ck_all, cv_all), None
+
+        layers = jnp.arange(n_layers, dtype=jnp.int32)
+        (h, k_new, v_new), _ = jax.lax.scan(layer, (x, cache["k"], cache["v"]), (params, layers))
+        return h, {"k": k_new, "v": v_new}
+
+    L = n_layers
+    params = {"wq": sds((L, d_model, heads * head_dim), bf, mesh, P()),
+              "wk": sds((L, d_model, kv_heads * head_dim), bf, mesh, P()),
+              "wv": sds((L, d_model, kv_heads * head_dim), bf, mesh, P()),
+              "wo": sds((L, heads * head_dim, d_model), bf, mesh, P()),
+              "w1": sds((L, d_model, 4 * d_model), bf, mesh, P()),
+              "w2": sds((L, 4 * d_model, d_model), bf, mesh, P())}
+    n = mesh.devices.size * batch
+    cspec = P(None, "d")
+    cache = {"k": sds((L, n, max_len, kv_heads, head_dim), bf, mesh, cspec),
+             "v": sds((L, n, max_len, kv_heads, head_dim), bf, mesh, cspec)}
+    x = sds((n, d_model), bf, mesh, P("d"))
+    pos = sds((), jnp.int32, mesh, P())
+    kw = {"donate_argnums": (1,),
+          "out_shardings": (NamedSharding(mesh, P("d")), _shardings(cache))}
+    return decode_step, (params, cache, x, pos), kw
+
+
+pair(
+    "gqa_repeat_kv", "v5p", "v5p:2x2x1",
+    "Decode step of a 4-layer grouped-query-attention decoder on v5p (96 requests per device, a 32768-token "
+    "bf16 KV cache of 8 KV heads, 24 GiB each for K and V, donated) that expands K and V to the 64 query "
+    "heads with jnp.repeat: the repeated cache slice (48 GiB, listed as bf16[96,32768,8,8,128]) exceeds "
+    "what is left of 95.74G.",
+    "Fixed variant of gqa_repeat_kv_v5p: the queries grouped [B,8,8,128] and the einsums read the cache "
+    "as it is; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _gqa_decode_builder, dict(n_layers=4, batch=96, max_len=32768, d_model=8192, heads=64, kv_heads=8,
+                              head_dim=128, repeat_kv=True),
+    dict(n_layers=4, batch=96, max_len=32768, d_model=8192, heads=64, kv_heads=8, head_dim=128,
+         repeat_kv=False),
+    dump=True,
+)
+
+
+# 16.6 a dense mixture-of-experts: every expert on every token
+
+
+def _dense_moe_builder(mesh, tokens, d_model, d_ff, n_experts, dense, capacity_factor=1.25):
+    """Training step of one MoE feed-forward layer (bf16, top-1 router, experts stacked [E, ...],
+    params replicated and donated, tokens over 'd'). dense: every expert is applied to every token
+    (einsum 'td,edf->etf') and the outputs weighted by the gate, a [E, T, F] activation; otherwise
+    top-1 routing with a capacity of capacity_factor * T / E tokens per expert, tokens gathered by
+    index into [E, C, D] and scattered back. Tokens are routed in groups, one group per device."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    e = n_experts
+    groups = mesh.devices.size
+
+    def moe(params, x):
+        probs = jax.nn.softmax((x @ params["router"]).astype(f32), axis=-1)  # [T, E]
+        if dense:
+            gate = probs * jax.nn.one_hot(jnp.argmax(probs, -1), e, dtype=f32)  # top-1 weights
+            h = jax.nn.gelu(jnp.einsum("td,edf->etf", x, params["wi"]))
+            y = jnp.einsum("etf,efd->etd", h, params["wo"])
+            return jnp.einsum("te,etd->td", gate.astype(bf), y)
+        t = x.shape[0]
+        cap = int(capacity_factor * t / e)
+        choice = jnp.argmax(probs, -1)
+        gate = jnp.max(probs, -1)
+        onehot = jax.nn.one_hot(choice, e, dtype=jnp.int32)
+        pos = jnp.sum(jnp.cumsum(onehot, axis=0) * onehot, -1) - 1  # slot within the expert
+        keep = pos < cap
+        flat = jnp.where(keep, choice * cap + pos, e * cap)  # dropped tokens -> a dummy slot
+        idx = jnp.full((e * cap + 1,), t, jnp.int32).at[flat].set(jnp.arange(t, dtype=jnp.int32))
+        xp = jnp.concatenate([x, jnp.zeros((1, x.shape[1]), x.dtype)])[idx[:-1]].reshape(e, cap, -1)
+        h = jax.nn.gelu(jnp.einsum("ecd,edf->ecf", xp, params["wi"]))
+        y = jnp.einsum("ecf,efd->ecd", h, params["wo"]).reshape(e * cap, -1)
+        y = jnp.concatenate([y, jnp.zeros((1, y.shape[1]), y.dtype)])[flat]
+        return y * (gate * keep).astype(bf)[:, None]
+
+    def moe_train_step(params, x, y):
+        def loss_fn(params):  # tokens in groups, one group per device (GShard), routed within it
+            xg = jax.lax.with_sharding_constraint(x.reshape(groups, -1, x.shape[-1]), NamedSharding(mesh, P("d")))
+            out = xg + jax.vmap(lambda xd: moe(params, xd))(xg)
+            return jnp.mean((out.reshape(y.shape) - y).astype(f32) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {"router": sds((d_model, e), bf, mesh, P()),
+              "wi": sds((e, d_model, d_ff), bf, mesh, P()),
+              "wo": sds((e, d_ff, d_model), bf, mesh, P())}
+    n = mesh.devices.size * tokens
+    x = sds((n, d_model), bf, mesh, P("d"))
+    y = sds((n, d_model), bf, mesh, P("d"))
+    return moe_train_step, (params, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "moe_dense_experts", "v5e", "v5e:2x2",
+    "Training step of a top-1 mixture-of-experts layer (8 experts, d_model 2048, d_ff 8192, bf16, 65536 "
+    "tokens per device) written densely: every expert runs on every token and the outputs are weighted "
+    "by the gate, so the expert activations bf16[8,65536,8192] (8 GiB each) exceed 15.75G.",
+    "Fixed variant of moe_dense_experts_v5e: top-1 routing with capacity factor 1.25 (tokens gathered "
+    "into [8,10240,2048] per device and scattered back); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _dense_moe_builder, dict(tokens=65536, d_model=2048, d_ff=8192, n_experts=8, dense=True),
+    dict(tokens=65536, d_model=2048, d_ff=8192, n_experts=8, dense=False),
+    dump=False,
+)
+
+
+# 16.7 an int8 weight-only quantized model dequantized for all layers at once
+
+
+def _int8_serving_builder(mesh, n_layers, d_model, d_ff, batch, seq, per_layer):
+    """Prefill (forward only) of an int8 weight-only quantized MLP stack: weights int8 [L, D, F] /
+    [L, F, D] with per-channel f32 scales, tensor parallel (the F axis over 'd'), activations bf16
+    replicated, lax.scan over the layers. per_layer False: the whole stack is dequantized to bf16
+    (`w.astype(bf16) * scale`) before the scan, as a dequantize(params) call at the top of the model;
+    True: each layer's weights are dequantized inside the scanned layer."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def dequant(w, s):
+        return w.astype(bf) * s[..., None, :].astype(bf)
+
+    def prefill(qparams, x):
+        def layer(h, q):
+            wi, wo = (dequant(q["w_in"], q["s_in"]), dequant(q["w_out"], q["s_out"])) if per_layer \
+                else (q["w_in"], q["w_out"])
+            u = jax.nn.gelu(h @ wi)
+            return h + u @ wo, None
+
+        if per_layer:
+            xs = qparams
+        else:
+            xs = {"w_in": dequant(qparams["w_in"], qparams["s_in"]),
+                  "w_out": dequant(qparams["w_out"], qparams["s_out"])}
+        h, _ = jax.lax.scan(layer, x, xs)
+        return h
+
+    q = {"w_in": sds((n_layers, d_model, d_ff), jnp.int8, mesh, P(None, None, "d")),
+         "s_in": sds((n_layers, d_ff), f32, mesh, P(None, "d")),
+         "w_out": sds((n_layers, d_ff, d_model), jnp.int8, mesh, P(None, "d", None)),
+         "s_out": sds((n_layers, d_model), f32, mesh, P())}
+    x = sds((batch, seq, d_model), bf, mesh, P())
+    return prefill, (q, x), {}
+
+
+pair(
+    "int8_dequant_upfront", "v6e", "v6e:2x2",
+    "Prefill of an int8 weight-only quantized MLP stack on v6e (96 layers of int8 [8192,32768] and "
+    "[32768,8192], tensor parallel: 12 GiB of int8 per device) that dequantizes the whole stack to bf16 "
+    "before the lax.scan over layers: two bf16[96,8192,8192] stacks (12 GiB each) next to the int8 "
+    "weights exceed 31.25G.",
+    "Fixed variant of int8_dequant_upfront_v6e: each layer dequantized inside the scanned layer; fits.",
+    dict(category="aggregate", causes=["large_activation"]),
+    _int8_serving_builder, dict(n_layers=96, d_model=8192, d_ff=32768, batch=8, seq=2048, per_layer=False),
+    dict(n_layers=96, d_model=8192, d_ff=32768, batch=8, seq=2048, per_layer=True),
+    dump=True,
+)
+
+
+# 16.8 a learned-dynamics rollout that keeps every state when only the last one is used
+
+
+def _rollout_builder(mesh, particles, dim, hidden, steps, keep_trajectory, dt=1e-2):
+    """Simulation with a learned vector field (an f32 2-layer MLP, replicated): RK4 steps under
+    lax.scan for `steps` steps, particle states f32 [N, dim] over 'd'; the caller uses only the final
+    state. keep_trajectory: the scan returns every state as its stacked output ([steps, N, dim]) and
+    the function returns trajectory[-1]; otherwise the state is only the carry."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def rollout(params, x0):
+        def f(x):
+            return jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"]
+
+        def rk4(x, _):
+            k1 = f(x)
+            k2 = f(x + 0.5 * dt * k1)
+            k3 = f(x + 0.5 * dt * k2)
+            k4 = f(x + dt * k3)
+            x = x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+            return x, (x if keep_trajectory else None)
+
+        x, traj = jax.lax.scan(rk4, x0, None, length=steps)
+        return traj[-1] if keep_trajectory else x
+
+    f32 = jnp.float32
+    params = {"w1": sds((dim, hidden), f32, mesh, P()), "b1": sds((hidden,), f32, mesh, P()),
+              "w2": sds((hidden, dim), f32, mesh, P())}
+    x0 = sds((mesh.devices.size * particles, dim), f32, mesh, P("d"))
+    return rollout, (params, x0), {}
+
+
+pair(
+    "rollout_trajectory", "v4", "v4:2x2x1",
+    "Rollout of a learned f32 vector field (RK4, 2048 steps, 16384 particles of dim 128 per TensorCore) "
+    "whose lax.scan returns every state and the caller keeps trajectory[-1]: the stacked trajectory "
+    "f32[2048,16384,128] (16 GiB) exceeds 15.25G.",
+    "Fixed variant of rollout_trajectory_v4: the state only as the scan's carry; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _rollout_builder, dict(particles=16384, dim=128, hidden=512, steps=2048, keep_trajectory=True),
+    dict(particles=16384, dim=128, hidden=512, steps=2048, keep_trajectory=False),
+    dump=True,
+)
+
+
+# 16.9 knowledge distillation with the teacher replicated on every device
+
+
+def _distill_builder(mesh, t_layers, t_width, s_layers, s_width, d_in, batch, teacher_spec):
+    """Distillation step: a frozen f32 teacher MLP stack (params [L, D, D] under lax.scan) produces
+    soft targets for a bf16 student trained with SGD (donated); data over 'd'. teacher_spec () keeps
+    the teacher replicated on every device; (None, 'd', None) shards it FSDP-style (each layer
+    gathered inside the scan)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def mlp_stack(stack, h, dtype):
+        def layer(h, w):
+            return h + jax.nn.gelu(h @ w.astype(dtype)), None
+
+        h, _ = jax.lax.scan(layer, h, stack)
+        return h
+
+    def distill_step(student, teacher, x):
+        t_out = mlp_stack(teacher["layers"], x.astype(f32) @ teacher["w_in"], f32) @ teacher["w_out"]
+        t_prob = jax.nn.softmax(jax.lax.stop_gradient(t_out), -1)
+
+        def loss_fn(student):
+            s = mlp_stack(student["layers"], x @ student["w_in"], bf) @ student["w_out"]
+            return -jnp.mean(jnp.sum(t_prob * jax.nn.log_softmax(s.astype(f32), -1), -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(student)
+        return _tm(lambda p, g: p - 1e-3 * g, student, grads), loss
+
+    tspec = _P(*teacher_spec)
+    teacher = {"w_in": sds((d_in, t_width), f32, mesh, P()),
+               "layers": sds((t_layers, t_width, t_width), f32, mesh, tspec),
+               "w_out": sds((t_width, d_in), f32, mesh, P())}
+    student = {"w_in": sds((d_in, s_width), bf, mesh, P()),
+               "layers": sds((s_layers, s_width, s_width), bf, mesh, P()),
+               "w_out": sds((s_width, d_in), bf, mesh, P())}
+    x = sds((mesh.devices.size * batch, d_in), bf, mesh, P("d"))
+    return distill_step, (student, teacher, x), {"donate_argnums": (0,)}
+
+
+pair(
+    "distill_teacher_replicated", "v6e", "v6e:2x2",
+    "Distillation step on v6e: a frozen f32 teacher (32 x f32[16384,16384] under lax.scan, 32 GiB) passed "
+    "replicated P() next to a small bf16 student: the teacher alone exceeds 31.25G on every device.",
+    "Fixed variant of distill_teacher_replicated_v6e: the teacher's layer stack sharded P(None, 'd', None) "
+    "(FSDP-style, 8 GiB per device, each layer gathered in the scan); fits.",
+    dict(category="arguments", category_also=["single_large_allocation"],
+         causes=["replicated_tensor", "arguments_exceed", "f32_precision"]),
+    _distill_builder, dict(t_layers=32, t_width=16384, s_layers=8, s_width=2048, d_in=1024, batch=1024,
+                           teacher_spec=()),
+    dict(t_layers=32, t_width=16384, s_layers=8, s_width=2048, d_in=1024, batch=1024,
+         teacher_spec=(None, "d", None)),
+    dump=True,
+)
+
+
+# 16.10 a Pallas matmul kernel whose accumulator scratch and blocks exceed scoped VMEM
+
+
+def _pallas_matmul_builder(mesh, m, k, n, bm, bk, bn):
+    """Blocked bf16 matmul as a Pallas TPU kernel (grid (M/bm, N/bn, K/bk), an f32 accumulator in a
+    VMEM scratch buffer, written out at the last k step), run per device under jax.shard_map with
+    the rows over 'd'. Blocks bm x bk, bk x bn and bm x bn (double-buffered) plus the f32 scratch
+    must fit the scoped VMEM limit."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    nk = k // bk
+
+    def kernel(x_ref, w_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        acc_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == nk - 1)
+        def _():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def per_shard(x, w):
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((x.shape[0], n), x.dtype),
+            grid=(x.shape[0] // bm, n // bn, nk),
+            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+                      pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+            scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+        )(x, w)
+
+    fn = jax.shard_map(per_shard, mesh=mesh, in_specs=(P("d"), P()), out_specs=P("d"), check_vma=False)
+
+    def pallas_matmul(x, w):
+        return fn(x, w)
+
+    x = sds((mesh.devices.size * m, k), jnp.bfloat16, mesh, P("d"))
+    w = sds((k, n), jnp.bfloat16, mesh, P())
+    return pallas_matmul, (x, w), {}
+
+
+pair(
+    "pallas_matmul_scratch", "v6e", "v6e:2x2",
+    "A blocked bf16 matmul Pallas kernel on v6e with 2048x2048 blocks and an f32[2048,2048] VMEM "
+    "accumulator scratch: double-buffered blocks plus the scratch (64 MiB) exceed the 32 MiB scoped "
+    "VMEM limit.",
+    "Fixed variant of pallas_matmul_scratch_v6e: 512x512 blocks (a 1 MiB accumulator); fits.",
+    dict(category="vmem", causes=["kernel_tiling"]),
+    _pallas_matmul_builder, dict(m=4096, k=4096, n=4096, bm=2048, bk=2048, bn=2048),
+    dict(m=4096, k=4096, n=4096, bm=512, bk=512, bn=512),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
