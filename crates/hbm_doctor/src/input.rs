@@ -2,7 +2,7 @@
 //! stays flat on multi-GB logs. Bad input becomes a one-line error that says what to do.
 
 use anyhow::{bail, Context, Result};
-use hbm_doctor_log::{Event, Scanner, WarningSummary};
+use hbm_doctor_log::{Event, Hit, HitFinder, Scanner, WarningSummary};
 use std::fs::File;
 use std::io::{IsTerminal, Read};
 use std::path::Path;
@@ -88,7 +88,10 @@ pub fn scan_path(path: Option<&Path>) -> Result<Scanned> {
 
 /// Scans a large plain file through a read-only memory map: no copy, the scanner reads the
 /// page cache in place, in windows of `CHUNK` bytes, and the pages it has passed are released
-/// as it goes. `None` when the file is compressed or cannot be mapped (the caller streams it).
+/// as it goes. The anchor search, the hot loop, is shared by the two cores: a second thread
+/// finds the anchors of every other window ahead of the scanner ([`HitFinder`]), the scanner
+/// those of the others. `None` when the file is compressed or cannot be mapped (the caller
+/// streams it).
 fn scan_mapped(path: &Path) -> Result<Option<Scanned>> {
     let name = path.display().to_string();
     let file =
@@ -102,22 +105,67 @@ fn scan_mapped(path: &Path) -> Result<Option<Scanned>> {
     }
     let _ = map.advise(memmap2::Advice::Sequential);
     let len = map.len();
-    let looks_binary = is_binary(&map[..len.min(64 * 1024)]);
+    let text: &[u8] = &map;
+    let looks_binary = is_binary(&text[..len.min(64 * 1024)]);
     let mut scanner = Scanner::new();
-    let (mut at, mut end, mut released) = (0usize, 0usize, 0usize);
-    loop {
-        end = (end + CHUNK).min(len);
-        let eof = end == len;
-        at += scanner.scan(&map[at..end], eof);
-        if eof {
-            break;
+    // The anchor search (the hot loop) is shared: the second thread searches every other window
+    // ahead of the scanner and hands over its hits; the scanner searches the others itself.
+    // Each message: the hits, the range they cover, and whether it was searched.
+    type Found = (Vec<Hit>, u64, u64, bool);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Found>(1);
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut finder = HitFinder::new();
+            let (mut from, mut end) = (0usize, 0usize);
+            for window in 0u64.. {
+                if end >= len {
+                    return;
+                }
+                end = (end + CHUNK).min(len);
+                let mut hits = Vec::new();
+                let searched = window % 2 == 0 || end == len;
+                let to = if searched {
+                    finder.feed(&text[..end], end == len, &mut hits)
+                } else {
+                    finder.skip_to(end);
+                    end
+                };
+                if tx.send((hits, from as u64, to as u64, searched)).is_err() {
+                    return;
+                }
+                from = to;
+            }
+        });
+        let (mut at, mut end, mut released, mut known) = (0usize, 0usize, 0usize, 0u64);
+        loop {
+            end = (end + CHUNK).min(len);
+            let eof = end == len;
+            // The hits the scanner will ask for in this window: up to its look-ahead, or all.
+            let need = if eof {
+                len
+            } else {
+                end.saturating_sub(hbm_doctor_log::scan::LOOKAHEAD_BYTES)
+            };
+            while known < need as u64 {
+                let Ok((hits, a, b, searched)) = rx.recv() else {
+                    break;
+                };
+                if searched {
+                    scanner.push_hits(&hits, (a, b));
+                }
+                known = b;
+            }
+            at += scanner.scan(&text[at..end], eof);
+            if eof {
+                break;
+            }
+            let page_floor = at & !(64 * 1024 - 1);
+            if page_floor >= released + MAP_RELEASE_BYTES {
+                release(&map, released, page_floor - released);
+                released = page_floor;
+            }
         }
-        let page_floor = at & !(64 * 1024 - 1);
-        if page_floor >= released + MAP_RELEASE_BYTES {
-            release(&map, released, page_floor - released);
-            released = page_floor;
-        }
-    }
+    });
     let (events, warnings) = scanner.finish_with_warnings();
     Ok(Some(Scanned {
         events,
@@ -144,7 +192,7 @@ fn map_file(file: &File) -> Option<memmap2::Mmap> {
 fn release(map: &memmap2::Mmap, offset: usize, len: usize) {
     // SAFETY: the map is a read-only, file-backed shared mapping: MADV_DONTNEED drops this
     // process's page-table entries and a later access faults the file's pages in again, with
-    // the same contents; no slice into the released range is alive (the scanner has consumed it).
+    // the same contents (the scanner has consumed the range; the anchor search is ahead of it).
     let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len) };
 }
 

@@ -575,8 +575,7 @@ fn gathered_stack<'a>(
             .attr("dimensions")
             .is_some_and(|d| d.trim_matches(|c| c == '{' || c == '}').trim() == "0");
         let layers = dims.first().copied().unwrap_or(0);
-        if dims.len() < 3 || !along0 || layers < 4 || !i.operands.first().is_some_and(|o| held(o))
-        {
+        if dims.len() < 3 || !along0 || layers < 4 || !i.operands.first().is_some_and(|o| held(o)) {
             continue;
         }
         claimed.insert(b.name.clone());

@@ -2277,7 +2277,10 @@ fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
         .filter(|a| a.allocation_type.as_deref() == Some("tensor"))
         .find_map(|a| shape_of(a).filter(|s| s.dims.len() >= 2).map(|s| (a, s)));
     // One sample's tensor (`[1, ...]`): the batch is already 1 (`one_sample_tensor`).
-    if tensor.as_ref().is_some_and(|(_, s)| s.dims[0] == 1 && s.dims.len() >= 3) {
+    if tensor
+        .as_ref()
+        .is_some_and(|(_, s)| s.dims[0] == 1 && s.dims.len() >= 3)
+    {
         return None;
     }
     let evidence = match (&tensor, e.stage) {
@@ -2590,11 +2593,7 @@ fn tensorrt_workspace(ctx: &Ctx<'_>) -> Option<Cause> {
     let llm = ["TensorRT-LLM", "tensorrt_llm", "trtllm"]
         .iter()
         .any(|k| m.contains(k));
-    if !trt
-        || llm
-        || e.backend == Some(Backend::Tpu)
-        || e.memory_space == Some(MemorySpace::Host)
-    {
+    if !trt || llm || e.backend == Some(Backend::Tpu) || e.memory_space == Some(MemorySpace::Host) {
         return None;
     }
     Some(ctx.cause(

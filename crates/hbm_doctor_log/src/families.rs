@@ -260,10 +260,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
         e.memory_space = Some(MemorySpace::Device);
         e.device = Some("mlx".into());
-        e.requested_bytes = c
-            .get(1)
-            .or(c.get(2))
-            .and_then(|m| m.as_str().parse().ok());
+        e.requested_bytes = c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok());
         e.limit_bytes = c.get(3).and_then(|m| m.as_str().parse().ok());
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }

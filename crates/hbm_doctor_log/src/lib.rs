@@ -31,5 +31,5 @@ pub use event::{
     WarningFigures, WarningKind, WarningSummary, WarningTally,
 };
 pub use merge::Merger;
-pub use scan::{scan_all, scan_all_with_warnings, Scanner};
+pub use scan::{scan_all, scan_all_with_warnings, Hit, HitFinder, Scanner};
 pub use size::{format_size, parse_size};

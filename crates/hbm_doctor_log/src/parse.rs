@@ -459,8 +459,7 @@ fn told_memory(words: &str) -> (Family, Option<Backend>, Option<MemorySpace>) {
             Some(Backend::Gpu),
             Some(MemorySpace::Device),
         )
-    } else if !has(&["tpu memory", "hbm"])
-        && has_word(&["ram", "cpu", "host", "killed", "laptop"])
+    } else if !has(&["tpu memory", "hbm"]) && has_word(&["ram", "cpu", "host", "killed", "laptop"])
         || has(&["system memory", "my system", "my machine", "my computer"])
     {
         (Family::HostOom, None, Some(MemorySpace::Host))
@@ -3035,9 +3034,13 @@ fn generic(h: &Headline<'_>) -> Read {
     // class as a notebook heads its traceback (`ResourceExhaustedError    Traceback (most
     // recent call last)`), the traceback cut before its `OOM when allocating` line.
     let lower_first = first.to_ascii_lowercase();
-    if ["cuda out of memory", "hip out of memory", "xpu out of memory"]
-        .iter()
-        .any(|k| lower_first.contains(k))
+    if [
+        "cuda out of memory",
+        "hip out of memory",
+        "xpu out of memory",
+    ]
+    .iter()
+    .any(|k| lower_first.contains(k))
     {
         e.family = Family::PytorchCudaOom;
         e.framework = Some(Framework::Pytorch);

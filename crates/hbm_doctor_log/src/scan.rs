@@ -105,6 +105,8 @@ pub(crate) struct Anchors {
     automaton: AhoCorasick,
     /// The warning shape each anchor can start, by pattern index.
     shapes: Vec<fast::Shape>,
+    /// The longest anchor's length minus one.
+    reach: usize,
 }
 
 impl Anchors {
@@ -139,8 +141,71 @@ pub(crate) fn anchors() -> &'static Anchors {
             packed,
             automaton,
             shapes,
+            reach: ANCHORS.iter().map(|a| a.len()).max().unwrap_or(1) - 1,
         }
     })
+}
+
+/// One anchor found in a stream: its absolute byte offset and its index in [`ANCHORS`].
+pub type Hit = (u64, u32);
+
+/// Finds the first anchor of every line (the leftmost, the first listed of those starting
+/// there; the scanner goes on after a hit's line, so it never asks for another) in a text that
+/// grows, so that the anchor search can run on another thread than the [`Scanner`],
+/// ahead of it (the scanner takes the hits with [`Scanner::push_hits`]). A start is decided
+/// once every anchor that could begin there fits in the bytes fed so far.
+#[derive(Debug)]
+pub struct HitFinder {
+    anchors: &'static Anchors,
+    /// How far into the text starts are decided.
+    decided: usize,
+}
+
+impl Default for HitFinder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HitFinder {
+    /// A finder at the start of a text.
+    pub fn new() -> HitFinder {
+        HitFinder {
+            anchors: anchors(),
+            decided: 0,
+        }
+    }
+
+    /// Leaves the text up to `to` to the scanner (which searches what no hit covers itself):
+    /// the next search starts there.
+    pub fn skip_to(&mut self, to: usize) {
+        self.decided = self.decided.max(to);
+    }
+
+    /// `text` is the text so far (a prefix that only grows); `end` says it is whole. Appends,
+    /// in order, the hits whose start is now decided, and returns how far starts are decided.
+    pub fn feed(&mut self, text: &[u8], end: bool, out: &mut Vec<Hit>) -> usize {
+        let bound = if end {
+            text.len()
+        } else {
+            text.len().saturating_sub(self.anchors.reach)
+        };
+        let mut at = self.decided;
+        while at < bound {
+            let Some((start, pattern)) = self.anchors.find(&text[at..]) else {
+                break;
+            };
+            if at + start >= bound {
+                break;
+            }
+            out.push(((at + start) as u64, pattern as u32));
+            // The scanner goes on after a hit's line: later hits on it are never asked for.
+            at = memchr::memchr(b'\n', &text[at + start..]).map_or(bound, |i| at + start + i + 1);
+        }
+        // (Past `bound` only when the last hit's line ends beyond it: the rest of that line.)
+        self.decided = self.decided.max(bound).max(at.min(text.len()));
+        self.decided
+    }
 }
 
 /// Whether `text` contains any anchor.
@@ -176,6 +241,10 @@ pub struct Scanner {
     shapes: fast::Shapes,
     bytes_seen: u64,
     last_floor: usize,
+    /// Anchor hits found by a [`HitFinder`], and the absolute byte ranges they cover
+    /// (ascending); elsewhere the scanner searches itself.
+    hits: std::collections::VecDeque<Hit>,
+    covered: std::collections::VecDeque<(u64, u64)>,
 }
 
 impl Default for Scanner {
@@ -199,6 +268,67 @@ impl Scanner {
             shapes: fast::Shapes::default(),
             bytes_seen: 0,
             last_floor: 0,
+            hits: std::collections::VecDeque::new(),
+            covered: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Hands over the anchor hits a [`HitFinder`] found in the absolute byte range `covered`
+    /// (after those passed before): every hit of that range, in order. The scanner takes its
+    /// hits there from these, and searches other bytes itself.
+    pub fn push_hits(&mut self, hits: &[Hit], covered: (u64, u64)) {
+        self.hits.extend(hits.iter().copied());
+        if covered.0 < covered.1 {
+            self.covered.push_back(covered);
+        }
+    }
+
+    /// The first anchor starting at or after `from` in `buf`: its offset from `from` and index.
+    #[inline]
+    fn next_hit(&mut self, buf: &[u8], from: usize) -> Option<(usize, usize)> {
+        if self.covered.is_empty() {
+            return self.anchors.find(&buf[from..]);
+        }
+        let mut pos = from;
+        loop {
+            let abs = self.bytes_seen + pos as u64;
+            while self.covered.front().is_some_and(|&(_, e)| e <= abs) {
+                self.covered.pop_front();
+            }
+            while self.hits.front().is_some_and(|&(h, _)| h < abs) {
+                self.hits.pop_front();
+            }
+            match self.covered.front().copied() {
+                Some((a, e)) if a <= abs => {
+                    if let Some(&(h, pattern)) = self.hits.front() {
+                        if h < e {
+                            let at = (h - self.bytes_seen) as usize;
+                            return (at < buf.len()).then_some((at - from, pattern as usize));
+                        }
+                    }
+                    // No hit in the rest of this range.
+                    let at = (e - self.bytes_seen) as usize;
+                    if at >= buf.len() {
+                        return None;
+                    }
+                    pos = at;
+                }
+                next => {
+                    // Not covered up to the next range: search up to its start (an anchor
+                    // that starts before it ends by `stop + reach`).
+                    let stop = next.map(|(a, _)| (a - self.bytes_seen) as usize);
+                    let end = stop.map_or(buf.len(), |s| (s + self.anchors.reach).min(buf.len()));
+                    if let Some((start, pattern)) = self.anchors.find(&buf[pos..end]) {
+                        if stop.is_none_or(|s| pos + start < s) {
+                            return Some((pos + start - from, pattern));
+                        }
+                    }
+                    match stop {
+                        Some(s) if s < buf.len() => pos = s,
+                        _ => return None,
+                    }
+                }
+            }
         }
     }
 
@@ -223,7 +353,7 @@ impl Scanner {
         };
         let mut pos = self.resume.min(buf.len());
         while pos < limit {
-            let Some((start, pattern)) = self.anchors.find(&buf[pos..]) else {
+            let Some((start, pattern)) = self.next_hit(buf, pos) else {
                 break;
             };
             let hit = pos + start;

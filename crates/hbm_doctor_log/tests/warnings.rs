@@ -1,7 +1,9 @@
 //! Non-fatal warnings are counted and summarised, never stored one by one, and never hide the
 //! failure that follows them (the issue "a log that hides its OOM among a million warnings").
 
-use hbm_doctor_log::{scan_all_with_warnings, Event, Family, Scanner, WarningKind, WarningSummary};
+use hbm_doctor_log::{
+    scan_all_with_warnings, Event, Family, HitFinder, Scanner, WarningKind, WarningSummary,
+};
 
 const GIB: u64 = 1 << 30;
 /// The real TPU compile OOM shipped in examples/ (its own remat warning included).
@@ -130,6 +132,65 @@ fn a_million_warnings_do_not_hide_the_oom_after_them() {
     let (streamed, streamed_warnings) = scanner.finish_with_warnings();
     assert_eq!(streamed, events);
     assert_eq!(streamed_warnings, warnings);
+
+    // The anchors found ahead by a HitFinder in every other window (as the binary does on a
+    // mapped file), the scanner searching the others itself: the same result again.
+    let (found, found_warnings) = scan_with_finder(bytes, 2 * 1024 * 1024 + 5);
+    assert_eq!(found, events);
+    assert_eq!(found_warnings, warnings);
+}
+
+/// Scans `bytes` in windows of `window` bytes, the anchors of every other window found by a
+/// [`HitFinder`] and handed to the scanner (the binary's path for a memory-mapped file).
+fn scan_with_finder(bytes: &[u8], window: usize) -> (Vec<Event>, Vec<WarningSummary>) {
+    let mut finder = HitFinder::new();
+    let mut scanner = Scanner::new();
+    let (mut at, mut end, mut from) = (0usize, 0usize, 0usize);
+    let mut index = 0;
+    loop {
+        end = (end + window).min(bytes.len());
+        let eof = end == bytes.len();
+        let mut hits = Vec::new();
+        let to = if index % 2 == 0 || eof {
+            let to = finder.feed(&bytes[..end], eof, &mut hits);
+            scanner.push_hits(&hits, (from as u64, to as u64));
+            to
+        } else {
+            finder.skip_to(end);
+            end
+        };
+        from = to;
+        index += 1;
+        at += scanner.scan(&bytes[at..end], eof);
+        if eof {
+            break;
+        }
+    }
+    scanner.finish_with_warnings()
+}
+
+#[test]
+fn anchors_found_ahead_change_nothing() {
+    // Every corpus post, and the posts joined into one log: the same events whether the scanner
+    // searches its anchors itself or takes them from a HitFinder, whatever the windows cut.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/issues");
+    let mut joined = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .expect("corpus")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    names.sort();
+    for p in names.iter().take(400) {
+        joined.extend(std::fs::read(p).expect("read"));
+        joined.push(b'\n');
+    }
+    let mut scanner = Scanner::new();
+    scanner.scan(&joined, true);
+    let want = scanner.finish_with_warnings();
+    for window in [4096usize, 65_537, 1 << 20] {
+        assert_eq!(scan_with_finder(&joined, window), want, "window {window}");
+    }
 }
 
 #[test]
