@@ -10,6 +10,10 @@
 //! shortfall, an allocator retry; see the `fast` module) cuts no block: its numbers are read in
 //! place and counted, so a log where one line in five is such a warning scans at the speed of
 //! one without. Pieces stream into a [`Merger`] as blocks close; warnings are summarised per kind.
+//!
+//! The anchor search may run on another thread: a [`HitFinder`] finds the first anchor of each
+//! line of the ranges it is given and the scanner takes them ([`Scanner::push_hits`]), searching
+//! the ranges no finder covered itself; the events are the same either way.
 
 use crate::clean::clean_block;
 use crate::event::{Event, WarningFigures, WarningSummary};
