@@ -171,9 +171,11 @@ fn p() -> &'static Patterns {
         // memory for its handle, the device already taken (a preallocating framework or another
         // process); the fix users report is a smaller pool or allow_growth.
         // TensorRT: `Cuda Error in nvinfer1::internal::DefaultAllocator::allocate: 2 (out of
-        // memory)`, and (8.x) `Error Code 2: OutOfMemory (Requested size was N bytes.)`.
+        // memory)`, and (8.x) `Error Code 2: OutOfMemory (Requested size was N bytes.)`; dlib's
+        // `Error while calling cudaMallocHost(...) in file gpu_data.cpp:181. code: 2, reason: out
+        // of memory`.
         cuda_driver: re(
-            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|Cuda Error in [\w:]+: 2 \(out of memory\)|Error Code \d+: OutOfMemory|Cuda Runtime \(out of memory\)|RMM failure at[^\n]{0,240}?(?:Maximum pool size exceeded|out of memory)|Runtime error: out of memory [^\s]+\.(?:hpp|cpp|cu|h):\d+|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|Failed to determine best cudnn convolution algorithm|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize|cuSolver has not been initialized|GetBlasGemmAlgorithms|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|Cuda Error in [\w:]+: 2 \(out of memory\)|Error while calling \w+[^\n]{0,240}?code: 2, reason: out of memory|Error Code \d+: OutOfMemory|Cuda Runtime \(out of memory\)|RMM failure at[^\n]{0,240}?(?:Maximum pool size exceeded|out of memory)|Runtime error: out of memory [^\s]+\.(?:hpp|cpp|cu|h):\d+|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|Failed to determine best cudnn convolution algorithm|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize|cuSolver has not been initialized|GetBlasGemmAlgorithms|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
@@ -466,6 +468,10 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(m) = pat.cuda_driver.find(flat).filter(on_first) {
+        // Pinned host memory (`cudaMallocHost`, `cudaHostAlloc`): the host's RAM ran out.
+        if m.as_str().contains("cudaMallocHost") || m.as_str().contains("cudaHostAlloc") {
+            return Some((Piece::Event(Box::new(host_event(line, flat))), m.end()));
+        }
         let mut e = gpu_event(line, Family::CudaOom, flat);
         e.requested_bytes = pat.ggml_alloc.captures(flat).and_then(|c| bytes(&c, 1));
         for c in pat.figures_told.captures_iter(flat) {
