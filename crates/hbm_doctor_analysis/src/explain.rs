@@ -410,6 +410,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         rank!(1.8, generation_memory(&ctx));
         rank!(1.5, runtime_step_batch(&ctx));
         rank!(2.2, one_sample_tensor(&ctx));
+        rank!(3.0, numpy_input_tensor(&ctx));
         // The cache's own figures show it, yet the threads' answers rank it behind the batch, the
         // input size or the card (4 of 5 labelled posts with a split cache): a candidate, not
         // the lead.
@@ -2310,6 +2311,35 @@ fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
         None,
         evidence,
         actions,
+        Vec::new(),
+    ))
+}
+
+/// The tensor that failed is float64 (`type double`): NumPy's default type, not a model's (float32
+/// or lower), so it is input data converted whole from a NumPy array (Keras copies NumPy inputs
+/// to the device and slices `validation_split` there), not an activation.
+fn numpy_input_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime || e.framework == Some(Framework::Jax) {
+        return None;
+    }
+    let (a, s) = e
+        .allocations
+        .iter()
+        .filter(|a| a.allocation_type.as_deref() == Some("tensor"))
+        .find_map(|a| shape_of(a).map(|s| (a, s)))?;
+    if s.type_name != "f64" || s.dims.len() < 2 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::ArgumentsExceed,
+        None,
+        format!(
+            "the tensor that failed, {} ({}), is float64, NumPy's default type and no model's: input data converted whole from a NumPy array onto the device",
+            a.shape.as_deref().unwrap_or(""),
+            fmt(a.size_bytes)
+        ),
+        vec!["Feed the data in batches instead of whole arrays: tf.data.Dataset.from_tensor_slices((x, y)).batch(n) (or a generator), split validation data yourself instead of validation_split, and convert it to float32 (x.astype('float32')).".into()],
         Vec::new(),
     ))
 }
