@@ -162,12 +162,14 @@ fn p() -> &'static Patterns {
             // its own family: the full stop after `bytes` tells them apart).
             gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+(?:while\s+trying\s+to\s+allocate\s+(?:SZ|(?:[A-Z]|[xX]{2,}|N+)\s+bytes\b)|allocating\s+(\d+)\s+bytes\s*\.)"),
             failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?(?:\s+on\s+device\s+ordinal\s+(\d+))?"),
-            bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?"),
+            // (A line cut in the middle of `trying`, the end of a pasted excerpt, still names
+            // its allocator: an event without its request.)
+            bfc: re(r"(?:Allocator\s+\(([\w:\-]+)\)\s+ran|Ran)\s+out\s+of\s+memory\s+(?:trying\s+to\s+allocate\s+SZ(?:\s+\(rounded\s+to\s+(\d+)\))?|tr?y?i?n?g?[ \t]*(?m:$))"),
             remat: re(r"Can't\s+reduce\s+memory\s+use\s+below\s+SZ(?:\s+\((\d+)\s+bytes\))?\s+by\s+rematerialization;?\s+only\s+reduced\s+to\s+SZ(?:\s+\((\d+)\s+bytes\))?(?:,\s+down\s+from\s+SZ(?:\s+\((\d+)\s+bytes\))?)?"),
             tf_oom: re(r#"OOM\s+when\s+allocating\s+tensor\b\s*(?:(?:with|of)\s+shape\s*)?\[?([\d,\s]*)\]?(?:\s+and\s+type\s+(\w+)(?:\s+on\s+(\S+?)(?:\s+by\s+allocator\s+(\w+))?)?)?(?:[\s.,"*`']|$)"#),
             // TF 1.x's GPU allocator: "Ran out of GPU memory when allocating 956701080 bytes for".
             tf_gpu_bytes: re(r"Ran\s+out\s+of\s+GPU\s+memory\s+when\s+allocating\s+(\d+)\s+bytes"),
-            tried_to_allocate: re(r"(?i)Tried\s+to\s+allocate\s+(SZ)"),
+            tried_to_allocate: re(r"(?i)(?:Tried|trying)\s+to\s+allocate\s+(SZ)"),
             host_killed: re(r"(?:Out\s+of\s+memory:\s+Killed\s+process|oom-kill:.*?task=|Killed\s+process)\s*(\d+)?\s*\(?([\w.\-]*)\)?"),
             // The shell's word for a process the kernel killed (`Killed`, `./run.sh: line 3: 812
             // Killed  python train.py`, `zsh: killed  python`), the same word quoted as the output
@@ -345,6 +347,14 @@ fn with_context(e: &mut Event, input: &[u8], number: u64, pat: &Patterns) {
     // `CUDA out of memory` told in a PyTorch program's post (a path into the torch package,
     // no PyTorch/XLA marker) is PyTorch's caching allocator's message, not the CUDA runtime's own
     // (`CUDA error: out of memory`).
+    // A request told with its size, in the sentence or the lines after it (`... I run out of
+    // memory. JAX complains I am trying to allocate 938.07 GiB of memory`).
+    if e.told && e.requested_bytes.is_none() {
+        e.requested_bytes = lines[at.min(lines.len())..(at + 6).min(lines.len())]
+            .iter()
+            .find_map(|l| pat.tried_to_allocate.captures(&l.text))
+            .and_then(|c| c.get(1).and_then(|m| parse_size(m.as_str())));
+    }
     let torch = e.framework == Some(Framework::Pytorch)
         || (e.framework == Some(Framework::PytorchXla) && !hints.torch_xla);
     if e.told && e.family == Family::CudaOom && torch {
@@ -377,7 +387,7 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
         &RES,
         [
             r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?))\b",
-            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed)\b|n't\b",
+            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*)\b|n't\b",
             r"(?i)\b(?:i|i'm|i've|im|my|me|we|our|us)\b",
             r"(?im)this pr\b|this pull request|this change|this patch|this commit|\bmerged\b|^#+\s*(?:changes|summary|motivation|what does this)|changelog|^\s*(?:fixes|closes|resolves) #|\blgtm\b|co-authored-by",
             r"(?i)describe the bug|to reproduce|reproduction|expected behavio|system info|environment|nvidia-smi|python version|\bos:|\bgpu:|operating system|error log",
@@ -2762,6 +2772,10 @@ fn prose_report(h: &Headline<'_>) -> Read {
             "you get",
             "you have to",
             "when you ",
+            // A diagnosis of a failure told before (`I investigated this issue and found that
+            // the OOM occurs because ...`): an explanation, not a report.
+            "investigat",
+            "root cause",
             // A remedy said in Chinese: prevent, avoid, solve, fix.
             "防止",
             "避免",
