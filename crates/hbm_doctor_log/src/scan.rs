@@ -150,7 +150,7 @@ pub(crate) fn anchors() -> &'static Anchors {
     })
 }
 
-/// One anchor found in a stream: its absolute byte offset and its index in [`ANCHORS`].
+/// One anchor found in a stream: its absolute byte offset and its index in the scan's anchors.
 pub type Hit = (u64, u32);
 
 /// Finds the first anchor of every line (the leftmost, the first listed of those starting
