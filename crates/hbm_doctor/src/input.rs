@@ -69,7 +69,7 @@ const MAP_MIN_BYTES: u64 = 64 * 1024 * 1024;
 const MAP_RELEASE_BYTES: usize = 8 * 1024 * 1024;
 
 /// Scans the log at `path` (`None` or `-` = stdin): a large plain file through a memory map
-/// ([`scan_mapped`]), anything else (stdin, gzip, small files) streamed in chunks ([`scan`]).
+/// (`scan_mapped`), anything else (stdin, gzip, small files) streamed in chunks ([`scan`]).
 /// `HBM_DOCTOR_NO_MMAP=1` always streams (for a log that may be truncated while it is read).
 pub fn scan_path(path: Option<&Path>) -> Result<Scanned> {
     if let Some(p) = path.filter(|p| p.as_os_str() != "-") {
