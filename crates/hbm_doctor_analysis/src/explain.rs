@@ -2315,6 +2315,15 @@ fn runtime_step_batch(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
+/// The tensor that failed (TensorFlow's `OOM when allocating tensor with shape[...]`) and its
+/// parsed shape.
+fn failed_tensor(e: &Event) -> Option<(&Allocation, Shape)> {
+    e.allocations
+        .iter()
+        .filter(|a| a.allocation_type.as_deref() == Some("tensor"))
+        .find_map(|a| shape_of(a).map(|s| (a, s)))
+}
+
 /// The tensor that failed is float64 (`type double`): NumPy's default type, not a model's (float32
 /// or lower), so it is input data converted whole from a NumPy array (Keras copies NumPy inputs
 /// to the device and slices `validation_split` there), not an activation.
@@ -2323,11 +2332,7 @@ fn numpy_input_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
     if e.phase != Phase::Runtime || e.framework == Some(Framework::Jax) {
         return None;
     }
-    let (a, s) = e
-        .allocations
-        .iter()
-        .filter(|a| a.allocation_type.as_deref() == Some("tensor"))
-        .find_map(|a| shape_of(a).map(|s| (a, s)))?;
+    let (a, s) = failed_tensor(e)?;
     if s.type_name != "f64" || s.dims.len() < 2 {
         return None;
     }
@@ -2353,11 +2358,7 @@ fn one_sample_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
     if e.phase != Phase::Runtime {
         return None;
     }
-    let (a, s) = e
-        .allocations
-        .iter()
-        .filter(|a| a.allocation_type.as_deref() == Some("tensor"))
-        .find_map(|a| shape_of(a).map(|s| (a, s)))?;
+    let (a, s) = failed_tensor(e)?;
     if s.dims.len() < 3 || s.dims[0] != 1 {
         return None;
     }
