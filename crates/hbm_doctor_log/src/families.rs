@@ -31,6 +31,11 @@ struct Patterns {
     tgi_prefill: Regex,
     figures_told: Regex,
     mlx: Regex,
+    mlc_insufficient: Regex,
+    metal_buffer: Regex,
+    sophgo: Regex,
+    tcmalloc_nil: Regex,
+    not_enough_enum: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -137,6 +142,23 @@ fn p() -> &'static Patterns {
         mlx: re(
             r"\[(?:malloc_or_wait|metal::malloc)\]\s*(?:Unable to allocate (\d+) bytes|Attempting to allocate (\d+) bytes which is greater than the maximum allowed buffer size of (\d+) bytes)",
         ),
+        // MLC LLM's memory plan: `Insufficient GPU memory error: The available single GPU memory
+        // is 20584.716 MB, which is less than the sum of model weight size (5977.188 MB) and
+        // temporary buffer size (15013.765 MB).` (the KV cache comes after both).
+        mlc_insufficient: re(&format!(
+            r"Insufficient GPU memory error:\s*The available single GPU memory is\s*{SZ},\s*which is less than the sum of model weight size\s*\({SZ}\)\s*and temporary buffer size\s*\({SZ}\)"
+        )),
+        // Metal's per-buffer cap (a debug device's validation): `newBufferWith*:length 0x86004000
+        // must not exceed 2048 MB.`
+        metal_buffer: re(r"newBufferWith\S*:length\s+(0x[0-9a-fA-F]+|\d+)\s+must not exceed\s+(\d+)\s*MB"),
+        // Sophgo's device memory (bmlib): `bm_alloc_gmem failed, dev_id = 0, size = 0xc0fb4000`.
+        sophgo: re(r"bm_alloc_gmem failed(?:,\s*dev_id\s*=\s*(\d+))?(?:,\s*size\s*=\s*(0x[0-9a-fA-F]+|\d+))?"),
+        // tcmalloc's failed large allocation (host): `tcmalloc: large alloc N bytes == (nil) @ ...`
+        // (`== 0x7f...` is an allocation that succeeded, only logged).
+        tcmalloc_nil: re(r"large alloc (\d+) bytes == \(nil\)"),
+        // A Rust server's error enum (text-generation-inference's backends):
+        // `Backend(NotEnoughMemory(64))`.
+        not_enough_enum: re(r"\bNotEnoughMemory\(\d*\)"),
         // PyTorch on Apple silicon: `MPS backend out of memory (MPS allocated: 8.93 GB, other
         // allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private
         // pool.` (the limit is the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO of the unified
@@ -235,6 +257,14 @@ fn bytes(c: &regex::Captures<'_>, i: usize) -> Option<u64> {
     parse_size(&s).or_else(|| s.trim().parse().ok())
 }
 
+/// A size printed in bytes, in decimal or hexadecimal (`0xc0fb4000`).
+fn dec_or_hex(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
 fn host_event(line: u64, flat: &str) -> Event {
     let mut e = new_event(line, Family::HostOom, Phase::Runtime, flat);
     e.memory_space = Some(MemorySpace::Host);
@@ -265,6 +295,42 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.requested_bytes = c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok());
         e.limit_bytes = c.get(3).and_then(|m| m.as_str().parse().ok());
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.mlc_insufficient) {
+        let mut e = gpu_event(line, Family::VllmKvCache, flat);
+        e.free_bytes = bytes(&c, 1);
+        // What the plan needs before the KV cache: the weights and the temporary buffers.
+        e.requested_bytes = bytes(&c, 2)
+            .zip(bytes(&c, 3))
+            .map(|(w, t)| w.saturating_add(t));
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.metal_buffer) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Device);
+        e.device = Some("metal".into());
+        e.requested_bytes = dec_or_hex(&c[1]);
+        e.limit_bytes = c[2].parse::<u64>().ok().map(|mb| mb << 20);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.sophgo) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Device);
+        e.device = Some(match c.get(1) {
+            Some(d) => format!("sophgo {}", d.as_str()),
+            None => "sophgo".into(),
+        });
+        e.requested_bytes = c.get(2).and_then(|m| dec_or_hex(m.as_str()));
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.tcmalloc_nil) {
+        let mut e = host_event(line, flat);
+        e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.not_enough_enum.find(flat).filter(on_first) {
+        let e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
+        return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(c) = at_head(&pat.mps) {
         // A name quoted in a sentence (`users hit either "MPS backend out of memory" or

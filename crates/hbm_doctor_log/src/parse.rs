@@ -178,7 +178,7 @@ fn p() -> &'static Patterns {
             // TPU workers, the kernel's OOM killer's signal; `DataLoader worker (pid 19597) is
             // killed by signal: Killed.`); Colab's `Your session crashed after
             // using all available RAM`.
-            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+Killed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|(?:ProcessExitedException:\s*|exception:\s*)?process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|\bOOMKilled\b|已杀死|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated|Bus\s+error)|interrupted\s+by\s+signal\s+9\s*:\s*SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM"#),
+            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+Killed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|(?:ProcessExitedException:\s*|exception:\s*)?process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|\bOOMKilled\b|已杀死|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated|Bus\s+error)|interrupted\s+by\s+signal\s+9\s*:\s*SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM|Your\s+notebook\s+tried\s+to\s+allocate\s+more\s+memory\s+than\s+is\s+available|exits\s+with\s+return\s+code\s*=\s*-9\b|\bexitcode\s*:\s*-9\b|died\s+with\s+<Signals\.SIGKILL:\s*9>|Signal\s+9\s+\(SIGKILL\)\s+received\s+by\s+PID"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)\b(?:not|n't|never)\s+(?:\w+\s+){0,2}out\s+of\s+memory|message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
@@ -307,6 +307,17 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"[malloc_or_wait]",
             b"[metal::malloc]",
             "已杀死".as_bytes(),
+            // MLC LLM's plan, Metal's per-buffer cap, Sophgo's bmlib, tcmalloc's failed large
+            // allocation, a Rust server's error enum, launchers reporting a child killed by
+            // signal 9 (the kernel's OOM killer), Kaggle's notice.
+            b"Insufficient GPU memory error",
+            b"must not exceed",
+            b"bm_alloc_gmem",
+            b"== (nil)",
+            b"NotEnoughMemory(",
+            b"return code = -9",
+            b"exitcode",
+            b"allocate more memory than is available",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
@@ -361,6 +372,15 @@ fn with_context(e: &mut Event, input: &[u8], number: u64, pat: &Patterns) {
         e.family = Family::PytorchCudaOom;
         e.framework = Some(Framework::Pytorch);
     }
+    // An OOM told with no memory named (`可是却出现了OOM`), in a PyTorch post on an NVIDIA GPU
+    // (no TPU named): the device's, PyTorch's message.
+    let on_gpu = e.backend == Some(Backend::Gpu) || (e.backend.is_none() && hints.gpu);
+    if e.told && e.family == Family::Unrecognized && torch && on_gpu && !hints.tpu {
+        e.family = Family::PytorchCudaOom;
+        e.framework = Some(Framework::Pytorch);
+        e.backend = Some(Backend::Gpu);
+        e.memory_space = e.memory_space.or(Some(MemorySpace::Device));
+    }
     read_progress(e, &lines[..at], pat);
     read_stage(
         e,
@@ -382,8 +402,8 @@ fn with_context(e: &mut Event, input: &[u8], number: u64, pat: &Patterns) {
 /// whole text out. Measured on the labelled posts (docs/explain.md): it finds 17 reports the
 /// phrase list missed for 5 texts it takes wrongly.
 fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
-    static RES: OnceLock<[Regex; 6]> = OnceLock::new();
-    let [oom, talk, first_person, change, template, machine] = built_in(
+    static RES: OnceLock<[Regex; 7]> = OnceLock::new();
+    let [oom, talk, first_person, change, template, machine, got_oom] = built_in(
         &RES,
         [
             r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?))\b",
@@ -392,6 +412,7 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
             r"(?im)this pr\b|this pull request|this change|this patch|this commit|\bmerged\b|^#+\s*(?:changes|summary|motivation|what does this)|changelog|^\s*(?:fixes|closes|resolves) #|\blgtm\b|co-authored-by",
             r"(?i)describe the bug|to reproduce|reproduction|expected behavio|system info|environment|nvidia-smi|python version|\bos:|\bgpu:|operating system|error log",
             r"^\s*(?:\[?\d{4}-\d\d-\d\d|[IWEF]\d{4} |\[\w+\]|\w+Error\b|Traceback|File \x22)|\bbytes\b|Error Code|\w+\.(?:cc|py|cpp|h):\d+",
+            r"(?i)\b(?:got|gets|hit|hits|did|do|does|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith)\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:oom|ooms|out[- ]of[- ]memory|resource exhaustion)\b",
         ],
     );
     let text = String::from_utf8_lossy(input);
@@ -417,12 +438,37 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
         {
             continue;
         }
+        // Told in Chinese (`可是却出现了OOM`, `使用ds_z3_config.json会OOM`, `但出现了CUDA内存不足的问题`):
+        // the failure verb right before the words; a clause that asks, or talks of a remedy or
+        // a possibility, is not a report.
+        if !line.is_ascii() {
+            if let Some(clause) = cjk_failure(line) {
+                let (family, backend, space) = told_memory(line);
+                let mut e = new_event(number, family, Phase::Runtime, clause.trim());
+                e.told = true;
+                e.backend = backend;
+                e.memory_space = space;
+                return Some((number, e));
+            }
+        }
         for sentence in sentences(line) {
             if !oom.is_match(sentence) || talk.is_match(sentence) {
                 continue;
             }
             let mine = first_person.is_match(sentence);
-            if (sentence.contains('?') || !issue) && !mine {
+            // A run's own failure told in the third person, its verb on the failure (`The
+            // program got OOM before the training began`, `it did with OOM`, `FPN(resnet34) do
+            // OOM`), a statement, not a question or a condition.
+            // (A relative clause is a kind of case, not a run: `operations that fail with OOM`.)
+            let happened = !sentence.contains('?')
+                && got_oom.find(sentence).is_some_and(|m| {
+                    let before = sentence[..m.start()].trim_end().to_ascii_lowercase();
+                    !(before.ends_with(" that") || before.ends_with(" which"))
+                })
+                && !sentence
+                    .split(|c: char| !c.is_ascii_alphabetic())
+                    .any(|w| w.eq_ignore_ascii_case("if") || w.eq_ignore_ascii_case("unless"));
+            if (sentence.contains('?') || !issue) && !mine && !happened {
                 continue;
             }
             // The memory the sentence names decides; when it names none, the rest of its line
@@ -445,6 +491,22 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
         }
     }
     None
+}
+
+/// The clause of a line that tells a failure in Chinese: a failure verb (`出现`, `报`, `遇到`,
+/// `发生`, `会`, `爆`, `提示`) right before OOM or the words for memory running short, in a clause
+/// that does not ask (`？`, `吗`) and does not talk of a remedy or a possibility.
+fn cjk_failure(line: &str) -> Option<&str> {
+    static RE: OnceLock<[Regex; 2]> = OnceLock::new();
+    let [said, talk] = built_in(
+        &RE,
+        [
+            r"(?:出现|出現|报|報|遇到|碰到|发生|發生|会|會|爆|提示|导致|導致)了?\s*(?:(?i:cuda|gpu|npu)\s*)?(?:OOM|oom|内存不足|显存不足|顯存不足|記憶體不足|显存溢出|内存溢出|out of memory|Out of memory|out-of-memory)",
+            r"避免|解决|解決|如何|怎么|怎樣|修复|修復|可能|如果|是否|为什么|為什麼|防止|减少|減少|降低",
+        ],
+    );
+    line.split(['，', '。', '；', '！', ',', ';'])
+        .find(|c| said.is_match(c) && !talk.is_match(c) && !c.contains(['？', '?', '吗', '嗎']))
 }
 
 /// The family, backend and memory a told failure's words name (`None`s when they name none).
@@ -490,7 +552,12 @@ fn sentences(line: &str) -> impl Iterator<Item = &str> {
     let mut start = 0;
     let mut cuts = Vec::new();
     for i in 0..b.len().saturating_sub(1) {
-        if matches!(b[i], b'.' | b'!' | b'?') && b[i + 1].is_ascii_whitespace() {
+        // (Not after an abbreviation: `cards (e.g. RTX 3060) hit OOM` is one sentence.)
+        let abbreviation = b[i] == b'.'
+            && [&b"e.g."[..], b"i.e.", b"etc.", b"vs."]
+                .iter()
+                .any(|a| b[..=i].ends_with(a));
+        if matches!(b[i], b'.' | b'!' | b'?') && b[i + 1].is_ascii_whitespace() && !abbreviation {
             cuts.push((start, i + 1));
             start = i + 1;
         }
@@ -1123,9 +1190,33 @@ fn names_tensorflow(t: &str) -> bool {
 
 /// Whether a line names a TPU: `TPU`, `libtpu`, `tpu_worker`, `/tpu:0`, but not the `tpu` inside
 /// `output`.
+/// An environment block's PyTorch line: `PyTorch version: 2.5.1+cu124`, `torch 2.1.1`,
+/// `torch==2.0.1`, `- torch: 2.3.0` (not `torchvision 0.16`).
+fn torch_version_line(t: &str) -> bool {
+    let l = t.trim_start_matches([' ', '-', '*', '`']);
+    if l.starts_with("PyTorch version") {
+        return true;
+    }
+    let Some(rest) = l.strip_prefix("torch") else {
+        return false;
+    };
+    let version = rest.trim_start_matches([' ', '\t', ':', '=']);
+    version.len() < rest.len() && version.starts_with(|c: char| c.is_ascii_digit())
+}
+
 fn mentions_tpu(t: &str) -> bool {
     if t.contains("TPU") {
         return true;
+    }
+    // accelerate's config dump lists its TPU keys on every machine (`tpu_env: []`,
+    // `tpu_use_cluster: false`): an unset key is no TPU.
+    let l = t.trim();
+    if l.starts_with("tpu_")
+        && [": false", ": []", ": null", ": None", ":"]
+            .iter()
+            .any(|v| l.ends_with(v))
+    {
+        return false;
     }
     let b = t.as_bytes();
     let mut from = 0;
@@ -1574,6 +1665,9 @@ impl Hints {
     fn of(lines: &[Line]) -> Hints {
         let mut h = Hints::default();
         let (mut jax, mut ptxla, mut tf, mut tf_strong) = (false, false, false, false);
+        // PyTorch named only by an environment block (`PyTorch version: 2.5.1+cu124`, `torch
+        // 2.1.1`, `torch==2.0.1`): the weakest sign, after every other framework's.
+        let mut torch_env = false;
         for line in lines {
             let t = &*installed_paths(&line.text);
             h.serving |= serving_words(t);
@@ -1591,6 +1685,9 @@ impl Hints {
             }
             if t.contains("torch_xla") || t.contains("PT_XLA") || t.contains("pytorch/xla") {
                 h.torch_xla = true;
+            }
+            if !torch_env {
+                torch_env = torch_version_line(t);
             }
             if t.contains("jax")
                 || t.contains("XlaRuntimeError")
@@ -1669,6 +1766,8 @@ impl Hints {
             Some(Framework::Jax)
         } else if tf {
             Some(Framework::Tensorflow)
+        } else if torch_env {
+            Some(Framework::PytorchXla)
         } else {
             None
         };
@@ -3793,7 +3892,7 @@ fn short_label(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::{scan_all, Family, Framework, Stage, WarningKind};
+    use crate::{scan_all, Family, Framework, MemorySpace, Stage, WarningKind};
 
     #[test]
     fn framework_from_the_package_not_a_directory_named_like_one() {
@@ -3850,6 +3949,62 @@ mod tests {
         let ev = scan_all(b"After a few steps I got an OOM error.\nRuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 11.93 GiB total capacity; 11.07 GiB already allocated; 19.75 MiB free; 11.36 GiB reserved in total by PyTorch)\n");
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].family, Family::PytorchCudaOom);
+    }
+
+    #[test]
+    fn a_run_told_in_the_third_person_or_in_chinese_is_an_event() {
+        for told in [
+            "The program got OOM before the training began. Did we miss something?\n",
+            "We ran the v3-8 config again and it did with OOM.\n",
+            "With the 1.0.0 version FPN(resnet34) FPN(resnet18) do OOM.\n",
+            "可是却出现了OOM，想知道问题出在哪里\n",
+            "但出现了CUDA内存不足的问题，见下图。\n",
+        ] {
+            let ev = scan_all(told.as_bytes());
+            assert_eq!(ev.len(), 1, "{told}");
+            assert!(ev[0].fatal && ev[0].told, "{told}");
+        }
+        for talk in [
+            // Other people, a kind of case, a condition, a question, a remedy.
+            "Users on 12GB VRAM cards (e.g. RTX 3060) hit OOM on the video VAE decode.\n",
+            "It adds tests for Conv2d operations that fail with OOM errors.\n",
+            "If the training gets OOM, the script retries with half the batch.\n",
+            "Does it get OOM on a T4?\n",
+            "如何避免出现OOM\n",
+        ] {
+            assert!(scan_all(talk.as_bytes()).is_empty(), "{talk}");
+        }
+    }
+
+    #[test]
+    fn messages_of_other_runtimes_with_their_figures() {
+        let ev = scan_all(b"TVMError: Check failed: (output_res.IsOk()) is false: Insufficient GPU memory error: The available single GPU memory is 20584.716 MB, which is less than the sum of model weight size (5977.188 MB) and temporary buffer size (15013.765 MB).\n");
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].free_bytes, crate::parse_size("20584.716 MB"));
+        let ev = scan_all(
+            b"[bmlib_memory][error] bm_alloc_gmem failed, dev_id = 0, size = 0xc0fb4000\n",
+        );
+        assert_eq!(ev[0].requested_bytes, Some(0xc0fb4000));
+        let ev = scan_all(b"newBufferWith*:length 0x86004000 must not exceed 2048 MB.\n");
+        assert_eq!(ev[0].requested_bytes, Some(0x86004000));
+        assert_eq!(ev[0].limit_bytes, Some(2048 << 20));
+        let ev =
+            scan_all(b"tcmalloc: large alloc 113702387720192 bytes == (nil) @  0x7f6a2b8f1680\n");
+        assert_eq!(ev[0].requested_bytes, Some(113702387720192));
+        assert_eq!(ev[0].memory_space, Some(MemorySpace::Host));
+        // A large allocation that succeeded is only logged.
+        assert!(scan_all(
+            b"tcmalloc: large alloc 12884901888 bytes == 0x7f8880000000 @ 0x7f94b4551001\n"
+        )
+        .is_empty());
+        for killed in [
+            "[ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py'] exits with return code = -9\n",
+            "  exitcode  : -9 (pid: 1234)\n",
+        ] {
+            let ev = scan_all(killed.as_bytes());
+            assert_eq!(ev.len(), 1, "{killed}");
+            assert_eq!(ev[0].family, Family::HostOom, "{killed}");
+        }
     }
 
     #[test]

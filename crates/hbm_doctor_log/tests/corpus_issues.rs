@@ -81,7 +81,11 @@ fn families(name: &str) -> &'static [Family] {
 }
 
 fn close(expected: &str, got: Option<u64>) -> bool {
-    let Some(want) = parse_size(expected) else {
+    // Sizes some messages print in hexadecimal bytes (`size = 0xc0fb4000`).
+    let hex = expected
+        .strip_prefix("0x")
+        .and_then(|h| u64::from_str_radix(h, 16).ok());
+    let Some(want) = hex.or_else(|| parse_size(expected)) else {
         return false;
     };
     let Some(got) = got else { return false };
