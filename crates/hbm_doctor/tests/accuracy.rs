@@ -67,9 +67,16 @@ struct Case {
     /// The group the case belongs to for cross-validation: the label file (a batch of posts,
     /// collected together) or the generated corpus.
     group: String,
+    /// The stage explain stated, in the labels' vocabulary ([`stage_of`]).
+    stage: &'static str,
 }
 
 impl Case {
+    /// A post the tool takes for an OOM whose label states the stage it failed in.
+    fn stage_known(&self) -> bool {
+        self.category != "none" && !matches!(self.label.stage.as_str(), "" | "unknown")
+    }
+
     fn category_ok(&self) -> bool {
         self.category == self.label.category
             || self.label.category_also.contains(&self.category)
@@ -97,13 +104,14 @@ const SETS: [&str; 6] = [
 
 /// Category and cause names of an explain run on `text` (events and warnings, as the CLI reads
 /// them); "none" when no fatal event is found.
-fn explain_text(text: &[u8]) -> (String, Vec<String>, Option<RankInput>) {
+fn explain_text(text: &[u8]) -> (String, Vec<String>, Option<RankInput>, &'static str) {
     let (events, warnings) = scan_all_with_warnings(text);
     if !events.iter().any(|e| e.fatal) {
-        return ("none".into(), Vec::new(), None);
+        return ("none".into(), Vec::new(), None, "unknown");
     }
     let report = explain_with_warnings(events, warnings);
     let d = report.diagnosis.expect("a diagnosis when events exist");
+    let stage = report.events.get(d.event).map_or("unknown", stage_of);
     (
         d.category.as_str().to_string(),
         d.causes
@@ -111,7 +119,42 @@ fn explain_text(text: &[u8]) -> (String, Vec<String>, Option<RankInput>) {
             .map(|c| c.cause.as_str().to_string())
             .collect(),
         d.rank_input,
+        stage,
     )
+}
+
+/// The stage of the labelling vocabulary (docs/accuracy.md) that explain's event states: the
+/// compiler's phase, the stage read from the traceback and the text, and for a training step the
+/// step it failed at (`train`: a step, which one unstated).
+fn stage_of(e: &hbm_doctor_log::Event) -> &'static str {
+    use hbm_doctor_log::{Phase, Stage};
+    if e.phase == Phase::Compile {
+        return "compile";
+    }
+    match e.stage {
+        Some(Stage::Init) => "init",
+        Some(Stage::Restore) => "restore",
+        Some(Stage::Eval) => "eval",
+        Some(Stage::CheckpointSave) => "checkpoint",
+        Some(Stage::Generation) => "generation",
+        Some(Stage::Train) => match e.step {
+            Some(0 | 1) => "first_step",
+            Some(_) => "step_n",
+            None => "train",
+        },
+        None => match e.step {
+            Some(n) if n > 1 => "step_n",
+            _ => "unknown",
+        },
+    }
+}
+
+/// Does the stage explain stated agree with the label's? (`train` agrees with either step.)
+/// Loading a model's weights is both its creation and a restore: `init` and `restore` agree.
+fn stage_agrees(got: &str, want: &str) -> bool {
+    got == want
+        || (got == "train" && matches!(want, "first_step" | "step_n"))
+        || (matches!(got, "init" | "restore") && matches!(want, "init" | "restore"))
 }
 
 fn post_cases() -> Vec<Case> {
@@ -131,7 +174,7 @@ fn post_cases() -> Vec<Case> {
             let text = std::fs::read(&path).unwrap_or_else(|e| {
                 panic!("{} (labelled in {}): {e}", path.display(), f.display())
             });
-            let (category, causes, rank) = explain_text(&text);
+            let (category, causes, rank, stage) = explain_text(&text);
             let group = f
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
@@ -144,6 +187,7 @@ fn post_cases() -> Vec<Case> {
                 savings: None,
                 rank,
                 group,
+                stage,
             });
         }
     }
@@ -184,7 +228,7 @@ fn gpu_cases() -> Vec<Case> {
         label.source = "tests/corpus/gpu/generate.py".into();
         label.stage = meta["label"]["stage"].as_str().unwrap_or("").to_string();
         let log = std::fs::read(d.join("stderr.log")).expect("accuracy harness input");
-        let (category, causes, rank) = explain_text(&log);
+        let (category, causes, rank, stage) = explain_text(&log);
         cases.push(Case {
             set: "gpu_log",
             label,
@@ -193,6 +237,7 @@ fn gpu_cases() -> Vec<Case> {
             savings: None,
             rank,
             group: format!("gpu/{name}"),
+            stage,
         });
     }
     cases
@@ -233,7 +278,7 @@ fn compiler_cases() -> Vec<Case> {
             continue;
         };
         let log = std::fs::read(d.join("stderr.log")).unwrap_or_default();
-        let (category, causes, rank) = explain_text(&log);
+        let (category, causes, rank, stage) = explain_text(&log);
         cases.push(Case {
             set: "compiler_log",
             label: label.clone(),
@@ -242,9 +287,10 @@ fn compiler_cases() -> Vec<Case> {
             savings: None,
             rank,
             group: format!("tpu/{name}"),
+            stage,
         });
         if let Ok(exc) = std::fs::read(d.join("exception.txt")) {
-            let (category, causes, rank) = explain_text(&exc);
+            let (category, causes, rank, stage) = explain_text(&exc);
             // The exception alone is a headline: labelling.md's category for a headline without
             // its listing is `unknown`.
             let mut label = label.clone();
@@ -261,6 +307,7 @@ fn compiler_cases() -> Vec<Case> {
                 savings: None,
                 rank,
                 group: format!("tpu/{name}"),
+                stage,
             });
         }
         let dump = d.join("dump");
@@ -346,6 +393,7 @@ fn analyze_case(
         savings,
         rank: None,
         group: "tpu".into(),
+        stage: "compile",
     }
 }
 
@@ -375,6 +423,7 @@ fn joined_case(log: &[u8], dump: &Path, label: Label) -> Case {
         savings: None,
         rank: None,
         group: "tpu".into(),
+        stage: "compile",
     }
 }
 
@@ -385,6 +434,9 @@ struct Score {
     with_causes: usize,
     at1: usize,
     at3: usize,
+    /// Posts whose label states a stage (not `unknown`), and those explain states rightly.
+    stage_n: usize,
+    stage_right: usize,
 }
 
 impl Score {
@@ -395,12 +447,16 @@ impl Score {
             num as f64 / den as f64
         }
     }
-    fn figures(&self) -> [(&'static str, f64); 3] {
-        [
+    fn figures(&self) -> Vec<(&'static str, f64)> {
+        let mut f = vec![
             ("category", Self::rate(self.category, self.n)),
             ("cause@1", Self::rate(self.at1, self.with_causes)),
             ("cause@3", Self::rate(self.at3, self.with_causes)),
-        ]
+        ];
+        if self.stage_n > 0 {
+            f.push(("stage", Self::rate(self.stage_right, self.stage_n)));
+        }
+        f
     }
 }
 
@@ -414,6 +470,62 @@ fn score(cases: &[Case]) -> BTreeMap<&'static str, Score> {
             s.with_causes += 1;
             s.at1 += c.hit(1) as usize;
             s.at3 += c.hit(3) as usize;
+        }
+        if c.set == "posts" && c.stage_known() {
+            s.stage_n += 1;
+            s.stage_right += stage_agrees(c.stage, &c.label.stage) as usize;
+        }
+    }
+    out
+}
+
+/// The stage of the failure (the traceback's phase, issue 10's evidence), on the posts whose
+/// label states one: how often explain states it, how often rightly, and the confusion.
+fn stage_report(cases: &[Case]) -> String {
+    let mut out = String::new();
+    let known: Vec<&Case> = cases
+        .iter()
+        .filter(|c| c.set == "posts" && c.stage_known())
+        .collect();
+    let stated = known.iter().filter(|c| c.stage != "unknown").count();
+    let right = known
+        .iter()
+        .filter(|c| stage_agrees(c.stage, &c.label.stage))
+        .count();
+    let wrong_stated = cases
+        .iter()
+        .filter(|c| c.set == "posts" && c.stage != "unknown")
+        .filter(|c| !matches!(c.label.stage.as_str(), "" | "unknown"))
+        .filter(|c| !stage_agrees(c.stage, &c.label.stage))
+        .count();
+    let _ = writeln!(
+        out,
+        "\nStage, posts whose label states one ({}): stated {} ({:.1}%), right {} ({:.1}%), stated wrongly {}",
+        known.len(),
+        stated,
+        Score::rate(stated, known.len()) * 100.0,
+        right,
+        Score::rate(right, known.len()) * 100.0,
+        wrong_stated
+    );
+    let mut pairs: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for c in &known {
+        *pairs.entry((c.label.stage.as_str(), c.stage)).or_default() += 1;
+    }
+    for ((want, got), n) in pairs {
+        let mark = if stage_agrees(got, want) { " " } else { "x" };
+        let _ = writeln!(out, "  {mark} {want:<12} -> {got:<12} {n}");
+    }
+    if std::env::var_os("HBM_DOCTOR_STAGE_MISSES").is_some() {
+        for c in known
+            .iter()
+            .filter(|c| !stage_agrees(c.stage, &c.label.stage))
+        {
+            let _ = writeln!(
+                out,
+                "  stage-miss {} want {} got {}",
+                c.label.file, c.label.stage, c.stage
+            );
         }
     }
     out
@@ -449,6 +561,7 @@ fn report(cases: &[Case], scores: &BTreeMap<&'static str, Score>) -> String {
             cell(s.at3, s.with_causes)
         );
     }
+    let _ = write!(out, "{}", stage_report(cases));
     for set in SETS {
         let in_set: Vec<&Case> = cases.iter().filter(|c| c.set == set).collect();
         if in_set.is_empty() {

@@ -2161,7 +2161,9 @@ fn runtime_spike(ctx: &Ctx<'_>) -> Option<Cause> {
 /// the model state is allocated yet, so the state itself does not fit.
 fn model_state_at_load(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    if e.phase != Phase::Runtime {
+    // A serving engine's KV-cache check at start-up comes after the weights are placed: the
+    // cache, not the model state, is what its message sizes (`vllm_kv_cache`).
+    if e.phase != Phase::Runtime || e.family == Family::VllmKvCache {
         return None;
     }
     let what = match e.stage? {
@@ -2691,7 +2693,12 @@ fn gpu_held_at_model_creation(ctx: &Ctx<'_>) -> Option<(Cause, bool)> {
         || (e.backend.is_none()
             && matches!(e.memory_space, None | Some(MemorySpace::Device))
             && e.accelerator.is_none());
-    if e.phase != Phase::Runtime || e.stage != Some(Stage::Init) || !gpu || e.model_params.is_some()
+    // (A serving engine's KV-cache check at start-up is not the model's creation.)
+    if e.phase != Phase::Runtime
+        || e.stage != Some(Stage::Init)
+        || !gpu
+        || e.model_params.is_some()
+        || e.family == Family::VllmKvCache
     {
         return None;
     }

@@ -1777,6 +1777,17 @@ impl Hints {
     /// After the traceback was read: a stage the text around the failure implies, where no
     /// frame named one.
     fn apply_stage(&self, event: &mut Event) {
+        // A serving engine sizing its KV cache fails as it starts, before any request (vLLM's
+        // `No available memory for the cache blocks`, `max seq len ... larger than the KV
+        // cache`); SGLang's `Decode out of memory` comes while generating.
+        if event.family == Family::VllmKvCache
+            && !event.message.contains("ecode")
+            && !event.message.contains("prefill")
+            && matches!(event.stage, None | Some(Stage::Generation))
+        {
+            event.stage = Some(Stage::Init);
+            return;
+        }
         if self.serving && event.stage.is_none() && event.phase == Phase::Runtime {
             event.stage = Some(Stage::Generation);
         }
@@ -3595,12 +3606,17 @@ const STAGE_WORDS: &[(Stage, &[&str])] = &[
             "greedy_search",
             "sample_tokens",
             "sampling",
+            // Image, audio and structure generators' entry points (webui's `txt2img`, a
+            // pipeline's `inference`, Keras' `predict`, whisper's `transcribe`).
+            "txt2img",
+            "img2img",
+            "inference",
+            "predict",
+            "transcribe",
+            "upscale",
         ],
     ),
-    (
-        Stage::Eval,
-        &["eval", "validat", "valid_step", "test_step", "predict"],
-    ),
+    (Stage::Eval, &["eval", "validat", "valid_step", "test_step"]),
     (
         Stage::Init,
         &[
@@ -3820,13 +3836,16 @@ fn prose_stage(t: &str) -> Option<Stage> {
     // method`, `in my eval_step function`).
     if t.contains("val") || t.contains("Val") {
         let re = EVAL.get_or_init(|| {
-            Regex::new(r"(?i:(?:during|while|when|in|on|at)\s+(?:the\s+|my\s+)?(?:validation|validating|validatation|evaluation|evaluating|val|eval)\b)|\b\w*(?:Val|_val|val_|Eval|eval_|_eval|valid)\w*\s+(?:method|function|phase|step|loop)\b")
+            Regex::new(r"(?i:(?:during|while|when|in|on|at|after)\s+(?:the\s+|my\s+)?(?:validation|validating|validatation|evaluation|evaluating|val|eval)\b)|(?i:\b(?:the|my)\s+(?:validation|evaluation)\s+(?:loop|phase|step|stage)\b)|\b\w*(?:Val|_val|val_|Eval|eval_|_eval|valid)\w*\s+(?:method|function|phase|step|loop)\b")
                 .expect("prose stage pattern")
         });
         let code = t.contains('(') && t.contains('=');
         if !code && re.is_match(t) {
             return Some(Stage::Eval);
         }
+    }
+    if let Some(s) = prose_when(t) {
+        return Some(s);
     }
     if !t.contains("load") && !t.contains("Load") {
         return None;
@@ -3840,6 +3859,71 @@ fn prose_stage(t: &str) -> Option<Stage> {
     // Code is not prose: `model = load_model(...)`.
     let code = t.contains('(') && t.contains('=');
     (!code && re.is_match(t)).then_some(Stage::Restore)
+}
+
+/// What the run was doing, as a sentence tells it: inference (`when running inference`,
+/// `generating images`, `txt2img`), a training step (`when I start training`, `the first
+/// epoch`, `after a few epochs`, `at the 170th epoch`), or the model being set up (`when creating
+/// the model`, `at startup`, `启动的时候`; loading one is `prose_stage`'s restore). Code lines are
+/// not sentences.
+fn prose_when(t: &str) -> Option<Stage> {
+    static RES: OnceLock<[Regex; 3]> = OnceLock::new();
+    let quick = [
+        "infer",
+        "Infer",
+        "generat",
+        "Generat",
+        "sampling",
+        "decoding",
+        "predict",
+        "synthesi",
+        "steps",
+        "upscal",
+        "transcrib",
+        "txt2img",
+        "img2img",
+        "train",
+        "Train",
+        "epoch",
+        "Epoch",
+        "step",
+        "iteration",
+        "startup",
+        "start-up",
+        "loading",
+        "initiali",
+        "启动",
+        "加载",
+        "推理",
+        "训练",
+    ];
+    if !quick.iter().any(|k| t.contains(k)) {
+        return None;
+    }
+    // Code, a command line or a machine-written line is not the user's sentence.
+    let code = (t.contains('(') && t.contains('='))
+        || t.trim_start()
+            .starts_with(['$', '>', '#', '-', '[', '{', '|']);
+    if code || t.contains("--") || t.contains("File \"") {
+        return None;
+    }
+    let [generation, train, init] = built_in(
+        &RES,
+        [
+            r"(?i)\b(?:(?:running|run|runs|do|doing|during|for|at|when|while)\s+(?:the\s+|an?\s+|model\s+)?inference\b|inferenc(?:e|ing)\s+(?:on|with)\b|(?:when|while|during)\s+(?:generating|sampling|decoding|predicting|upscaling|transcribing)\b|generat(?:e|ing)\s+(?:an?\s+|the\s+|\w+\s+)?(?:images?|pictures?|textures?|text|videos?|audio|speech|tokens|responses?|samples?)\b|\btxt2img\b|\bimg2img\b|(?:try|trying|tried|when\s+i|while\s+i)\s+(?:to\s+)?(?:predict|generate|synthesi[sz]e|transcribe|upscale|infer)\b|\brunning\s+(?:the\s+)?predictions?\b|\d+\s*steps\b[^.]{0,40}\b(?:cfg|euler|sampler|ddim|dpm)|\b(?:cfg|euler|sampler|ddim)\b[^.]{0,40}\d+\s*steps\b)|推理",
+            r"(?i)\b(?:(?:when|while|during|once)\s+(?:i\s+|we\s+)?(?:start(?:ing|ed)?\s+|begin(?:ning)?\s+)?(?:the\s+)?training\b|start(?:s|ed|ing)?\s+(?:to\s+)?train(?:ing)?\b|(?:in|at|during|on)\s+the\s+first\s+(?:epoch|step|batch|iteration)|after\s+(?:a\s+while|some\s+time|a\s+few|few|several|many|some|\d[\d,]*)\s+(?:training\s+)?(?:steps|iterations|iters|epochs|batches|hours)\b|at\s+(?:the\s+)?\d+(?:st|nd|rd|th)\s+(?:epoch|step|iteration)\b|(?:at|in)\s+(?:epoch|step|iteration)\s+\d+)|训练时|训练的时候|开始训练",
+            r"(?i)\b(?:(?:when|while|during)\s+(?:initiali[sz]ing|creating|building|instantiating)\s+(?:the\s+|my\s+|a\s+)?(?:\w+\s+)?model\b|(?:at|on|during)\s+start-?up\b|\btraining\s+initiali[sz]ation\b)|启动的时候|启动时|加载模型",
+        ],
+    );
+    if generation.is_match(t) {
+        Some(Stage::Generation)
+    } else if init.is_match(t) {
+        Some(Stage::Init)
+    } else if train.is_match(t) {
+        Some(Stage::Train)
+    } else {
+        None
+    }
 }
 
 /// Lines before an event searched for its traceback.
@@ -4126,6 +4210,50 @@ mod tests {
         }
         for t in ["x = valid_step(model, batch)", "the value method returns"] {
             assert_eq!(prose_stage(t), None, "{t}");
+        }
+    }
+
+    #[test]
+    fn a_sentence_tells_what_the_run_was_doing() {
+        use super::prose_when;
+        for (t, want) in [
+            (
+                "I get this error when running inference on a 3090.",
+                Stage::Generation,
+            ),
+            (
+                "When trying to generate textures, the following bug comes up.",
+                Stage::Generation,
+            ),
+            (
+                "1 batch, 128 x 128, 20 steps, 8cfg, euler a.",
+                Stage::Generation,
+            ),
+            ("单卡A100推理不了。", Stage::Generation),
+            (
+                "still out of memory when start training lora:",
+                Stage::Train,
+            ),
+            ("but ran out of memory at the 170th epoch.", Stage::Train),
+            (
+                "the code crashes only after few training iterations",
+                Stage::Train,
+            ),
+            (
+                "CUDA OOM errors during training initialization",
+                Stage::Init,
+            ),
+            ("The EngineCore dies at startup with:", Stage::Init),
+            ("代码添加了int8量化，启动的时候还是报错", Stage::Init),
+        ] {
+            assert_eq!(prose_when(t), Some(want), "{t}");
+        }
+        for t in [
+            "model = pipe(prompt, num_inference_steps=20)",
+            "python train.py --epochs 10 --batch 2",
+            "I trained it last year on the same card.",
+        ] {
+            assert_eq!(prose_when(t), None, "{t}");
         }
     }
 
