@@ -3,7 +3,8 @@
 //! Removes, in order: invalid UTF-8 (replaced), carriage returns, ANSI colour codes, markdown
 //! damage (`> ` quotes, `**`, backticks), log prefixes (glog `E1121 23:09:56.211174 2507
 //! file.cc:3781]`, XRT-era `2020-01-01 ...: E tensorflow/...cc:76]`, vLLM `ERROR 05-12 10:11:12
-//! [engine.py:123]`, Ray `(RayWorker pid=12)`, ISO timestamps), repeat markers (`[9x]`) and
+//! [engine.py:123]`, Ray `(RayWorker pid=12)`, torchrun `[rank0]:`, docker compose `trainer_1  |`,
+//! srun -l `0: `, ISO timestamps), repeat markers (`[9x]`) and
 //! TensorFlow's `{{function_node ...}}` wrappers. Literal `\n` in one-line messages becomes real
 //! line breaks, and numbers hard-wrapped by a terminal are joined again.
 
@@ -46,6 +47,12 @@ fn patterns() -> &'static Patterns {
                 re(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+:\s+[IWEF]\s+(?:\d+\s+)?\S+:\d+\]\s?"),
                 // multi-process launchers: `[1] `
                 re(r"^\[\d{1,4}\]\s+"),
+                // torchrun's rank (`[rank0]: `, `[default3]:` with --tee)
+                re(r"^\[(?:rank|default)\d+\]:\s?"),
+                // docker compose's service (`trainer_1  | `, `tabby-1  | `)
+                re(r"^[A-Za-z][\w.\-]*[-_]\d+\s+\|\s?"),
+                // srun -l's task number (`0: `, `12: `)
+                re(r"^\d{1,4}: "),
                 // Ray workers: (RayWorkerWrapper pid=1234, ip=10.0.0.1)
                 re(r"^\((?:[\w.\-]+\s+)?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?"),
                 // anything ending in a source location: vLLM `ERROR 05-12 10:11:12 [engine.py:123]`
@@ -77,6 +84,17 @@ pub fn clean_line(raw: &[u8]) -> String {
     if s.contains("**") {
         s = s.replace("**", "");
     }
+    // HTML entities left by a scraper or an e-mail reply (`Total hbm usage &gt;= 10.2G`).
+    if s.contains('&') && s.contains(';') {
+        s = s
+            .replace("&gt;", ">")
+            .replace("&lt;", "<")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&#x27;", "'")
+            .replace("&nbsp;", " ")
+            .replace("&amp;", "&");
+    }
     let mut t = s.trim_start();
     // Markdown quotes: `> `, `>> `.
     while let Some(rest) = t.strip_prefix('>') {
@@ -91,6 +109,10 @@ pub fn clean_line(raw: &[u8]) -> String {
                     t = t[m.end()..].to_string();
                 }
             }
+        }
+        // A quote inside a launcher's prefix (`[rank0]: > ...`).
+        if t.len() != before && t.trim_start().starts_with('>') {
+            t = t.trim_start().trim_start_matches(['>', ' ']).to_string();
         }
         if t.len() == before {
             break;

@@ -286,7 +286,7 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"Memory not available to allocate",
             b"WinError 1455",
             b"buffer of size",
-            b"context's memory pool",
+            b"memory pool (needed",
             b"Device memory allocation of size",
             b"storage allocation failure",
             b"vkAllocateMemory failed",
