@@ -291,9 +291,14 @@ fn scan_chunks(
             break;
         }
     }
-    let (mut events, warnings) = scanner.finish_with_warnings();
+    let (mut events, mut warnings) = scanner.finish_with_warnings();
     if bytes as usize <= hbm_doctor_log::parse::TOLD_MAX_BYTES {
-        hbm_doctor_log::scan::with_told_failure(&mut events, &small);
+        // A post a terminal hard-wrapped is read joined again.
+        if let Some((e, w)) = hbm_doctor_log::scan::scan_unwrapped(&small) {
+            (events, warnings) = (e, w);
+        } else {
+            hbm_doctor_log::scan::with_told_failure(&mut events, &small);
+        }
     }
     Ok(Scanned {
         events,

@@ -132,19 +132,121 @@ pub fn clean_line(raw: &[u8]) -> String {
 pub fn clean_block(raw: &[u8], first_line: u64) -> Vec<Line> {
     let mut out: Vec<Line> = Vec::new();
     for (number, raw_line) in (first_line..).zip(raw.split(|&b| b == b'\n')) {
-        let literal_breaks = memchr::memmem::find_iter(raw_line, b"\\n").count();
-        if literal_breaks >= 2 {
-            let text = String::from_utf8_lossy(raw_line)
-                .replace("\\t", " ")
-                .replace("\\\"", "\"");
-            for piece in text.split("\\n") {
-                push_line(&mut out, number, clean_line(piece.as_bytes()), piece.len());
-            }
-        } else {
-            push_line(&mut out, number, clean_line(raw_line), raw_line.len());
-        }
+        push_raw(&mut out, number, raw_line);
     }
     out
+}
+
+/// Cleans one raw line (splitting literal `\n` escapes) into `out`.
+fn push_raw(out: &mut Vec<Line>, number: u64, raw_line: &[u8]) {
+    let literal_breaks = memchr::memmem::find_iter(raw_line, b"\\n").count();
+    if literal_breaks >= 2 {
+        let text = String::from_utf8_lossy(raw_line)
+            .replace("\\t", " ")
+            .replace("\\\"", "\"");
+        for piece in text.split("\\n") {
+            push_line(out, number, clean_line(piece.as_bytes()), piece.len());
+        }
+    } else {
+        push_line(out, number, clean_line(raw_line), raw_line.len());
+    }
+}
+
+/// A text a terminal hard-wrapped, joined again: the text and, for each of its lines, the
+/// 1-based line of the input it starts on. `None` when the text was not hard-wrapped.
+pub fn unwrap_terminal(raw: &[u8]) -> Option<(Vec<u8>, Vec<u64>)> {
+    let width = wrap_width(raw)?;
+    let mut text = Vec::with_capacity(raw.len());
+    let mut numbers = Vec::new();
+    let mut lines = (1u64..).zip(raw.split(|&b| b == b'\n')).peekable();
+    while let Some((number, line)) = lines.next() {
+        numbers.push(number);
+        text.extend_from_slice(strip_cr(line));
+        let mut last = line;
+        while columns(last) == width && lines.peek().is_some_and(|(_, n)| continues_wrap(last, n)) {
+            let Some((_, next)) = lines.next() else {
+                break;
+            };
+            text.extend_from_slice(strip_cr(next));
+            last = next;
+        }
+        text.push(b'\n');
+    }
+    Some((text, numbers))
+}
+
+/// Terminal widths a hard-wrapped paste comes in.
+const WRAP_WIDTHS: [usize; 9] = [80, 100, 120, 132, 140, 150, 160, 200, 240];
+
+fn strip_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// A line's width in columns (characters; a terminal wraps by columns, not bytes).
+fn columns(line: &[u8]) -> usize {
+    let line = strip_cr(line);
+    if line.is_ascii() {
+        line.len()
+    } else {
+        String::from_utf8_lossy(line).chars().count()
+    }
+}
+
+/// The width a terminal hard-wrapped this text at: a common terminal width that no line exceeds
+/// and that at least two lines fill exactly (a wrapped line is cut at the width, its last piece
+/// shorter). `None` for text that was not wrapped.
+fn wrap_width(raw: &[u8]) -> Option<usize> {
+    let lines: Vec<&[u8]> = raw.split(|&b| b == b'\n').map(strip_cr).collect();
+    let widths: Vec<usize> = lines.iter().map(|l| columns(l)).collect();
+    let max = widths.iter().copied().max()?;
+    if !WRAP_WIDTHS.contains(&max) {
+        return None;
+    }
+    let at: Vec<usize> = (0..lines.len())
+        .filter(|&i| widths[i] == max && !lines[i].ends_with(b"  "))
+        .collect();
+    if at.is_empty() {
+        return None;
+    }
+    // Cut lines fill the width; unwrapped text has few lines exactly as long as its longest
+    // (at least a quarter of the long lines are at the width).
+    let long = widths.iter().filter(|&&c| c > max / 2).count();
+    if at.len() * 4 < long {
+        return None;
+    }
+    // Two different lines at the width (one repeated message is not a wrap), or one whose cut
+    // splits a word or a number (`...allocate 20.0` / `0 MiB`).
+    let mut distinct: Vec<&[u8]> = at.iter().map(|&i| lines[i]).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    // (The two sides of the cut alike: `memo`/`ry`, `CUDA_E`/`RROR`, `20.0`/`0 MiB`.)
+    let splits_a_token = at.iter().any(|&i| {
+        let (Some(&a), Some(&b)) = (lines[i].last(), lines.get(i + 1).and_then(|n| n.first()))
+        else {
+            return false;
+        };
+        let number = |c: u8| c.is_ascii_digit() || c == b'.';
+        let upper = |c: u8| c.is_ascii_uppercase() || c == b'_';
+        (a.is_ascii_lowercase() && b.is_ascii_lowercase())
+            || (upper(a) && upper(b))
+            || (number(a) && (number(b) || matches!(b, b'K' | b'M' | b'G' | b'T' | b'B')))
+    });
+    (distinct.len() >= 2 || splits_a_token).then_some(max)
+}
+
+/// Does `next` continue the line a terminal cut at its width? Not after a table's border
+/// (nvidia-smi's rows fill the width too) or padding, nor before an empty line or a new table
+/// row.
+fn continues_wrap(line: &[u8], next: &[u8]) -> bool {
+    let line = strip_cr(line);
+    let next = strip_cr(next);
+    // A line padded to the width with spaces is a layout (Rich's log columns), not a cut.
+    !next.is_empty()
+        && !line.ends_with(b"  ")
+        && !line.ends_with(b"|")
+        && !line.ends_with(b"+")
+        && !next.starts_with(b"|")
+        && !next.starts_with(b"+")
 }
 
 fn push_line(out: &mut Vec<Line>, number: u64, text: String, raw_len: usize) {
@@ -195,6 +297,29 @@ fn is_hard_wrap(prev: &str, prev_raw_len: usize, next: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hard_wrapped_paste_is_joined_and_a_table_is_not() {
+        let msg = "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 11.93 GiB total capacity; 11.07 GiB already allocated; 19.75 MiB free; 11.36 GiB reserved in total by PyTorch)";
+        let mut wrapped = String::from("Traceback (most recent call last):\n");
+        for piece in msg.as_bytes().chunks(80) {
+            wrapped.push_str(std::str::from_utf8(piece).unwrap_or_default());
+            wrapped.push('\n');
+        }
+        let (text, numbers) = unwrap_terminal(wrapped.as_bytes()).expect("wrapped at 80");
+        let text = String::from_utf8_lossy(&text);
+        assert!(text.lines().any(|l| l == msg), "{text}");
+        assert_eq!(numbers, vec![1, 2, 5]);
+        // nvidia-smi's rows fill the width too; a padded log layout is not a cut; nor is an
+        // unwrapped text whose longest line happens to be 80 columns.
+        let table = "+-----------------------------------------------------------------------------+\n| NVIDIA-SMI 470.57.02    Driver Version: 470.57.02    CUDA Version: 11.4     |\n|-------------------------------+----------------------+----------------------+\n";
+        assert!(unwrap_terminal(table.as_bytes()).is_none());
+        let padded = "ERROR    2024-11-28 infinity_emb ERROR: CUDA              batch_handler.py:574\n         out of memory. Tried to allocate 3.88 GiB. GPU 0                       \n";
+        assert!(unwrap_terminal(padded.as_bytes()).is_none());
+        let plain =
+            "x".repeat(80) + "\nTraceback (most recent call last):\n" + &"y".repeat(60) + "\n";
+        assert!(unwrap_terminal(plain.as_bytes()).is_none());
+    }
 
     #[test]
     fn strips_prefixes_and_noise() {

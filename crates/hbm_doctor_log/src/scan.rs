@@ -512,11 +512,45 @@ pub fn scan_all(input: &[u8]) -> Vec<Event> {
 
 /// Scans a whole in-memory log: the events, and the warnings summarised per kind.
 pub fn scan_all_with_warnings(input: &[u8]) -> (Vec<Event>, Vec<WarningSummary>) {
+    if let Some(found) = scan_unwrapped(input) {
+        return found;
+    }
     let mut scanner = Scanner::new();
     scanner.scan(input, true);
     let (mut events, warnings) = scanner.finish_with_warnings();
     with_told_failure(&mut events, input);
     (events, warnings)
+}
+
+/// A small text (a post, [`crate::parse::TOLD_MAX_BYTES`] or less) that a terminal hard-wrapped
+/// (Windows' console, an e-mail: every long line cut at the same width, inside words and
+/// numbers): scanned joined again, its events' and warnings' lines those of the input. `None`
+/// for any other text (a machine-written log is never wrapped).
+pub fn scan_unwrapped(input: &[u8]) -> Option<(Vec<Event>, Vec<WarningSummary>)> {
+    if input.len() > crate::parse::TOLD_MAX_BYTES {
+        return None;
+    }
+    let (text, numbers) = crate::clean::unwrap_terminal(input)?;
+    let mut scanner = Scanner::new();
+    scanner.scan(&text, true);
+    let (mut events, mut warnings) = scanner.finish_with_warnings();
+    with_told_failure(&mut events, &text);
+    let line = |n: u64| {
+        usize::try_from(n)
+            .ok()
+            .and_then(|i| numbers.get(i.checked_sub(1)?))
+            .copied()
+            .unwrap_or(n)
+    };
+    for e in &mut events {
+        e.line = line(e.line);
+    }
+    for w in &mut warnings {
+        w.first_line = line(w.first_line);
+        w.last_line = line(w.last_line);
+        w.worst.line = line(w.worst.line);
+    }
+    Some((events, warnings))
 }
 
 /// A small text with no printed failure may tell one in words
