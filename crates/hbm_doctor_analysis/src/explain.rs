@@ -434,6 +434,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         // threads' answers were the card 4 times, the batch 5 times.
         let tiny_card = e.limit_bytes.is_some_and(|l| l <= 5 << 29);
         rank!(if tiny_card { 2.6 } else { 0.85 }, small_gpu(&ctx));
+        rank!(2.8, sliver_pool(&ctx));
         for (prior, c) in held_beyond_card(&ctx) {
             add(prior, format!("held_beyond_card@{prior}"), Some(c));
         }
@@ -2849,7 +2850,11 @@ fn apple_unified_memory(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
 fn small_gpu(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     let l = e.limit_bytes.or(e.device_named_bytes)?;
-    if e.phase != Phase::Runtime || e.backend != Some(Backend::Gpu) || l > 9 << 29 {
+    if e.phase != Phase::Runtime
+        || e.backend != Some(Backend::Gpu)
+        || l > 9 << 29
+        || sliver_pool(ctx).is_some()
+    {
         return None;
     }
     Some(ctx.cause(
@@ -2863,6 +2868,35 @@ fn small_gpu(ctx: &Ctx<'_>) -> Option<Cause> {
         vec![
             "Run on a GPU with 8 GiB or more (a cloud or Colab GPU), or on the CPU for small experiments.".into(),
             "If the card must do: a smaller model variant, half precision (model.half() / bf16), batch 1 with gradient accumulation, smaller inputs (image size, sequence length).".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+/// A TensorFlow or XLA GPU allocator whose whole pool (its `Limit`) is under 1 GiB: no GPU that
+/// runs these frameworks is that small, so the process got only the sliver left free when it
+/// started (another process, a notebook kernel, a second framework in the same process) or a
+/// memory fraction set that low.
+fn sliver_pool(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let l = e.limit_bytes?;
+    let pool = matches!(
+        e.family,
+        Family::BfcAllocator
+            | Family::GpuOomAllocate
+            | Family::GpuFailedRequest
+            | Family::TfOomTensor
+    );
+    if e.phase != Phase::Runtime || e.backend != Some(Backend::Gpu) || !pool || l >= 1 << 30 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::OtherProcess,
+        None,
+        format!("the allocator's whole pool is {}: no GPU is that small, so this process got only what was left free when it started, or a memory fraction set that low", fmt(l)),
+        vec![
+            "Check what holds the GPU before the run (nvidia-smi): another training or notebook kernel, a second framework in the same process (TensorFlow next to JAX or PyTorch); stop it or give each its share.".into(),
+            "TensorFlow: look for per_process_gpu_memory_fraction / set_memory_growth / a logical device memory_limit set small; JAX: XLA_PYTHON_CLIENT_MEM_FRACTION.".into(),
         ],
         Vec::new(),
     ))

@@ -36,6 +36,7 @@ struct Patterns {
     sophgo: Regex,
     tcmalloc_nil: Regex,
     not_enough_enum: Regex,
+    dst_tensor: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -159,6 +160,9 @@ fn p() -> &'static Patterns {
         // A Rust server's error enum (text-generation-inference's backends):
         // `Backend(NotEnoughMemory(64))`.
         not_enough_enum: re(r"\bNotEnoughMemory\(\d*\)"),
+        // TensorFlow copying a tensor to a GPU with no memory left for it: `InternalError: Dst
+        // tensor is not initialized.` (no memory word; TF's documented symptom of a full GPU).
+        dst_tensor: re(r"Dst tensor is not initialized"),
         // PyTorch on Apple silicon: `MPS backend out of memory (MPS allocated: 8.93 GB, other
         // allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private
         // pool.` (the limit is the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO of the unified
@@ -330,6 +334,11 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     }
     if let Some(m) = pat.not_enough_enum.find(flat).filter(on_first) {
         let e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(m) = pat.dst_tensor.find(flat).filter(on_first) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.framework = Some(Framework::Tensorflow);
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(c) = at_head(&pat.mps) {

@@ -318,6 +318,8 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"return code = -9",
             b"exitcode",
             b"allocate more memory than is available",
+            // TensorFlow's copy to a GPU that has no memory left for the tensor.
+            b"Dst tensor is not initialized",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
@@ -407,7 +409,7 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
         &RES,
         [
             r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?))\b",
-            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*)\b|n't\b",
+            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*|overcome|solve|solves|solved|solving|solution|need to|needs to)\b|n't\b",
             r"(?i)\b(?:i|i'm|i've|im|my|me|we|our|us)\b",
             r"(?im)this pr\b|this pull request|this change|this patch|this commit|\bmerged\b|^#+\s*(?:changes|summary|motivation|what does this)|changelog|^\s*(?:fixes|closes|resolves) #|\blgtm\b|co-authored-by",
             r"(?i)describe the bug|to reproduce|reproduction|expected behavio|system info|environment|nvidia-smi|python version|\bos:|\bgpu:|operating system|error log",
@@ -1901,6 +1903,12 @@ fn talks_about_an_oom(line: &str) -> bool {
         "with this change",
         " you can ",
         " should ",
+        // A remedy named with the failure it addresses (not `to avoid`: PyTorch's own message
+        // says `to avoid fragmentation`).
+        " to overcome ",
+        " to solve ",
+        " to get around ",
+        "workaround",
     ]
     .iter()
     .any(|m| {
@@ -2886,6 +2894,8 @@ fn prose_report(h: &Headline<'_>) -> Read {
             // the OOM occurs because ...`): an explanation, not a report.
             "investigat",
             "root cause",
+            "overcome",
+            "need to go",
             // A remedy said in Chinese: prevent, avoid, solve, fix.
             "防止",
             "避免",
