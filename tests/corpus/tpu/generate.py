@@ -3294,6 +3294,579 @@ pair(
 )
 
 
+# ---- 17. more broken/fixed pairs (batch tpu6): other models, other names ----------------------
+#
+# Programs of kinds sections 13-16 do not have (an f32 EMA copy of FSDP-sharded params kept
+# replicated, an ensemble vmapped over stacked members, a Fourier neural operator trained without
+# remat, a selective state-space scan written with lax.associative_scan, a PINN residual through
+# jax.jacfwd of the batched network, gradient accumulation that stacks every micro-batch's
+# gradients, an encoder that returns every layer's attention maps, an RNN-T joint over the whole
+# lattice, one-hot target distributions from the input pipeline, a CLIP loss whose global
+# similarity matrix is built on every device). The same conventions: the fixed twin changes
+# exactly the first cause. Five keep their dumps (dump=True); the others only stderr.log /
+# exception.txt / meta.json.
+# (Tried and dropped, both meant to show lane padding of 3 RGB channels: a nearest-neighbour
+# optical-flow warp, take_along_axis on f32[64, H*W, 3] per device, compiled at 2.08 GiB (the gather
+# got the {1,2,0:T(4,128)} layout, channels major, no padding); a per-image 3x3 colour matrix as
+# einsum('npc,ncd->npd') on the same pixels compiled at 1.00 GiB (the same planar layout, the
+# batched dot turned elementwise).)
+
+
+# 17.1 an EMA of the parameters in f32, replicated, next to FSDP-sharded params and Adam state
+
+
+def _ema_builder(mesh, n_dense, width, rows, ema_spec):
+    """Data-parallel MLP regressor trained with Adam, params and Adam state sharded FSDP-style
+    (P('d', None), gathered per layer by the compiler), plus an exponential moving average of the
+    params in f32 (flax-style {"dense_i": {"kernel"}} trees). ema_spec: the EMA's PartitionSpec;
+    () keeps the EMA copy whole on every device. All state donated, out_shardings = in_shardings."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def ema_train_step(params, opt_state, ema_params, batch):
+        def loss_fn(params):
+            h = batch["inputs"]
+            for i in range(n_dense):
+                h = jax.nn.relu(h @ params[f"dense_{i}"]["kernel"])
+            return jnp.mean((h - batch["targets"]) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        ema_params = _tm(lambda e, p: 0.9999 * e + 1e-4 * p, ema_params, params)
+        return params, opt_state, ema_params, loss
+
+    def tree(spec):
+        return {f"dense_{i}": {"kernel": sds((width, width), f32, mesh, spec)} for i in range(n_dense)}
+
+    fsdp = P("d", None)
+    params = tree(fsdp)
+    opt_state = {"count": sds((), jnp.int32, mesh, P()), "mu": tree(fsdp), "nu": tree(fsdp)}
+    ema_params = tree(_P(*ema_spec))
+    n = mesh.devices.size * rows
+    batch = {"inputs": sds((n, width), f32, mesh, P("d")), "targets": sds((n, width), f32, mesh, P("d"))}
+    kw = {"donate_argnums": (0, 1, 2),
+          "out_shardings": (_shardings(params), _shardings(opt_state), _shardings(ema_params),
+                            NamedSharding(mesh, P()))}
+    return ema_train_step, (params, opt_state, ema_params, batch), kw
+
+
+pair(
+    "ema_replicated", "v5e", "v5e:4x4",
+    "Adam training step of a 14-layer f32 MLP (kernels [16384,16384], 14 GiB of params) with params and "
+    "Adam state sharded P('d', None) over 16 v5e chips, plus an f32 EMA copy of the params left "
+    "replicated P(): the 14 GiB EMA on every device, with the sharded state, exceeds 15.75G.",
+    "Fixed variant of ema_replicated_v5e: the EMA copy sharded like the params, P('d', None); fits.",
+    dict(category="arguments", category_also=["aggregate"],
+         causes=["replicated_tensor", "arguments_exceed", "f32_precision"]),
+    _ema_builder, dict(n_dense=14, width=16384, rows=2048, ema_spec=()),
+    dict(n_dense=14, width=16384, rows=2048, ema_spec=("d", None)),
+    dump=False,
+)
+
+
+# 17.2 a deep ensemble evaluated with jax.vmap over stacked member params
+
+
+def _ensemble_builder(mesh, members, rows, d_in, hidden, d_out, one_by_one):
+    """Inference of a deep ensemble: `members` bf16 MLPs with stacked params [K, ...] (replicated),
+    inputs over 'd'; returns the ensemble mean and spread. one_by_one=False runs all members at once
+    with jax.vmap (every hidden activation [K, N, H]); True runs them one after another with
+    jax.lax.map (one member's [N, H] at a time)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf = jnp.bfloat16
+
+    def member_forward(p, feats):
+        h = jax.nn.gelu(feats @ p["embed"])
+        h = jax.nn.gelu(h @ p["hidden"])
+        return (h @ p["head"]).astype(jnp.float32)
+
+    def ensemble_predict(members_p, feats):
+        if one_by_one:
+            outs = jax.lax.map(lambda p: member_forward(p, feats), members_p)
+        else:
+            outs = jax.vmap(member_forward, in_axes=(0, None))(members_p, feats)
+        return outs.mean(0), outs.std(0)
+
+    members_p = {"embed": sds((members, d_in, hidden), bf, mesh, P()),
+                 "hidden": sds((members, hidden, hidden), bf, mesh, P()),
+                 "head": sds((members, hidden, d_out), bf, mesh, P())}
+    feats = sds((mesh.devices.size * rows, d_in), bf, mesh, P("d"))
+    return ensemble_predict, (members_p, feats), {}
+
+
+pair(
+    "ensemble_vmap", "v6e", "v6e:2x2",
+    "Deep-ensemble inference of 16 bf16 MLPs (1024 -> 12288 -> 12288 -> 16) with stacked params, "
+    "jax.vmap over the members on 98304 rows per device: every hidden activation is "
+    "bf16[16,98304,12288] (36 GiB) and exceeds 31.25G.",
+    "Fixed variant of ensemble_vmap_v6e: the members run one after another with jax.lax.map; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _ensemble_builder, dict(members=16, rows=98304, d_in=1024, hidden=12288, d_out=16, one_by_one=False),
+    dict(members=16, rows=98304, d_in=1024, hidden=12288, d_out=16, one_by_one=True),
+    dump=False,
+)
+
+
+# 17.3 a Fourier neural operator (FFT spectral layers, complex64) trained without remat
+
+
+def _fno_builder(mesh, fields, grid, channels, modes, depth, remat):
+    """FNO training step on 2-D fields [N, X, Y, C] (f32, over 'd'): `depth` Fourier layers under
+    lax.scan over stacked weights, each rfft2 -> keep modes x modes -> complex channel mixing ->
+    irfft2, plus a pointwise linear path and gelu; SGD, params donated. remat: jax.checkpoint on
+    the scanned layer (otherwise every layer's spectra and activations are kept for the backward)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def fourier_layer(u, w):
+        uh = jnp.fft.rfft2(u, axes=(1, 2))
+        low = uh[:, :modes, :modes, :]
+        mix = jax.lax.complex(w["spec_re"], w["spec_im"])
+        out_low = jnp.einsum("nxyi,xyio->nxyo", low, mix)
+        vh = jnp.zeros(uh.shape, uh.dtype).at[:, :modes, :modes, :].set(out_low)
+        v = jnp.fft.irfft2(vh, s=(grid, grid), axes=(1, 2))
+        return jax.nn.gelu(v + u @ w["pointwise"]), None
+
+    if remat:
+        fourier_layer = jax.checkpoint(fourier_layer)
+
+    def fno_train_step(theta, a, u_true):
+        def loss_fn(theta):
+            u = a @ theta["lift"]
+            u, _ = jax.lax.scan(fourier_layer, u, theta["blocks"])
+            return jnp.mean((u @ theta["project"] - u_true) ** 2)
+
+        loss, g = jax.value_and_grad(loss_fn)(theta)
+        return _tm(lambda p, g: p - 1e-3 * g, theta, g), loss
+
+    theta = {"lift": sds((3, channels), f32, mesh, P()),
+             "blocks": {"spec_re": sds((depth, modes, modes, channels, channels), f32, mesh, P()),
+                        "spec_im": sds((depth, modes, modes, channels, channels), f32, mesh, P()),
+                        "pointwise": sds((depth, channels, channels), f32, mesh, P())},
+             "project": sds((channels, 1), f32, mesh, P())}
+    n = mesh.devices.size * fields
+    a = sds((n, grid, grid, 3), f32, mesh, P("d"))
+    u_true = sds((n, grid, grid, 1), f32, mesh, P("d"))
+    return fno_train_step, (theta, a, u_true), {"donate_argnums": (0,)}
+
+
+pair(
+    "fno_no_remat", "v4", "v4:2x2x1",
+    "Fourier neural operator (24 spectral layers, 64 channels, 32x32 modes, rfft2/irfft2 in complex64) "
+    "trained on 16 fields of 256x256 per TensorCore, lax.scan over the layers without jax.checkpoint: "
+    "every layer's f32 activations and complex64 spectra are kept for the backward and exceed 15.25G.",
+    "Fixed variant of fno_no_remat_v4: jax.checkpoint on the scanned Fourier layer; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _fno_builder, dict(fields=16, grid=256, channels=64, modes=32, depth=24, remat=False),
+    dict(fields=16, grid=256, channels=64, modes=32, depth=24, remat=True),
+    dump=False,
+)
+
+
+# 17.4 a selective state-space (Mamba-style) scan written with lax.associative_scan
+
+
+def _ssm_builder(mesh, seqs, length, d_inner, d_state, recurrent):
+    """Prefill of one selective-SSM block (bf16 projections, f32 state): discretized dA, dB*x of
+    shape [N, L, D, S] and h_t = dA_t * h_{t-1} + dBx_t. recurrent=False computes every state at once
+    with jax.lax.associative_scan over L (all [N, L, D, S] states and the scan's levels live);
+    True runs lax.scan over L with the state [N, D, S] as the carry and emits only y_t."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def ssm_prefill(blk, xin):
+        x = xin @ blk["in_proj"]                                       # [N, L, D] bf16
+        delta = jax.nn.softplus((x @ blk["dt_proj"]).astype(f32))      # [N, L, D]
+        Bm = (x @ blk["b_proj"]).astype(f32)                           # [N, L, S]
+        Cm = (x @ blk["c_proj"]).astype(f32)                           # [N, L, S]
+        A = -jnp.exp(blk["a_log"])                                     # [D, S]
+        xf = x.astype(f32)
+        if recurrent:
+            def step(h, inp):
+                d_t, b_t, c_t, x_t = inp
+                h = jnp.exp(d_t[..., None] * A) * h + (d_t * x_t)[..., None] * b_t[:, None, :]
+                return h, jnp.einsum("nds,ns->nd", h, c_t)
+
+            seq_major = lambda t: jnp.swapaxes(t, 0, 1)
+            h0 = jnp.zeros((x.shape[0], d_inner, d_state), f32)
+            _, ys = jax.lax.scan(step, h0, (seq_major(delta), seq_major(Bm), seq_major(Cm), seq_major(xf)))
+            y = seq_major(ys)
+        else:
+            dA = jnp.exp(delta[..., None] * A)                          # [N, L, D, S]
+            dBx = (delta * xf)[..., None] * Bm[:, :, None, :]           # [N, L, D, S]
+
+            def combine(a, b):
+                return a[0] * b[0], b[0] * a[1] + b[1]
+
+            _, h = jax.lax.associative_scan(combine, (dA, dBx), axis=1)
+            y = jnp.einsum("nlds,nls->nld", h, Cm)
+        return (y.astype(bf) * jax.nn.silu(x)) @ blk["out_proj"]
+
+    d_model = d_inner // 2
+    blk = {"in_proj": sds((d_model, d_inner), bf, mesh, P()), "dt_proj": sds((d_inner, d_inner), bf, mesh, P()),
+           "b_proj": sds((d_inner, d_state), bf, mesh, P()), "c_proj": sds((d_inner, d_state), bf, mesh, P()),
+           "a_log": sds((d_inner, d_state), f32, mesh, P()), "out_proj": sds((d_inner, d_model), bf, mesh, P())}
+    xin = sds((mesh.devices.size * seqs, length, d_model), bf, mesh, P("d"))
+    return ssm_prefill, (blk, xin), {}
+
+
+pair(
+    "ssm_associative_scan", "v6e", "v6e:2x2",
+    "Prefill of a selective state-space block (d_inner 4096, state 16) on 8 sequences of 8192 tokens "
+    "per device, the recurrence computed with jax.lax.associative_scan: the f32 states [8,8192,4096,16] "
+    "(16 GiB) and the scan's intermediates exceed 31.25G.",
+    "Fixed variant of ssm_associative_scan_v6e: lax.scan over the sequence with the state [N, D, S] as the "
+    "carry; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _ssm_builder, dict(seqs=8, length=8192, d_inner=4096, d_state=16, recurrent=False),
+    dict(seqs=8, length=8192, d_inner=4096, d_state=16, recurrent=True),
+    dump=True,
+)
+
+
+# 17.5 a physics-informed network whose input gradient is jax.jacfwd of the batched network
+
+
+def _pinn_builder(mesh, colloc, hidden, depth, per_point):
+    """PINN training step for the advection equation u_t + c u_x = 0: an f32 tanh MLP u(x, t)
+    evaluated on collocation points [N, 2] (over 'd'); the residual needs du/d(x, t) per point.
+    per_point=False takes jax.jacfwd of the batched network (a [N, N, 2] Jacobian, its tangents
+    [2N, N, hidden] through every layer) and its diagonal; True takes jax.vmap(jax.grad) of the
+    per-point network. SGD, params donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def u_net(net, pts):
+        h = pts
+        for i in range(depth):
+            h = jnp.tanh(h @ net[f"fc{i}"]["w"] + net[f"fc{i}"]["b"])
+        return (h @ net["out"])[..., 0]
+
+    def pinn_step(net, pts):
+        def residual(net):
+            if per_point:
+                du = jax.vmap(jax.grad(lambda p: u_net(net, p[None])[0]))(pts)        # [N, 2]
+            else:
+                jac = jax.jacfwd(lambda q: u_net(net, q))(pts)                        # [N, N, 2]
+                du = jnp.diagonal(jac, axis1=0, axis2=1).T                            # [N, 2]
+            return jnp.mean((du[:, 1] + 0.5 * du[:, 0]) ** 2)
+
+        loss, g = jax.value_and_grad(residual)(net)
+        return _tm(lambda p, g: p - 1e-3 * g, net, g), loss
+
+    net = {}
+    d = 2
+    for i in range(depth):
+        net[f"fc{i}"] = {"w": sds((d, hidden), f32, mesh, P()), "b": sds((hidden,), f32, mesh, P())}
+        d = hidden
+    net["out"] = sds((hidden, 1), f32, mesh, P())
+    pts = sds((mesh.devices.size * colloc, 2), f32, mesh, P("d"))
+    return pinn_step, (net, pts), {"donate_argnums": (0,)}
+
+
+pair(
+    "pinn_jacfwd_batch", "v5p", "v5p:2x2x1",
+    "PINN step (advection residual, f32 tanh MLP 2 -> 4x256 -> 1) on 8192 collocation points per device "
+    "whose input gradient is jax.jacfwd of the batched network: a Jacobian of every output with respect to "
+    "every point, tangents [2N, N, 256] through each layer, far beyond 95.74G.",
+    "Fixed variant of pinn_jacfwd_batch_v5p: jax.vmap(jax.grad(...)) of the per-point network; fits.",
+    dict(category="single_large_allocation", causes=["shape_bug", "large_activation"]),
+    _pinn_builder, dict(colloc=8192, hidden=256, depth=4, per_point=False),
+    dict(colloc=8192, hidden=256, depth=4, per_point=True),
+    dump=False,
+)
+
+
+# 17.6 gradient accumulation that stacks every micro-batch's gradients, then averages
+
+
+def _stacked_accum_builder(mesh, n_blocks, width, rows, n_micro, stack):
+    """Data-parallel f32 MLP, params replicated and donated, the per-device batch split into
+    n_micro micro-batches. stack=True: lax.scan returns each micro-batch's gradients as its stacked
+    output ([n_micro, ...] per param) and the step averages them with .mean(0); False: the scan
+    carries a running sum (initialised with the first micro-batch's gradients)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def accum_train_step(weights, feats, labels):
+        def loss_fn(weights, xb, yb):
+            h = xb
+            for i in range(n_blocks):
+                h = jax.nn.silu(h @ weights[f"block{i}"])
+            return jnp.mean((h - yb) ** 2)
+
+        grad_fn = jax.grad(loss_fn)
+        split = lambda t: jax.lax.with_sharding_constraint(
+            t.reshape(n_micro, -1, width), NamedSharding(mesh, P(None, "d")))
+        xs, ys = split(feats), split(labels)
+        if stack:
+            _, per_micro = jax.lax.scan(lambda c, b: (c, grad_fn(weights, *b)), None, (xs, ys))
+            grads = _tm(lambda g: g.mean(0), per_micro)
+        else:
+            first = grad_fn(weights, xs[0], ys[0])
+            total, _ = jax.lax.scan(lambda c, b: (_tm(jnp.add, c, grad_fn(weights, *b)), None),
+                                    first, (xs[1:], ys[1:]))
+            grads = _tm(lambda g: g / n_micro, total)
+        return _tm(lambda w, g: w - 1e-2 * g, weights, grads)
+
+    weights = {f"block{i}": sds((width, width), f32, mesh, P()) for i in range(n_blocks)}
+    n = mesh.devices.size * rows
+    feats = sds((n, width), f32, mesh, P("d"))
+    labels = sds((n, width), f32, mesh, P("d"))
+    return accum_train_step, (weights, feats, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "grad_stack_microbatch", "v5p", "v5p:2x2x1",
+    "Gradient accumulation over 48 micro-batches of an f32 MLP (4 blocks [12288,12288], replicated) "
+    "whose lax.scan returns every micro-batch's gradients ([48,12288,12288] per block, 27 GiB each) and "
+    "averages them afterwards: the stacked gradients exceed 95.74G.",
+    "Fixed variant of grad_stack_microbatch_v5p: the scan carries a running sum of the gradients; fits.",
+    dict(category="aggregate", causes=["large_activation", "f32_precision"]),
+    _stacked_accum_builder, dict(n_blocks=4, width=12288, rows=49152, n_micro=48, stack=True),
+    dict(n_blocks=4, width=12288, rows=49152, n_micro=48, stack=False),
+    dump=True,
+)
+
+
+# 17.7 an encoder that returns every layer's attention maps (output_attentions=True)
+
+
+def _attn_maps_builder(mesh, n_layers, docs, seq, d_model, heads, output_attentions):
+    """Inference of a bf16 pre-LN transformer encoder (lax.scan over stacked layers), documents over
+    'd'. output_attentions=True (the Hugging Face flag) makes the scan return every layer's
+    attention probabilities, stacked [L, N, H, S, S]; False returns only the hidden states."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf = jnp.bfloat16
+    hd = d_model // heads
+
+    def encode(stack, tokens):
+        def block(x, p):
+            n, s, _ = x.shape
+            h = x * jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(jnp.float32)), -1, keepdims=True) + 1e-6).astype(bf)
+            q, k, v = (jnp.einsum("nsd,de->nse", h, p[m]).reshape(n, s, heads, hd) for m in ("wq", "wk", "wv"))
+            probs = jax.nn.softmax(jnp.einsum("nqhd,nkhd->nhqk", q, k) / jnp.sqrt(hd).astype(bf), axis=-1)
+            ctx = jnp.einsum("nhqk,nkhd->nqhd", probs, v).reshape(n, s, d_model)
+            x = x + ctx @ p["wo"]
+            x = x + jax.nn.gelu(x @ p["ff_in"]) @ p["ff_out"]
+            return x, (probs if output_attentions else None)
+
+        x, maps = jax.lax.scan(block, tokens, stack)
+        return (x, maps) if output_attentions else x
+
+    shp = lambda *s: sds((n_layers,) + s, bf, mesh, P())
+    stack = {"wq": shp(d_model, d_model), "wk": shp(d_model, d_model), "wv": shp(d_model, d_model),
+             "wo": shp(d_model, d_model), "ff_in": shp(d_model, 4 * d_model), "ff_out": shp(4 * d_model, d_model)}
+    tokens = sds((mesh.devices.size * docs, seq, d_model), bf, mesh, P("d"))
+    return encode, (stack, tokens), {}
+
+
+pair(
+    "attention_maps_returned", "v6e", "v6e:2x2",
+    "bf16 transformer encoder (12 layers, d_model 1024, 16 heads) on 8 documents of 4096 tokens per device "
+    "with output_attentions=True: the scan returns every layer's attention probabilities "
+    "bf16[12,8,16,4096,4096] (48 GiB per device), beyond 31.25G.",
+    "Fixed variant of attention_maps_returned_v6e: output_attentions=False (only the hidden states); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _attn_maps_builder, dict(n_layers=12, docs=8, seq=4096, d_model=1024, heads=16, output_attentions=True),
+    dict(n_layers=12, docs=8, seq=4096, d_model=1024, heads=16, output_attentions=False),
+    dump=True,
+)
+
+
+
+# 17.8 an RNN-T loss whose joint network is evaluated on the whole [B, T, U, V] lattice
+
+
+def _rnnt_builder(mesh, utts, frames, labels, enc_dim, vocab, chunk=None):
+    """RNN-Transducer training step (f32 params, bf16 joint matmul): joint(enc_t, pred_u) =
+    tanh(enc_t W_e + pred_u W_p) W_out over every (t, u) pair, log-softmax over the vocabulary,
+    blank and label log-probs gathered ([B, T, U] each), then the forward (alpha) recursion as a
+    lax.scan over frames with an inner scan over labels. chunk=None evaluates the joint on the whole
+    lattice at once (logits [B, T, U, V]); chunk=c evaluates it for c frames at a time inside
+    lax.map under jax.checkpoint, keeping only the gathered [B, c, U] log-probs."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+
+    def joint_logprobs(jw, enc, pred, tgt):
+        # enc [B, t, E], pred [B, U, E], tgt [B, U] -> (blank, emit) log-probs [B, t, U]
+        z = jnp.tanh((enc @ jw["w_enc"])[:, :, None, :] + (pred @ jw["w_pred"])[:, None, :, :])
+        logits = (z.astype(bf) @ jw["w_out"].astype(bf)).astype(f32)           # [B, t, U, V]
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        blank = logp[..., 0]
+        emit = jnp.take_along_axis(logp, jnp.broadcast_to(tgt[:, None, :, None], logp.shape[:3] + (1,)),
+                                   axis=-1)[..., 0]
+        return blank, emit
+
+    def rnnt_train_step(jw, enc, pred, tgt):
+        def loss_fn(jw):
+            if chunk is None:
+                blank, emit = joint_logprobs(jw, enc, pred, tgt)
+            else:
+                encs = jnp.swapaxes(enc.reshape(enc.shape[0], -1, chunk, enc.shape[-1]), 0, 1)
+                fn = jax.checkpoint(lambda e: joint_logprobs(jw, e, pred, tgt))
+                blank, emit = jax.lax.map(fn, encs)                             # [nc, B, c, U]
+                blank, emit = (jnp.swapaxes(a, 0, 1).reshape(enc.shape[0], frames, labels) for a in (blank, emit))
+
+            def over_t(alpha, be):                                              # alpha [B, U]
+                b_t, e_t = be                                                   # [B, U]
+                from_blank = alpha + b_t
+
+                def over_u(prev, xs):
+                    fb, e_prev = xs
+                    cur = jnp.logaddexp(fb, prev + e_prev)
+                    return cur, cur
+
+                first = from_blank[:, 0]
+                _, rest = jax.lax.scan(over_u, first, (from_blank[:, 1:].T, e_t[:, :-1].T))
+                return jnp.concatenate([first[:, None], rest.T], axis=1), None
+
+            alpha0 = jnp.concatenate([jnp.zeros((enc.shape[0], 1), f32),
+                                      jnp.full((enc.shape[0], labels - 1), -1e4, f32)], axis=1)
+            alpha, _ = jax.lax.scan(over_t, alpha0, (jnp.swapaxes(blank, 0, 1), jnp.swapaxes(emit, 0, 1)))
+            return -jnp.mean(alpha[:, -1])
+
+        loss, g = jax.value_and_grad(loss_fn)(jw)
+        return _tm(lambda p, g: p - 1e-3 * g, jw, g), loss
+
+    jw = {"w_enc": sds((enc_dim, enc_dim), f32, mesh, P()), "w_pred": sds((enc_dim, enc_dim), f32, mesh, P()),
+          "w_out": sds((enc_dim, vocab), f32, mesh, P())}
+    n = mesh.devices.size * utts
+    enc = sds((n, frames, enc_dim), f32, mesh, P("d"))
+    pred = sds((n, labels, enc_dim), f32, mesh, P("d"))
+    tgt = sds((n, labels), jnp.int32, mesh, P("d"))
+    return rnnt_train_step, (jw, enc, pred, tgt), {"donate_argnums": (0,)}
+
+
+pair(
+    "rnnt_joint_lattice", "v4", "v4:2x2x1",
+    "RNN-T training step (joint network 512 -> 4096 word pieces) on 16 utterances of 512 frames and 128 "
+    "labels per TensorCore, the joint evaluated on the whole [B, T, U, V] lattice: logits and their "
+    "log-softmax [16,512,128,4096] exceed 15.25G.",
+    "Fixed variant of rnnt_joint_lattice_v4: the joint evaluated 32 frames at a time (lax.map under "
+    "jax.checkpoint), only the blank/label log-probs kept; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _rnnt_builder, dict(utts=16, frames=512, labels=128, enc_dim=512, vocab=4096),
+    dict(utts=16, frames=512, labels=128, enc_dim=512, vocab=4096, chunk=32),
+    dump=False,
+)
+
+
+# 17.9 a language model trained on one-hot target distributions from the input pipeline
+
+
+def _onehot_targets_builder(mesh, seqs, seq, d_model, vocab, integer_targets):
+    """Token-level MLP language model (bf16 params, f32 loss) trained with SGD, params donated.
+    integer_targets=False: the input pipeline delivers the targets as f32 one-hot distributions
+    [B, S, V] (Keras categorical_crossentropy style) and the loss is -sum(targets * log_softmax);
+    True: int32 token ids [B, S] and the loss gathers the target's log-probability."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+
+    def lm_train_step(lm, ids, targets):
+        def loss_fn(lm):
+            h = jnp.take(lm["tok_emb"], ids, axis=0)
+            h = h + jax.nn.gelu(h @ lm["ff_up"]) @ lm["ff_down"]
+            logp = jax.nn.log_softmax((h @ lm["unembed"]).astype(f32), axis=-1)      # [B, S, V]
+            if integer_targets:
+                return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+            return -jnp.mean(jnp.sum(targets * logp, axis=-1))
+
+        loss, g = jax.value_and_grad(loss_fn)(lm)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), lm, g), loss
+
+    lm = {"tok_emb": sds((vocab, d_model), bf, mesh, P()), "ff_up": sds((d_model, 4 * d_model), bf, mesh, P()),
+          "ff_down": sds((4 * d_model, d_model), bf, mesh, P()), "unembed": sds((d_model, vocab), bf, mesh, P())}
+    n = mesh.devices.size * seqs
+    ids = sds((n, seq), jnp.int32, mesh, P("d"))
+    if integer_targets:
+        targets = sds((n, seq), jnp.int32, mesh, P("d"))
+    else:
+        targets = sds((n, seq, vocab), f32, mesh, P("d"))
+    return lm_train_step, (lm, ids, targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "onehot_targets", "v5e", "v5e:2x2",
+    "Token-level language model (d_model 1024, vocabulary 65536) on 16 sequences of 2048 tokens per device, "
+    "the targets delivered as f32 one-hot distributions [B, S, V] (8 GiB per device) and used as "
+    "-sum(targets * log_softmax(logits)): with the logits and their gradient it exceeds 15.75G.",
+    "Fixed variant of onehot_targets_v5e: int32 target ids [B, S] and take_along_axis on the log-probs; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _onehot_targets_builder, dict(seqs=16, seq=2048, d_model=1024, vocab=65536, integer_targets=False),
+    dict(seqs=16, seq=2048, d_model=1024, vocab=65536, integer_targets=True),
+    dump=True,
+)
+
+
+# 17.10 a CLIP loss in shard_map where every device builds the whole global similarity matrix
+
+
+def _clip_gather_builder(mesh, pairs, feat, embed, local_rows):
+    """CLIP-style contrastive step in jax.shard_map (projection heads f32, replicated; image/text
+    features over 'd'): both embeddings are all-gathered into the global batch. local_rows=False
+    then computes the global [B_global, B_global] similarity matrix and the symmetric cross-entropy
+    on every device (the same matrix everywhere); True computes only this device's rows against the
+    gathered other modality ([b, B_global] for images->texts and for texts->images), labels offset
+    by jax.lax.axis_index. Gradients pmean'ed, SGD, heads donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def unit(z):
+        return z * jax.lax.rsqrt(jnp.sum(z * z, axis=-1, keepdims=True) + 1e-12)
+
+    def xent(logits, labels):
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), labels[:, None], axis=-1))
+
+    def local_step(heads, img_feats, txt_feats):
+        def loss_fn(heads):
+            zi = unit(img_feats @ heads["img_proj"])
+            zt = unit(txt_feats @ heads["txt_proj"])
+            all_i = jax.lax.all_gather(zi, "d", tiled=True)
+            all_t = jax.lax.all_gather(zt, "d", tiled=True)
+            temp = jnp.exp(heads["log_temp"])
+            if local_rows:
+                lbl = jax.lax.axis_index("d") * zi.shape[0] + jnp.arange(zi.shape[0])
+                return 0.5 * (xent(temp * zi @ all_t.T, lbl) + xent(temp * zt @ all_i.T, lbl))
+            sim = temp * all_i @ all_t.T                                 # [B_global, B_global]
+            lbl = jnp.arange(sim.shape[0])
+            return 0.5 * (xent(sim, lbl) + xent(sim.T, lbl))
+
+        loss, g = jax.value_and_grad(loss_fn)(heads)
+        g = jax.lax.pmean(g, "d")
+        return _tm(lambda p, g: p - 1e-3 * g, heads, g), jax.lax.pmean(loss, "d")
+
+    step = jax.shard_map(local_step, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=(P(), P()),
+                         check_vma=False)
+
+    def clip_train_step(heads, img_feats, txt_feats):
+        return step(heads, img_feats, txt_feats)
+
+    heads = {"img_proj": sds((feat, embed), f32, mesh, P()), "txt_proj": sds((feat, embed), f32, mesh, P()),
+             "log_temp": sds((), f32, mesh, P())}
+    n = mesh.devices.size * pairs
+    img_feats = sds((n, feat), f32, mesh, P("d"))
+    txt_feats = sds((n, feat), f32, mesh, P("d"))
+    return clip_train_step, (heads, img_feats, txt_feats), {"donate_argnums": (0,)}
+
+
+pair(
+    "clip_global_similarity", "v5e", "v5e:4x4",
+    "CLIP-style contrastive step in jax.shard_map on 16 v5e chips (4096 image-text pairs per device, "
+    "65536 global): both embeddings all-gathered and the whole f32[65536,65536] similarity matrix "
+    "(16 GiB) computed on every device, beyond 15.75G.",
+    "Fixed variant of clip_global_similarity_v5e: each device computes only its own rows against the "
+    "gathered other modality ([4096, 65536] per direction); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "large_activation", "batch_too_large"]),
+    _clip_gather_builder, dict(pairs=4096, feat=1024, embed=512, local_rows=False),
+    dict(pairs=4096, feat=1024, embed=512, local_rows=True),
+    dump=True,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
