@@ -494,7 +494,19 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             .used
             .zip(ctx.limit)
             .is_some_and(|(u, l)| u.saturating_mul(2) >= l.saturating_mul(5));
-        rank!(if far_over { 1.9 } else { 0.05 }, device_too_small(&ctx));
+        // Unless the listing shows the arguments a small share of the device (under a fifth):
+        // then the overshoot is the program's temporaries, and the program, not the chip, is
+        // what the fix changes (in the compiled cases: remat, a shape, an activation).
+        let temporaries_over = e
+            .arguments_bytes
+            .zip(ctx.limit)
+            .is_some_and(|(a, l)| a.saturating_mul(5) < l);
+        let prior = match (far_over, temporaries_over) {
+            (true, false) => 1.9,
+            (true, true) => 0.6,
+            _ => 0.05,
+        };
+        rank!(prior, device_too_small(&ctx));
     }
     // The user already made the batch smaller and it still failed: the batch is not the knob.
     if let Some(said) = e.batch_tried.as_deref() {
