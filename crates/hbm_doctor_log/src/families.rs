@@ -37,6 +37,11 @@ struct Patterns {
     tcmalloc_nil: Regex,
     not_enough_enum: Regex,
     dst_tensor: Regex,
+    neuron_sb: Regex,
+    neuron_device: Regex,
+    poplar_stream: Regex,
+    xpu_block: Regex,
+    directml: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -163,6 +168,28 @@ fn p() -> &'static Patterns {
         // TensorFlow copying a tensor to a GPU with no memory left for it: `InternalError: Dst
         // tensor is not initialized.` (no memory word; TF's documented symptom of a full GPU).
         dst_tensor: re(r"Dst tensor is not initialized"),
+        // AWS Neuron's compiler: an instruction whose operands do not fit the on-chip state
+        // buffer (`[GCA035]  Instruction: I-21-0 with opcode: TensorTensor couldn't be allocated
+        // in SB`), its figures a few lines below (`read_neuron_sb`).
+        neuron_sb: re(r"couldn't be allocated in SB"),
+        // AWS Neuron's runtime: `Failed to alloc DEVICE memory: 180355072`, the core's
+        // utilization listed under it (`* total: 15.855GB`).
+        neuron_device: re(&format!(
+            r"Failed to alloc DEVICE memory:\s*(\d+)(?:[\s\S]{{0,1200}}?\*\s*total:\s*{SZ})?"
+        )),
+        // Graphcore's Poplar: `Out of memory. Single stream of length 149766584 in bufferIndex 1`
+        // (a host-device data stream, sized when the graph is compiled).
+        poplar_stream: re(r"Out of memory\. Single stream of length (\d+)"),
+        // Intel's extension for PyTorch (XPU): one block may not exceed 4 GB, `Current platform
+        // can NOT allocate memory block with size larger than 4GB! Tried to allocate 7.62 GiB
+        // (GPU  0; 15.11 GiB total capacity; 334.79 MiB already allocated; 474.00 MiB reserved
+        // in total by PyTorch)`.
+        xpu_block: re(&format!(
+            r"can NOT allocate memory block with size larger than (\d+)GB!\s*Tried to allocate\s*{SZ}(?:\s*\(GPU\s*(\d+);\s*{SZ}\s*total capacity;\s*{SZ}\s*already allocated)?"
+        )),
+        // DirectML (torch-directml): `Could not allocate tensor with 81544192 bytes. There is
+        // not enough GPU video memory available!`
+        directml: re(r"Could not allocate tensor with (\d+) bytes\.\s*There is not enough GPU video memory"),
         // PyTorch on Apple silicon: `MPS backend out of memory (MPS allocated: 8.93 GB, other
         // allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private
         // pool.` (the limit is the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO of the unified
@@ -340,6 +367,49 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         let mut e = gpu_event(line, Family::Unrecognized, flat);
         e.framework = Some(Framework::Tensorflow);
         return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(m) = pat.neuron_sb.find(flat).filter(on_first) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Compile, flat);
+        e.memory_space = Some(MemorySpace::Vmem);
+        e.device = Some("neuron".into());
+        // The figures are read with the report (`read_neuron_sb`).
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = at_head(&pat.neuron_device) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Device);
+        e.device = Some("neuron".into());
+        e.requested_bytes = c[1].parse().ok();
+        e.used_bytes = bytes(&c, 2);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.poplar_stream) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Compile, flat);
+        e.device = Some("ipu".into());
+        e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.xpu_block) {
+        let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
+        e.framework = Some(Framework::Pytorch);
+        e.requested_bytes = bytes(&c, 2);
+        e.device = c.get(3).map(|d| format!("XPU {}", d.as_str()));
+        e.limit_bytes = bytes(&c, 4);
+        e.used_bytes = bytes(&c, 5);
+        e.allocated_bytes = e.used_bytes;
+        e.message = format!(
+            "{} (one block may not exceed {} GB)",
+            e.message.lines().next().unwrap_or_default(),
+            &c[1]
+        );
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.directml) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Device);
+        e.device = Some("directml".into());
+        e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.mps) {
         // A name quoted in a sentence (`users hit either "MPS backend out of memory" or
@@ -734,6 +804,22 @@ fn fill_placeholders(flat: &str, first: usize) -> Option<(String, usize, usize)>
     out.push('\n');
     out.push_str(&flat[end.min(flat.len())..]);
     Some((out, first_len, end))
+}
+
+/// The figures of AWS Neuron's state-buffer failure, a few lines under its headline:
+/// `Total Accessed Bytes per partition by instruction: 198024` (what the instruction needs per
+/// partition) and `Total SB Partition Size: 196608` (what a partition holds).
+pub(crate) fn read_neuron_sb(e: &mut Event, t: &str) {
+    let value = |t: &str| {
+        t.rsplit(':')
+            .next()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    if t.starts_with("Total Accessed Bytes per partition") {
+        e.used_bytes = e.used_bytes.or(value(t));
+    } else if t.starts_with("Total SB Partition Size") {
+        e.limit_bytes = e.limit_bytes.or(value(t));
+    }
 }
 
 /// The figures of PyTorch's cudaMallocAsync message, one per line under its headline

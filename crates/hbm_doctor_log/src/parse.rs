@@ -320,6 +320,11 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"allocate more memory than is available",
             // TensorFlow's copy to a GPU that has no memory left for the tensor.
             b"Dst tensor is not initialized",
+            // AWS Neuron's compiler and runtime, Intel XPU's block cap, DirectML.
+            b"be allocated in SB",
+            b"Failed to alloc DEVICE memory",
+            b"can NOT allocate memory block",
+            b"not enough GPU video memory",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
@@ -367,6 +372,12 @@ fn with_context(e: &mut Event, input: &[u8], number: u64, pat: &Patterns) {
             .iter()
             .find_map(|l| pat.tried_to_allocate.captures(&l.text))
             .and_then(|c| c.get(1).and_then(|m| parse_size(m.as_str())));
+    }
+    // Figures printed under a headline read from its line alone (no scan anchor reaches it).
+    if e.message.contains("couldn't be allocated in SB") {
+        for l in lines.iter().skip(at).take(16) {
+            crate::families::read_neuron_sb(e, l.text.trim());
+        }
     }
     let torch = e.framework == Some(Framework::Pytorch)
         || (e.framework == Some(Framework::PytorchXla) && !hints.torch_xla);
@@ -3279,6 +3290,10 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
             .first()
             .is_some_and(|l| l.text.contains("Allocation on device"));
     let mut pending_limit = false;
+    let neuron_sb = e.family == Family::OtherAccelerator
+        && head
+            .first()
+            .is_some_and(|l| l.text.contains("couldn't be allocated in SB"));
     for (k, line) in all.enumerate() {
         let t = line.text.trim();
         if t.is_empty() {
@@ -3286,6 +3301,9 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
         }
         if async_torch && k < 12 {
             crate::families::read_async_figures(e, t, &mut pending_limit);
+        }
+        if neuron_sb && k < 16 {
+            crate::families::read_neuron_sb(e, t);
         }
         saw_scoped |= t == "Allocation type: scoped";
         // TensorFlow (and XRT) print this hint under an out-of-memory status only: a listing's
@@ -4091,6 +4109,23 @@ mod tests {
             b"tcmalloc: large alloc 12884901888 bytes == 0x7f8880000000 @ 0x7f94b4551001\n"
         )
         .is_empty());
+        let ev = scan_all(b"2024-Oct-15 18:01:17.728750  3882:3882  ERROR  TDRV:dmem_alloc_internal   Failed to alloc DEVICE memory: 180355072\n2024-Oct-15 18:01:18.347720  3882:3882  ERROR  TDRV:log_dev_mem   Failed to allocate 172.000MB (usage: tensors) on ND 0:NC 0, current utilization:\n\t* total: 15.855GB\n\t* tensors: 15.855GB\n");
+        assert_eq!(ev.iter().filter(|e| e.fatal).count(), 1);
+        assert_eq!(ev[0].requested_bytes, Some(180355072));
+        assert_eq!(ev[0].used_bytes, crate::parse_size("15.855GB"));
+        let ev = scan_all(b"[GCA035]  Instruction: I-21-0 with opcode: TensorTensor couldn't be allocated in SB\nMemory Location Accessed:\nTotal Accessed Bytes per partition by instruction: 198024\nTotal SB Partition Size: 196608\n");
+        assert_eq!(
+            (ev[0].used_bytes, ev[0].limit_bytes),
+            (Some(198024), Some(196608))
+        );
+        assert_eq!(ev[0].memory_space, Some(MemorySpace::Vmem));
+        let ev = scan_all(b"popart_exception: Out of memory. Single stream of length 149766584 in bufferIndex 1\n");
+        assert_eq!(ev[0].requested_bytes, Some(149766584));
+        let ev = scan_all(b"RuntimeError: Current platform can NOT allocate memory block with size larger than 4GB! Tried to allocate 7.62 GiB (GPU  0; 15.11 GiB total capacity; 334.79 MiB already allocated; 474.00 MiB reserved in total by PyTorch)\n");
+        assert_eq!(ev[0].requested_bytes, crate::parse_size("7.62 GiB"));
+        assert_eq!(ev[0].limit_bytes, crate::parse_size("15.11 GiB"));
+        let ev = scan_all(b"\"Could not allocate tensor with 81544192 bytes. There is not enough GPU video memory available!\"\n");
+        assert_eq!(ev[0].requested_bytes, Some(81544192));
         for killed in [
             "[ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py'] exits with return code = -9\n",
             "  exitcode  : -9 (pid: 1234)\n",
