@@ -309,7 +309,10 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             rank!(4.0, sparsecore(&ctx));
             rank!(1.0, sparsecore_padding(&ctx));
         }
-        Category::RuntimeFragmentation => rank!(5.0, fragmentation(&ctx)),
+        Category::RuntimeFragmentation => {
+            rank!(5.0, fragmentation(&ctx));
+            rank!(6.0, allocation_cap(&ctx));
+        }
         Category::Arguments => rank!(4.0, arguments_exceed(&ctx)),
         _ => {}
     }
@@ -435,6 +438,9 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         let tiny_card = e.limit_bytes.is_some_and(|l| l <= 5 << 29);
         rank!(if tiny_card { 2.6 } else { 0.85 }, small_gpu(&ctx));
         rank!(2.8, sliver_pool(&ctx));
+        if category != Category::RuntimeFragmentation {
+            rank!(6.0, allocation_cap(&ctx));
+        }
         for (prior, c) in held_beyond_card(&ctx) {
             add(prior, format!("held_beyond_card@{prior}"), Some(c));
         }
@@ -2880,6 +2886,50 @@ fn small_gpu(ctx: &Ctx<'_>) -> Option<Cause> {
         vec![
             "Run on a GPU with 8 GiB or more (a cloud or Colab GPU), or on the CPU for small experiments.".into(),
             "If the card must do: a smaller model variant, half precision (model.half() / bf16), batch 1 with gradient accumulation, smaller inputs (image size, sequence length).".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+/// One allocation larger than the platform lets a single buffer be: the message states the cap
+/// (Intel XPU's `can NOT allocate memory block with size larger than 4GB`, Metal's `must not
+/// exceed 2048 MB`, MLX's `maximum allowed buffer size`), or the device is empty (next to nothing
+/// allocated) with more free than the request and it still fails: nothing was allocated to
+/// fragment it, so a per-allocation cap (or a runtime's smaller view of the device) refused it.
+fn allocation_cap(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime {
+        return None;
+    }
+    let m = &e.message;
+    let stated = m.contains("one block may not exceed")
+        || m.contains("must not exceed")
+        || m.contains("maximum allowed buffer size");
+    let r = e.requested_bytes?;
+    let empty = e
+        .free_bytes
+        .zip(e.used_bytes.or(e.allocated_bytes))
+        .zip(ctx.limit)
+        .is_some_and(|((f, u), l)| f >= r && u.saturating_mul(100) < l);
+    if !stated && !empty {
+        return None;
+    }
+    let evidence = if stated {
+        format!("the runtime refuses one buffer of {}: the platform caps a single allocation below that", fmt(r))
+    } else {
+        format!(
+            "{} requested with {} free and next to nothing allocated: nothing fragments an empty device, so the runtime caps one allocation below the request (or sees less of the device than it has)",
+            fmt(r),
+            e.free_bytes.map(fmt).unwrap_or_default()
+        )
+    };
+    Some(ctx.cause(
+        CauseKind::DeviceTooSmall,
+        None,
+        evidence,
+        vec![
+            "Split the tensor so that no single buffer reaches the cap (compute it in chunks, shard it, or keep it on the host).".into(),
+            "Or use a runtime or device without this per-allocation cap (Intel XPU: check the driver's large-allocation support; ROCm APUs: the GTT / VRAM carve-out set in the BIOS; Apple: Metal's maximum buffer length).".into(),
         ],
         Vec::new(),
     ))
