@@ -42,6 +42,8 @@ struct Patterns {
     poplar_stream: Regex,
     xpu_block: Regex,
     directml: Regex,
+    python_memory_error: Regex,
+    torch_notebook: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -190,6 +192,12 @@ fn p() -> &'static Patterns {
         // DirectML (torch-directml): `Could not allocate tensor with 81544192 bytes. There is
         // not enough GPU video memory available!`
         directml: re(r"Could not allocate tensor with (\d+) bytes\.\s*There is not enough GPU video memory"),
+        // Python's own exception, bare or with the C++ allocator's word alone (`MemoryError`,
+        // `MemoryError: std::bad_alloc`; RMM's device pool says more after it): the host's.
+        python_memory_error: re(r"^\s*MemoryError\s*(?::\s*(?:std::bad_alloc)?\s*)?$"),
+        // PyTorch's exception class heading a notebook's traceback (`OutOfMemoryError
+        // Traceback (most recent call last)`), its message below cut or not pasted.
+        torch_notebook: re(r"^\s*(?:torch\.(?:cuda\.)?)?OutOfMemoryError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
         // PyTorch on Apple silicon: `MPS backend out of memory (MPS allocated: 8.93 GB, other
         // allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private
         // pool.` (the limit is the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO of the unified
@@ -410,6 +418,14 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.device = Some("directml".into());
         e.requested_bytes = c[1].parse().ok();
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.python_memory_error.find(flat).filter(on_first) {
+        return Some((Piece::Event(Box::new(host_event(line, flat))), m.end()));
+    }
+    if let Some(m) = pat.torch_notebook.find(flat).filter(on_first) {
+        let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
+        e.framework = Some(Framework::Pytorch);
+        return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(c) = at_head(&pat.mps) {
         // A name quoted in a sentence (`users hit either "MPS backend out of memory" or

@@ -178,7 +178,7 @@ fn p() -> &'static Patterns {
             // TPU workers, the kernel's OOM killer's signal; `DataLoader worker (pid 19597) is
             // killed by signal: Killed.`); Colab's `Your session crashed after
             // using all available RAM`.
-            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+Killed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|(?:ProcessExitedException:\s*|exception:\s*)?process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|\bOOMKilled\b|已杀死|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated|Bus\s+error)|interrupted\s+by\s+signal\s+9\s*:\s*SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM|Your\s+notebook\s+tried\s+to\s+allocate\s+more\s+memory\s+than\s+is\s+available|exits\s+with\s+return\s+code\s*=\s*-9\b|\bexitcode\s*:\s*-9\b|died\s+with\s+<Signals\.SIGKILL:\s*9>|Signal\s+9\s+\(SIGKILL\)\s+received\s+by\s+PID"#),
+            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+[Kk]illed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|(?:ProcessExitedException:\s*|exception:\s*)?process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|\bOOMKilled\b|已杀死|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated|Bus\s+error)|interrupted\s+by\s+signal\s+9\s*:\s*SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM|Your\s+notebook\s+tried\s+to\s+allocate\s+more\s+memory\s+than\s+is\s+available|exits\s+with\s+return\s+code\s*=\s*-9\b|\bexitcode\s*:\s*-9\b|died\s+with\s+<Signals\.SIGKILL:\s*9>|Signal\s+9\s+\(SIGKILL\)\s+received\s+by\s+PID"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)\b(?:not|n't|never)\s+(?:\w+\s+){0,2}out\s+of\s+memory|message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
@@ -270,6 +270,7 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
         return None;
     }
     let pat = p();
+    let mut told: Option<(u64, Box<Event>)> = None;
     for (number, raw) in (1u64..).zip(input.split(|&b| b == b'\n')) {
         let quick = memchr::memmem::find(raw, b"OOM").is_some()
             || memchr::memmem::find(raw, b"oom").is_some()
@@ -325,6 +326,10 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"Failed to alloc DEVICE memory",
             b"can NOT allocate memory block",
             b"not enough GPU video memory",
+            // Python's own exception, bare (`MemoryError`), and PyTorch's class heading a
+            // notebook's traceback (`OutOfMemoryError    Traceback (most recent call last)`).
+            b"MemoryError",
+            b"OutOfMemoryError ",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
@@ -341,11 +346,20 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
         }
         let text = crate::clean::clean_line(raw);
         if let Some((Piece::Event(mut e), _)) = headline(&text, number, pat) {
-            if e.told || (rare && e.fatal) {
+            // A message printed further down says more than a sentence telling the failure
+            // (`I'm getting OOM errors even with small files.` ... `MemoryError`).
+            if rare && e.fatal && !e.told {
                 with_context(&mut e, input, number, pat);
                 return Some(*e);
             }
+            if e.told && told.is_none() {
+                told = Some((number, e));
+            }
         }
+    }
+    if let Some((number, mut e)) = told {
+        with_context(&mut e, input, number, pat);
+        return Some(*e);
     }
     let (number, mut e) = prose_failure(input)?;
     with_context(&mut e, input, number, pat);
@@ -419,13 +433,13 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
     let [oom, talk, first_person, change, template, machine, got_oom] = built_in(
         &RES,
         [
-            r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?))\b",
-            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*|overcome|solve|solves|solved|solving|solution|need to|needs to)\b|n't\b",
+            r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?)|(?:ram|memory|vram)\s+(?:is|was|gets|got|becomes|became)\s+(?:completely\s+)?full)\b",
+            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*|overcome|solve|solves|solved|solving|solution|need to|needs to|often|usually|frequently)\b|n't\b",
             r"(?i)\b(?:i|i'm|i've|im|my|me|we|our|us)\b",
             r"(?im)this pr\b|this pull request|this change|this patch|this commit|\bmerged\b|^#+\s*(?:changes|summary|motivation|what does this)|changelog|^\s*(?:fixes|closes|resolves) #|\blgtm\b|co-authored-by",
             r"(?i)describe the bug|to reproduce|reproduction|expected behavio|system info|environment|nvidia-smi|python version|\bos:|\bgpu:|operating system|error log",
             r"^\s*(?:\[?\d{4}-\d\d-\d\d|[IWEF]\d{4} |\[\w+\]|\w+Error\b|Traceback|File \x22)|\bbytes\b|Error Code|\w+\.(?:cc|py|cpp|h):\d+",
-            r"(?i)\b(?:got|gets|hit|hits|did|do|does|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith)\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:oom|ooms|out[- ]of[- ]memory|resource exhaustion)\b",
+            r"(?i)\b(?:got|gets|hit|hits|did|do|does|shows|showed|gives|gave|throws|threw|raises|raised|reports|reported|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith)\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:(?:cuda|gpu|cpu|tpu|hbm)\s+)?(?:oom|ooms|out[- ]of[- ]memory|resource exhaustion)\b",
         ],
     );
     let text = String::from_utf8_lossy(input);
@@ -476,7 +490,12 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
             let happened = !sentence.contains('?')
                 && got_oom.find(sentence).is_some_and(|m| {
                     let before = sentence[..m.start()].trim_end().to_ascii_lowercase();
+                    // (Nor failures counted in the plural: `tests fail with OOM errors`.)
+                    let after = sentence[m.end()..].trim_start().to_ascii_lowercase();
                     !(before.ends_with(" that") || before.ends_with(" which"))
+                        && !["errors", "issues", "problems", "failures"]
+                            .iter()
+                            .any(|p| after.starts_with(p))
                 })
                 && !sentence
                     .split(|c: char| !c.is_ascii_alphabetic())
@@ -4069,6 +4088,7 @@ mod tests {
             "The program got OOM before the training began. Did we miss something?\n",
             "We ran the v3-8 config again and it did with OOM.\n",
             "With the 1.0.0 version FPN(resnet34) FPN(resnet18) do OOM.\n",
+            "However, it shows Cuda out-of-memory error even with setting batch size as 1.\n",
             "可是却出现了OOM，想知道问题出在哪里\n",
             "但出现了CUDA内存不足的问题，见下图。\n",
         ] {
@@ -4083,6 +4103,8 @@ mod tests {
             "If the training gets OOM, the script retries with half the batch.\n",
             "Does it get OOM on a T4?\n",
             "如何避免出现OOM\n",
+            "The CI tests frequently fail with CUDA out of memory errors.\n",
+            "if the gt boxes of one image reach 300, we often get GPU out of memory errors.\n",
         ] {
             assert!(scan_all(talk.as_bytes()).is_empty(), "{talk}");
         }
@@ -4126,7 +4148,13 @@ mod tests {
         assert_eq!(ev[0].limit_bytes, crate::parse_size("15.11 GiB"));
         let ev = scan_all(b"\"Could not allocate tensor with 81544192 bytes. There is not enough GPU video memory available!\"\n");
         assert_eq!(ev[0].requested_bytes, Some(81544192));
+        // A printed message further down wins over a sentence telling the failure.
+        let ev = scan_all(b"I'm getting OOM errors even with small files.\nTraceback (most recent call last):\n  File \"walk.py\", line 3, in <module>\nMemoryError\n");
+        assert_eq!(ev[0].family, Family::HostOom);
+        let ev = scan_all(b"OutOfMemoryError                          Traceback (most recent call last)\nCell In[12], line 3\n");
+        assert_eq!(ev[0].family, Family::PytorchCudaOom);
         for killed in [
+            "[1]    1819 killed    python3 dddqn_train.py results\n",
             "[ERROR] [launch.py:325:sigkill_handler] ['python', '-u', 'train.py'] exits with return code = -9\n",
             "  exitcode  : -9 (pid: 1234)\n",
         ] {
