@@ -492,10 +492,11 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
                     let before = sentence[..m.start()].trim_end().to_ascii_lowercase();
                     // (Nor failures counted in the plural: `tests fail with OOM errors`.)
                     let after = sentence[m.end()..].trim_start().to_ascii_lowercase();
-                    !(before.ends_with(" that") || before.ends_with(" which"))
-                        && !["errors", "issues", "problems", "failures"]
-                            .iter()
-                            .any(|p| after.starts_with(p))
+                    let relative = before.ends_with(" that") || before.ends_with(" which");
+                    let plural = ["errors", "issues", "problems", "failures"]
+                        .iter()
+                        .any(|p| after.starts_with(p));
+                    !relative && !plural
                 })
                 && !sentence
                     .split(|c: char| !c.is_ascii_alphabetic())
