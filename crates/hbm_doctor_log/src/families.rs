@@ -44,6 +44,18 @@ struct Patterns {
     directml: Regex,
     python_memory_error: Regex,
     torch_notebook: Regex,
+    ort_arena: Regex,
+    iree_hip: Regex,
+    openvino_cap: Regex,
+    openvino_gpu: Regex,
+    rmm_initial: Regex,
+    catboost_ctrs: Regex,
+    coreml: Regex,
+    nvmap: Regex,
+    opencl_alloc: Regex,
+    ray_node: Regex,
+    k8s_evicted: Regex,
+    cpp_bad_alloc: Regex,
     torch_process: Regex,
     torch_this_process: Regex,
     torch_unallocated: Regex,
@@ -198,6 +210,39 @@ fn p() -> &'static Patterns {
         // PyTorch's exception class heading a notebook's traceback (`OutOfMemoryError
         // Traceback (most recent call last)`), its message below cut or not pasted.
         torch_notebook: re(r"^\s*(?:torch\.(?:cuda\.)?)?OutOfMemoryError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
+        // ONNX Runtime's arena (CUDA or CPU execution provider): `BFCArena::AllocateRawInternal
+        // Failed to allocate memory for requested buffer of size 939524096`.
+        ort_arena: re(r"Failed to allocate memory for requested buffer of size (\d+)"),
+        // IREE on ROCm: `RESOURCE_EXHAUSTED; HIP driver error 'hipErrorOutOfMemory' (2): out of
+        // memory; failed to allocate buffer of length 34638106880`.
+        iree_hip: re(r"HIP driver error 'hipErrorOutOfMemory'(?:[^\n]{0,120}?failed to allocate buffer of length (\d+))?"),
+        // OpenVINO's GPU plugin: one memory object above the device's cap (`[GPU] Exceeded max
+        // size of memory object allocation: requested N bytes, but max alloc size supported by
+        // device is M bytes`), or `[GPU] out of GPU resources`.
+        openvino_cap: re(r"Exceeded max size of memory object allocation: requested (\d+) bytes, but max alloc size supported by device is (\d+) bytes"),
+        openvino_gpu: re(r"\[GPU\] out of GPU resources"),
+        // Spark RAPIDS: `Initial RMM allocation (14652.787109375 MB) is larger than free memory
+        // (13986.875 MB)`.
+        rmm_initial: re(r"Initial RMM allocation \(([\d.]+) MB\) is larger than free memory \(([\d.]+) MB\)"),
+        // CatBoost's GPU tree counters: `not enough memory for tree-ctrs: 2666.668652 available,
+        // need at least 4902.937321` (megabytes, unit unprinted).
+        catboost_ctrs: re(r"not enough memory for tree-ctrs: ([\d.]+) available, need at least ([\d.]+)"),
+        // Core ML's Espresso on iOS/macOS: `Memory allocation error 12: 1448370000 bytes`.
+        coreml: re(r"Memory allocation error 12: (\d+) bytes"),
+        // Jetson's unified memory: `NvMapMemAllocInternalTagged: 1075072515 error 12` (ENOMEM;
+        // the first number is a tag, not a size).
+        nvmap: re(r"NvMapMemAlloc\w*: \d+ error 12\b"),
+        // OpenCL (LightGBM's GPU learner, boost::compute): `Memory Object Allocation Failure`.
+        opencl_alloc: re(r"Memory Object Allocation Failure"),
+        // Ray's memory monitor: `ray.exceptions.OutOfMemoryError: Task was killed due to the node
+        // running low on memory. Memory on the node (IP: ...) where the task was running was
+        // 59.49GB / 62.58GB (0.950744)`: the node's host memory.
+        ray_node: re(&format!(r"killed due to the node running low on memory(?:[\s\S]{{0,300}}?was\s+{SZ}\s*/\s*{SZ})?")),
+        // Kubernetes evicting a pod: `The node was low on resource: memory.`
+        k8s_evicted: re(r"The node was low on resource: memory"),
+        // A C++ program's allocation failure, uncaught: `terminate called after throwing an
+        // instance of 'std::bad_alloc'` (the host's memory).
+        cpp_bad_alloc: re(r"terminate called after throwing an instance of 'std::bad_alloc'"),
         // PyTorch on Apple silicon: `MPS backend out of memory (MPS allocated: 8.93 GB, other
         // allocations: 120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private
         // pool.` (the limit is the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO of the unified
@@ -426,6 +471,66 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         let mut e = gpu_event(line, Family::PytorchCudaOom, flat);
         e.framework = Some(Framework::Pytorch);
         return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = at_head(&pat.ort_arena) {
+        let mut e = new_event(line, Family::Unrecognized, Phase::Runtime, flat);
+        e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.iree_hip) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.requested_bytes = c.get(1).and_then(|m| m.as_str().parse().ok());
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.openvino_cap) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.requested_bytes = c[1].parse().ok();
+        e.message = format!(
+            "one memory object of {} bytes requested (one block may not exceed {} bytes)",
+            &c[1], &c[2]
+        );
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.openvino_gpu.find(flat).filter(on_first) {
+        let e = gpu_event(line, Family::Unrecognized, flat);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = at_head(&pat.rmm_initial) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.requested_bytes = parse_size(&format!("{} MB", &c[1]));
+        e.free_bytes = parse_size(&format!("{} MB", &c[2]));
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.catboost_ctrs) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.free_bytes = parse_size(&format!("{} MB", &c[1]));
+        e.requested_bytes = parse_size(&format!("{} MB", &c[2]));
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.coreml) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.nvmap.find(flat).filter(on_first) {
+        let e = gpu_event(line, Family::Unrecognized, flat);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(m) = pat.opencl_alloc.find(flat).filter(on_first) {
+        let e = gpu_event(line, Family::Unrecognized, flat);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = at_head(&pat.ray_node) {
+        let mut e = host_event(line, flat);
+        e.used_bytes = bytes(&c, 1);
+        e.limit_bytes = bytes(&c, 2);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.k8s_evicted.find(flat).filter(on_first) {
+        return Some((Piece::Event(Box::new(host_event(line, flat))), m.end()));
+    }
+    if let Some(m) = pat.cpp_bad_alloc.find(flat).filter(on_first) {
+        return Some((Piece::Event(Box::new(host_event(line, flat))), m.end()));
     }
     if let Some(c) = at_head(&pat.mps) {
         // A name quoted in a sentence (`users hit either "MPS backend out of memory" or

@@ -178,7 +178,7 @@ fn p() -> &'static Patterns {
             // TPU workers, the kernel's OOM killer's signal; `DataLoader worker (pid 19597) is
             // killed by signal: Killed.`); Colab's `Your session crashed after
             // using all available RAM`.
-            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+[Kk]illed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|(?:ProcessExitedException:\s*|exception:\s*)?process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|\bOOMKilled\b|已杀死|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated|Bus\s+error)|interrupted\s+by\s+signal\s+9\s*:\s*SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM|Your\s+notebook\s+tried\s+to\s+allocate\s+more\s+memory\s+than\s+is\s+available|exits\s+with\s+return\s+code\s*=\s*-9\b|\bexitcode\s*:\s*-9\b|died\s+with\s+<Signals\.SIGKILL:\s*9>|Signal\s+9\s+\(SIGKILL\)\s+received\s+by\s+PID"#),
+            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+[Kk]illed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|(?:ProcessExitedException:\s*|exception:\s*)?process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|\bOOMKilled\b|已杀死|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated|Bus\s+error)|interrupted\s+by\s+signal\s+9\s*:\s*SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM|Your\s+notebook\s+tried\s+to\s+allocate\s+more\s+memory\s+than\s+is\s+available|exits\s+with\s+return\s+code\s*=\s*-9\b|\bexitcode\s*:\s*-9\b|died\s+with\s+<Signals\.SIGKILL:\s*9>|Signal\s+9\s+\(SIGKILL\)\s+received\s+by\s+PID|Detected\s+\d+\s+oom-kill\s+events?(?:\(s\))?\s+in\s+(?:StepId=|step\s)"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)\b(?:not|n't|never)\s+(?:\w+\s+){0,2}out\s+of\s+memory|message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
@@ -330,6 +330,19 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             // notebook's traceback (`OutOfMemoryError    Traceback (most recent call last)`).
             b"MemoryError",
             b"OutOfMemoryError ",
+            // ONNX Runtime, IREE, OpenVINO, Spark RAPIDS, CatBoost's tree counters, Core ML,
+            // Jetson, OpenCL, Ray's memory monitor, Kubernetes' eviction.
+            b"requested buffer of size",
+            b"hipErrorOutOfMemory",
+            b"[GPU] ",
+            b"Initial RMM allocation",
+            b"tree-ctrs",
+            b"Memory allocation error 12",
+            b"NvMapMemAlloc",
+            b"Memory Object Allocation Failure",
+            b"running low on memory",
+            b"low on resource: memory",
+            b"std::bad_alloc",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
@@ -4149,6 +4162,19 @@ mod tests {
         assert_eq!(ev[0].limit_bytes, crate::parse_size("15.11 GiB"));
         let ev = scan_all(b"\"Could not allocate tensor with 81544192 bytes. There is not enough GPU video memory available!\"\n");
         assert_eq!(ev[0].requested_bytes, Some(81544192));
+        // Runtimes and fleets beyond ML frameworks.
+        let ev = scan_all(b"2023-09-05 10:42:40.81 [E:onnxruntime:, sequential_executor.cc:494 ExecuteKernel] Non-zero status code returned while running ConvTranspose node. Status Message: bfc_arena.cc:376 onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 33554432\n");
+        assert_eq!(ev.iter().filter(|e| e.fatal).count(), 1);
+        assert_eq!(ev[0].requested_bytes, Some(33554432));
+        let ev = scan_all(b"slurmstepd: error: Detected 1 oom-kill event(s) in StepId=15043231.batch. Some of your processes may have been killed by the cgroup out-of-memory handler.\n");
+        assert_eq!(ev[0].family, Family::HostOom);
+        let ev = scan_all(b"ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\nMemory on the node (IP: 10.0.0.7, ID: ab12) where the task was running was 59.49GB / 62.58GB (0.950744), which exceeds the memory usage threshold of 0.95.\n");
+        assert_eq!(ev[0].memory_space, Some(MemorySpace::Host));
+        assert_eq!(ev[0].limit_bytes, crate::parse_size("62.58GB"));
+        let ev = scan_all(b"[GPU] Exceeded max size of memory object allocation: requested 7516192768 bytes, but max alloc size supported by device is 4294959104 bytes. Please try to reduce batch size.\n");
+        assert_eq!(ev[0].requested_bytes, Some(7516192768));
+        let ev = scan_all(b"terminate called after throwing an instance of 'std::bad_alloc' what():  std::bad_alloc\n");
+        assert_eq!(ev[0].family, Family::HostOom);
         // A printed message further down wins over a sentence telling the failure.
         let ev = scan_all(b"I'm getting OOM errors even with small files.\nTraceback (most recent call last):\n  File \"walk.py\", line 3, in <module>\nMemoryError\n");
         assert_eq!(ev[0].family, Family::HostOom);
