@@ -289,6 +289,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         }};
     }
     rank!(10.0, shape_bug(&ctx));
+    rank!(10.5, dense_pairwise(&ctx));
     rank!(3.5, implausible_dimension(&ctx));
     rank!(1.7, vocabulary_logits(&ctx));
     rank!(2.2, loss_over_vocabulary(&ctx));
@@ -833,6 +834,38 @@ fn intermediate_beyond_device(ctx: &Ctx<'_>) -> Option<Cause> {
         vec![
             "Find the operation at the failing line and compute it in blocks: loop over row chunks (or lax.map / jax.lax.scan over chunks; torch.split) and reduce each chunk before the next, so only one block is alive.".into(),
             "If the size is not what the model should need, check that operation's shapes: a broadcast (x[:, None] - x[None, :]) or a missing reshape multiplies a dimension.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+/// A square array over a whole collection (`Unable to allocate 214. GiB for an array with shape
+/// (169343, 169343)`): a dense pairwise matrix (adjacency, distances, similarities) of every item
+/// against every other, built by design rather than by a wrong shape; it must be kept sparse or
+/// computed in blocks.
+fn dense_pairwise(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let m = &e.message;
+    let at = m.find("array with shape (")? + "array with shape (".len();
+    let dims: Vec<u64> = m[at..]
+        .split(')')
+        .next()?
+        .split(',')
+        .map(|d| d.trim().parse().ok())
+        .collect::<Option<Vec<u64>>>()?;
+    let [a, b] = dims[..] else {
+        return None;
+    };
+    if a != b || a < 10_000 {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        None,
+        format!("a dense {a} x {b} array{}: every item against every other (an adjacency, distance or similarity matrix), quadratic in the collection's size", e.requested_bytes.map(|r| format!(" of {}", fmt(r))).unwrap_or_default()),
+        vec![
+            "Keep the matrix sparse (scipy.sparse / torch.sparse / an edge list) or compute it in blocks of rows, keeping only what each block needs (top-k neighbours, a reduction).".into(),
+            "Or sample a subgraph / a subset of the items.".into(),
         ],
         Vec::new(),
     ))
