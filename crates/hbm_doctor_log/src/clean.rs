@@ -132,24 +132,19 @@ pub fn clean_line(raw: &[u8]) -> String {
 pub fn clean_block(raw: &[u8], first_line: u64) -> Vec<Line> {
     let mut out: Vec<Line> = Vec::new();
     for (number, raw_line) in (first_line..).zip(raw.split(|&b| b == b'\n')) {
-        push_raw(&mut out, number, raw_line);
+        let literal_breaks = memchr::memmem::find_iter(raw_line, b"\\n").count();
+        if literal_breaks >= 2 {
+            let text = String::from_utf8_lossy(raw_line)
+                .replace("\\t", " ")
+                .replace("\\\"", "\"");
+            for piece in text.split("\\n") {
+                push_line(&mut out, number, clean_line(piece.as_bytes()), piece.len());
+            }
+        } else {
+            push_line(&mut out, number, clean_line(raw_line), raw_line.len());
+        }
     }
     out
-}
-
-/// Cleans one raw line (splitting literal `\n` escapes) into `out`.
-fn push_raw(out: &mut Vec<Line>, number: u64, raw_line: &[u8]) {
-    let literal_breaks = memchr::memmem::find_iter(raw_line, b"\\n").count();
-    if literal_breaks >= 2 {
-        let text = String::from_utf8_lossy(raw_line)
-            .replace("\\t", " ")
-            .replace("\\\"", "\"");
-        for piece in text.split("\\n") {
-            push_line(out, number, clean_line(piece.as_bytes()), piece.len());
-        }
-    } else {
-        push_line(out, number, clean_line(raw_line), raw_line.len());
-    }
 }
 
 /// A text a terminal hard-wrapped, joined again: the text and, for each of its lines, the
@@ -192,9 +187,10 @@ fn columns(line: &[u8]) -> usize {
     }
 }
 
-/// The width a terminal hard-wrapped this text at: a common terminal width that no line exceeds
-/// and that at least two lines fill exactly (a wrapped line is cut at the width, its last piece
-/// shorter). `None` for text that was not wrapped.
+/// The width a terminal hard-wrapped this text at: a common terminal width that no line exceeds,
+/// filled exactly by at least a quarter of the long lines (a wrapped line is cut at the width,
+/// its last piece shorter), by two different lines or by one whose cut splits a word or a
+/// number. `None` for text that was not wrapped.
 fn wrap_width(raw: &[u8]) -> Option<usize> {
     let lines: Vec<&[u8]> = raw.split(|&b| b == b'\n').map(strip_cr).collect();
     let widths: Vec<usize> = lines.iter().map(|l| columns(l)).collect();

@@ -512,9 +512,11 @@ pub fn scan_all(input: &[u8]) -> Vec<Event> {
 
 /// Scans a whole in-memory log: the events, and the warnings summarised per kind.
 pub fn scan_all_with_warnings(input: &[u8]) -> (Vec<Event>, Vec<WarningSummary>) {
-    if let Some(found) = scan_unwrapped(input) {
-        return found;
-    }
+    scan_unwrapped(input).unwrap_or_else(|| scan_as_is(input))
+}
+
+/// The scan and, in a small text with no printed failure, a failure told in words.
+fn scan_as_is(input: &[u8]) -> (Vec<Event>, Vec<WarningSummary>) {
     let mut scanner = Scanner::new();
     scanner.scan(input, true);
     let (mut events, warnings) = scanner.finish_with_warnings();
@@ -531,10 +533,7 @@ pub fn scan_unwrapped(input: &[u8]) -> Option<(Vec<Event>, Vec<WarningSummary>)>
         return None;
     }
     let (text, numbers) = crate::clean::unwrap_terminal(input)?;
-    let mut scanner = Scanner::new();
-    scanner.scan(&text, true);
-    let (mut events, mut warnings) = scanner.finish_with_warnings();
-    with_told_failure(&mut events, &text);
+    let (mut events, mut warnings) = scan_as_is(&text);
     let line = |n: u64| {
         usize::try_from(n)
             .ok()
