@@ -587,6 +587,24 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             )));
         }
     }
+    // A protein structure predictor folds one complex at a time: no batch to cut (the batch
+    // advice moves down where the listing shows none), and the card or the input's length is
+    // the story (the labelled posts naming one: the card 11, the input's length 4, a JAX pool 4,
+    // the batch 2, both where several samples were drawn per input).
+    if e.structure_predictor.is_some()
+        && e.phase == Phase::Runtime
+        && !matches!(category, Category::Vmem | Category::HostMemory)
+        && common_batch(&e.allocations).is_none()
+    {
+        for (score, _, c) in causes.iter_mut() {
+            if c.cause == CauseKind::BatchTooLarge {
+                *score -= 1.5;
+            }
+        }
+        for (prior, c) in structure_prediction(&ctx) {
+            causes.push((prior, format!("structure_prediction@{prior}"), c));
+        }
+    }
     causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.cause.cmp(&b.2.cause)));
     // One entry per cause (its best-scored evidence), with every rule that proposed it.
     let mut input = RankInput {
@@ -869,6 +887,72 @@ fn dense_pairwise(ctx: &Ctx<'_>) -> Option<Cause> {
         ],
         Vec::new(),
     ))
+}
+
+/// A protein structure predictor named in the text (AlphaFold, ColabFold, RoseTTAFold, ESMFold,
+/// Boltz...): one complex per run, whose pair representation and attention grow with the square
+/// of its length. The card first (what the threads answer most), then the input's length.
+fn structure_prediction(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
+    let e = ctx.e;
+    let Some(name) = e.structure_predictor.as_deref() else {
+        return Vec::new();
+    };
+    let card = match (ctx.limit, e.device_named_bytes) {
+        (Some(l), _) | (None, Some(l)) => format!(" on a device of {}", fmt(l)),
+        _ => String::new(),
+    };
+    let request = e
+        .requested_bytes
+        .map(|r| format!(" ({} requested at once)", fmt(r)))
+        .unwrap_or_default();
+    let generic = name == hbm_doctor_log::parse::GENERIC_STRUCTURE_PREDICTOR;
+    let what = if generic {
+        "the text folds a protein (its length in residues or amino acids, a structure to predict)"
+            .to_string()
+    } else {
+        format!("the text names {name}, a protein structure predictor")
+    };
+    let name = if generic {
+        "a structure predictor"
+    } else {
+        name
+    };
+    let jax = ctx.jax || matches!(name, "AlphaFold" | "ColabFold" | "AlphaPulldown");
+    let mut device_actions = vec![format!(
+        "Fold this complex on a device with more memory (an 80 GB card for complexes of a few thousand residues): the memory of {name} is set by the input, not by a batch."
+    )];
+    if jax {
+        device_actions.push("Or let JAX spill to host memory, slower but it runs: TF_FORCE_UNIFIED_MEMORY=1 XLA_PYTHON_CLIENT_MEM_FRACTION=4.0 (and no other process on the GPU).".into());
+    }
+    device_actions.push(
+        "Check the predictor's documented length limit for this card before cutting anything."
+            .into(),
+    );
+    vec![
+        (
+            2.2,
+            ctx.cause(
+                CauseKind::DeviceTooSmall,
+                None,
+                format!("{what}: it folds one complex at a time, and the pair representation and attention of each layer grow with the square of the sequence length{request}{card}; there is no batch to cut"),
+                device_actions,
+                Vec::new(),
+            ),
+        ),
+        (
+            2.0,
+            ctx.cause(
+                CauseKind::LargeActivation,
+                None,
+                format!("the input's length: the activations of {name} are quadratic in the number of residues, so a longer complex (or a multimer of all chains together) needs far more memory"),
+                vec![
+                    "Fold a shorter input: crop to the interacting domains, or split a large multimer into sub-complexes.".into(),
+                    "Or chunk the attention where the predictor offers it (ESMFold: model.set_chunk_size(64); OpenFold/FastFold: a chunk size in the config), trading speed for memory.".into(),
+                ],
+                Vec::new(),
+            ),
+        ),
+    ]
 }
 
 fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
@@ -3052,6 +3136,34 @@ mod tests {
         t.push_str(ALLOC);
         t.push('\n');
         t
+    }
+
+    #[test]
+    fn a_structure_predictor_has_no_batch_to_cut() {
+        // Named by the program (a JAX one: unified memory is offered).
+        let named = "Running colabfold_batch on my 912 AA sequence.\nCould not predict test_cdf7a. Not Enough GPU memory? RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7866899248 bytes.\n";
+        let r = explain(scan_all(named.as_bytes()));
+        let d = r.diagnosis.expect("diagnosis");
+        assert_eq!(
+            d.causes[0].cause,
+            CauseKind::DeviceTooSmall,
+            "{:?}",
+            d.causes
+        );
+        assert_eq!(d.causes[1].cause, CauseKind::LargeActivation);
+        assert!(d.causes[0].evidence.contains("ColabFold"));
+        assert!(d.causes[0]
+            .actions
+            .iter()
+            .any(|a| a.contains("TF_FORCE_UNIFIED_MEMORY")));
+        // Told by its input alone: a protein's length and a structure to predict.
+        let told = "I am trying to predict the structure of a ~1,100 amino acid long monomer.\nRuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity; 12.10 GiB already allocated; 1.20 GiB free; 12.50 GiB reserved in total by PyTorch)\n";
+        let (_, c) = causes(told);
+        assert_eq!(c.first(), Some(&CauseKind::DeviceTooSmall), "{c:?}");
+        // Amino acids without a structure (a language model embedding many sequences): the batch.
+        let embed = "Embedding ~1000 sequences with 250-2000 amino acids each\nRuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity; 12.10 GiB already allocated; 1.20 GiB free; 12.50 GiB reserved in total by PyTorch)\n";
+        let (_, c) = causes(embed);
+        assert_ne!(c.first(), Some(&CauseKind::DeviceTooSmall), "{c:?}");
     }
 
     #[test]

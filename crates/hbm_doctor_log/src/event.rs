@@ -378,6 +378,11 @@ pub struct Event {
     /// increase`, `there appears to be a memory leak`, `runs out of memory on epoch 4`).
     #[serde(default)]
     pub growth_said: Option<String>,
+    /// Extension: a protein structure predictor the text names (`AlphaFold`, `ColabFold`,
+    /// `RoseTTAFold`, `ESMFold`, `Boltz`...): the program folds one complex at a time, its
+    /// memory grows with the square of the sequence length, and there is no batch to cut.
+    #[serde(default)]
+    pub structure_predictor: Option<String>,
     /// Extension: the operation the failure happened in, where the text shows it: TensorFlow's
     /// node (`[[Node: transformer/softmax_cross_entropy_with_logits = ...`) or the code line of
     /// the traceback's last frame (`return torch._C._nn.cross_entropy_loss(input, target, ...)`).

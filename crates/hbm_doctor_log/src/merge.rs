@@ -435,6 +435,7 @@ fn absorb(into: &mut Event, from: Event) {
         batch_tried,
         holder_named,
         growth_said,
+        structure_predictor,
         failing_op,
         device_named_bytes
     );

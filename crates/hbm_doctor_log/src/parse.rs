@@ -785,10 +785,69 @@ struct Hints {
     holder_named: Option<String>,
     growth_said: Option<String>,
     device_named_bytes: Option<u64>,
+    structure_predictor: Option<String>,
     /// The text shows an LLM serving or generation engine sizing its KV cache or context
     /// (`llama_new_context_with_model`, `n_ctx`, `KV self size`, `max_model_len`, a `.gguf`
     /// model): a failure with no traceback of its own is the engine's generation.
     serving: bool,
+}
+
+/// A protein structure predictor the text names, as its project spells it: in a path, a
+/// package, a command or a sentence (`alphafold/model/modules.py`, `colabfold_batch`, `I am
+/// running RoseTTAFold`, `esm.pretrained.esmfold_v1()`). Such a program folds one complex at a
+/// time: its memory is the sequence length's, squared.
+fn structure_predictor(t: &str) -> Option<String> {
+    const NAMES: &[(&str, &str)] = &[
+        ("alphafold", "AlphaFold"),
+        ("colabfold", "ColabFold"),
+        ("rosettafold", "RoseTTAFold"),
+        ("omegafold", "OmegaFold"),
+        ("esmfold", "ESMFold"),
+        ("openfold", "OpenFold"),
+        ("fastfold", "FastFold"),
+        ("unifold", "Uni-Fold"),
+        ("uni-fold", "Uni-Fold"),
+        ("helixfold", "HelixFold"),
+        ("protenix", "Protenix"),
+        ("alphapulldown", "AlphaPulldown"),
+        ("boltz-1", "Boltz"),
+        ("boltz-2", "Boltz"),
+        ("boltz predict", "Boltz"),
+        ("boltz/", "Boltz"),
+        ("chai_lab", "Chai-1"),
+        ("chai-1", "Chai-1"),
+    ];
+    let quick = [
+        "fold", "Fold", "FOLD", "boltz", "Boltz", "chai", "Chai", "protenix", "Protenix",
+    ];
+    if !quick.iter().any(|k| t.contains(k)) {
+        return None;
+    }
+    let lower = t.to_ascii_lowercase();
+    NAMES
+        .iter()
+        .find(|(k, _)| lower.contains(k))
+        .map(|(_, name)| (*name).to_string())
+}
+
+/// What `structure_predictor` holds when the text folds a protein without naming the program.
+pub const GENERIC_STRUCTURE_PREDICTOR: &str = "protein structure prediction";
+
+/// A protein's length in a sentence: a number of residues or amino acids (`~1,100 amino acid
+/// long`, `912 AA`, `a peptide with 8 residues`).
+fn protein_length_said(t: &str) -> bool {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    if !["amino", "residue", "AA", " aa"]
+        .iter()
+        .any(|k| t.contains(k))
+    {
+        return false;
+    }
+    RE.get_or_init(|| {
+        Regex::new(r"\b\d[\d,.]*\s*(?:-?\s*long\s+)?(?:residues|amino[ -]acids?|AA|aa)\b")
+            .expect("protein length pattern")
+    })
+    .is_match(t)
 }
 
 /// Words of an LLM inference engine sizing its context or KV cache.
@@ -1714,9 +1773,24 @@ impl Hints {
         // PyTorch named only by an environment block (`PyTorch version: 2.5.1+cu124`, `torch
         // 2.1.1`, `torch==2.0.1`): the weakest sign, after every other framework's.
         let mut torch_env = false;
+        // A protein's length (`~1,100 amino acids`, `912 AA`, `8 residues`) and folding words
+        // (`monomer`, `structure`, `fold`) in the same text: a structure prediction, whatever
+        // the program's name.
+        let (mut protein_length, mut folding) = (false, false);
         for line in lines {
             let t = &*installed_paths(&line.text);
             h.serving |= serving_words(t);
+            protein_length |= protein_length_said(t);
+            folding |= [
+                "fold",
+                "Fold",
+                "structure",
+                "monomer",
+                "multimer",
+                "complex",
+            ]
+            .iter()
+            .any(|k| t.contains(k));
             if t.contains("torch_xla")
                 || t.contains("Bad StatusOr access")
                 || t.contains("PT_XLA")
@@ -1800,11 +1874,17 @@ impl Hints {
             if h.device_named_bytes.is_none() {
                 h.device_named_bytes = gpu_named_bytes(t);
             }
+            if h.structure_predictor.is_none() {
+                h.structure_predictor = structure_predictor(t);
+            }
             if h.program.is_none() {
                 if let Some(c) = p().exec_name.captures(t) {
                     h.program = Some(c[1].to_string());
                 }
             }
+        }
+        if h.structure_predictor.is_none() && protein_length && folding {
+            h.structure_predictor = Some(GENERIC_STRUCTURE_PREDICTOR.into());
         }
         h.framework = if ptxla {
             Some(Framework::PytorchXla)
@@ -1886,6 +1966,11 @@ impl Hints {
         }
         if event.device_named_bytes.is_none() {
             event.device_named_bytes = self.device_named_bytes;
+        }
+        if event.structure_predictor.is_none() {
+            event
+                .structure_predictor
+                .clone_from(&self.structure_predictor);
         }
         if event.batch_tried.is_none() {
             event.batch_tried.clone_from(&self.batch_tried);
