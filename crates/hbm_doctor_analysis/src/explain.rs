@@ -605,6 +605,23 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             causes.push((prior, format!("structure_prediction@{prior}"), c));
         }
     }
+    // An image upscaler or restorer works one image at a time: the image's size is the story,
+    // tiling the fix (the labelled posts naming one: the image's size 7, the card 2, the host 1).
+    if e.image_upscaler.is_some()
+        && e.structure_predictor.is_none()
+        && e.phase == Phase::Runtime
+        && !matches!(category, Category::Vmem | Category::HostMemory)
+        && common_batch(&e.allocations).is_none()
+    {
+        for (score, _, c) in causes.iter_mut() {
+            if c.cause == CauseKind::BatchTooLarge {
+                *score -= 1.5;
+            }
+        }
+        if let Some(c) = image_upscaling(&ctx) {
+            causes.push((2.2, "image_upscaling@2.2".into(), c));
+        }
+    }
     causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.cause.cmp(&b.2.cause)));
     // One entry per cause (its best-scored evidence), with every rule that proposed it.
     let mut input = RankInput {
@@ -953,6 +970,27 @@ fn structure_prediction(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
             ),
         ),
     ]
+}
+
+/// An image upscaler or restorer named in the text (Real-ESRGAN, SwinIR, GFPGAN, waifu2x...): one
+/// image per call, whose activations grow with its pixels times the upscaling factor squared.
+fn image_upscaling(ctx: &Ctx<'_>) -> Option<Cause> {
+    let name = ctx.e.image_upscaler.as_deref()?;
+    let request = ctx
+        .e
+        .requested_bytes
+        .map(|r| format!(" ({} requested at once)", fmt(r)))
+        .unwrap_or_default();
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        None,
+        format!("the text names {name}, which upscales or restores one image at a time: its activations grow with the image's pixels (and the output's, at the upscaling factor squared){request}; there is no batch to cut"),
+        vec![
+            "Process the image in tiles (Real-ESRGAN/GFPGAN: --tile 256 or 400 with --tile_pad 10; webui upscalers: a tile size), or downscale it first.".into(),
+            "Run the model in half precision (--fp16 / --half where offered), and free other models from the GPU before upscaling.".into(),
+        ],
+        Vec::new(),
+    ))
 }
 
 fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
@@ -3164,6 +3202,26 @@ mod tests {
         let embed = "Embedding ~1000 sequences with 250-2000 amino acids each\nRuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total capacity; 12.10 GiB already allocated; 1.20 GiB free; 12.50 GiB reserved in total by PyTorch)\n";
         let (_, c) = causes(embed);
         assert_ne!(c.first(), Some(&CauseKind::DeviceTooSmall), "{c:?}");
+    }
+
+    #[test]
+    fn an_upscaler_works_one_image_at_a_time() {
+        let text = "python inference_realesrgan.py -n RealESRGAN_x4plus -i big.png\nError CUDA out of memory. Tried to allocate 3.80 GiB (GPU 0; 8.00 GiB total capacity; 2.10 GiB already allocated; 3.20 GiB free; 2.50 GiB reserved in total by PyTorch)\n";
+        let r = explain(scan_all(text.as_bytes()));
+        let d = r.diagnosis.expect("diagnosis");
+        assert_eq!(
+            d.causes[0].cause,
+            CauseKind::LargeActivation,
+            "{:?}",
+            d.causes
+        );
+        assert!(d.causes[0].evidence.contains("Real-ESRGAN"));
+        assert!(d.causes[0].actions[0].contains("--tile"));
+        let batch = d
+            .causes
+            .iter()
+            .position(|c| c.cause == CauseKind::BatchTooLarge);
+        assert!(batch.is_none_or(|i| i > 0));
     }
 
     #[test]

@@ -383,6 +383,11 @@ pub struct Event {
     /// memory grows with the square of the sequence length, and there is no batch to cut.
     #[serde(default)]
     pub structure_predictor: Option<String>,
+    /// Extension: an image upscaler or restorer the text names (`Real-ESRGAN`, `SwinIR`,
+    /// `GFPGAN`, `waifu2x`, a super-resolution model): it processes one image at a time, whose
+    /// size sets the activations; tiling, not a batch, is the knob.
+    #[serde(default)]
+    pub image_upscaler: Option<String>,
     /// Extension: the operation the failure happened in, where the text shows it: TensorFlow's
     /// node (`[[Node: transformer/softmax_cross_entropy_with_logits = ...`) or the code line of
     /// the traceback's last frame (`return torch._C._nn.cross_entropy_loss(input, target, ...)`).

@@ -436,6 +436,7 @@ fn absorb(into: &mut Event, from: Event) {
         holder_named,
         growth_said,
         structure_predictor,
+        image_upscaler,
         failing_op,
         device_named_bytes
     );

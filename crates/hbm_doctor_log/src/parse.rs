@@ -786,6 +786,7 @@ struct Hints {
     growth_said: Option<String>,
     device_named_bytes: Option<u64>,
     structure_predictor: Option<String>,
+    image_upscaler: Option<String>,
     /// The text shows an LLM serving or generation engine sizing its KV cache or context
     /// (`llama_new_context_with_model`, `n_ctx`, `KV self size`, `max_model_len`, a `.gguf`
     /// model): a failure with no traceback of its own is the engine's generation.
@@ -819,6 +820,54 @@ fn structure_predictor(t: &str) -> Option<String> {
     ];
     let quick = [
         "fold", "Fold", "FOLD", "boltz", "Boltz", "chai", "Chai", "protenix", "Protenix",
+    ];
+    if !quick.iter().any(|k| t.contains(k)) {
+        return None;
+    }
+    let lower = t.to_ascii_lowercase();
+    NAMES
+        .iter()
+        .find(|(k, _)| lower.contains(k))
+        .map(|(_, name)| (*name).to_string())
+}
+
+/// An image upscaler or restorer the text names (`realesrgan/utils.py`, `SwinIR`, `GFPGAN`,
+/// `waifu2x`, `super-resolution`): one image per call, its size the memory.
+fn image_upscaler(t: &str) -> Option<String> {
+    const NAMES: &[(&str, &str)] = &[
+        ("realesrgan", "Real-ESRGAN"),
+        ("real-esrgan", "Real-ESRGAN"),
+        ("esrgan", "ESRGAN"),
+        ("bsrgan", "BSRGAN"),
+        ("swinir", "SwinIR"),
+        ("gfpgan", "GFPGAN"),
+        ("codeformer", "CodeFormer"),
+        ("waifu2x", "waifu2x"),
+        ("realcugan", "Real-CUGAN"),
+        ("real-cugan", "Real-CUGAN"),
+        ("stablesr", "StableSR"),
+        ("supir", "SUPIR"),
+        ("super-resolution", "a super-resolution model"),
+        ("super resolution", "a super-resolution model"),
+        ("superresolution", "a super-resolution model"),
+        ("upscaler", "an upscaler"),
+    ];
+    let quick = [
+        "esrgan",
+        "ESRGAN",
+        "SwinIR",
+        "swinir",
+        "GFPGAN",
+        "gfpgan",
+        "odeFormer",
+        "odeformer",
+        "waifu2x",
+        "CUGAN",
+        "cugan",
+        "StableSR",
+        "SUPIR",
+        "esolution",
+        "pscaler",
     ];
     if !quick.iter().any(|k| t.contains(k)) {
         return None;
@@ -1877,6 +1926,9 @@ impl Hints {
             if h.structure_predictor.is_none() {
                 h.structure_predictor = structure_predictor(t);
             }
+            if h.image_upscaler.is_none() {
+                h.image_upscaler = image_upscaler(t);
+            }
             if h.program.is_none() {
                 if let Some(c) = p().exec_name.captures(t) {
                     h.program = Some(c[1].to_string());
@@ -1971,6 +2023,9 @@ impl Hints {
             event
                 .structure_predictor
                 .clone_from(&self.structure_predictor);
+        }
+        if event.image_upscaler.is_none() {
+            event.image_upscaler.clone_from(&self.image_upscaler);
         }
         if event.batch_tried.is_none() {
             event.batch_tried.clone_from(&self.batch_tried);
