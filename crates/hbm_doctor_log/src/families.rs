@@ -53,6 +53,8 @@ struct Patterns {
     coreml: Regex,
     nvmap: Regex,
     opencl_alloc: Regex,
+    llm_engine_vram: Regex,
+    metal_command_buffer: Regex,
     ray_node: Regex,
     k8s_evicted: Regex,
     cpp_bad_alloc: Regex,
@@ -234,6 +236,14 @@ fn p() -> &'static Patterns {
         nvmap: re(r"NvMapMemAlloc\w*: \d+ error 12\b"),
         // OpenCL (LightGBM's GPU learner, boost::compute): `Memory Object Allocation Failure`.
         opencl_alloc: re(r"Memory Object Allocation Failure"),
+        // LLM engines refusing to start for the device's memory: ExLlamaV2's autosplit
+        // (`RuntimeError: Insufficient VRAM for model and cache`), TensorRT-LLM's executor
+        // (`Executor creation failed due to insufficient GPU memory.`, its figures in the lines
+        // under it: `read_trtllm_executor`).
+        llm_engine_vram: re(r"Insufficient VRAM for model and cache|Executor creation failed due to insufficient GPU memory"),
+        // Metal running a command buffer without memory (MLX): `[METAL] Command buffer
+        // execution failed: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)`.
+        metal_command_buffer: re(r"kIOGPUCommandBufferCallbackErrorOutOfMemory"),
         // Ray's memory monitor: `ray.exceptions.OutOfMemoryError: Task was killed due to the node
         // running low on memory. Memory on the node (IP: ...) where the task was running was
         // 59.49GB / 62.58GB (0.950744)`: the node's host memory.
@@ -346,6 +356,19 @@ fn dec_or_hex(s: &str) -> Option<u64> {
     match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => u64::from_str_radix(h, 16).ok(),
         None => s.parse().ok(),
+    }
+}
+
+/// TensorRT-LLM's executor report under its headline: `Total GPU memory (GiB): 140.06` (the
+/// device) and `Free GPU memory before component creation attempt (GiB): 108.86`.
+pub(crate) fn read_trtllm_executor(e: &mut Event, t: &str) {
+    let gib = |v: &str| parse_size(&format!("{} GiB", v.trim()));
+    if let Some(v) = t.strip_prefix("Total GPU memory (GiB):") {
+        e.limit_bytes = e.limit_bytes.or_else(|| gib(v));
+    } else if let Some(v) =
+        t.strip_prefix("Free GPU memory before component creation attempt (GiB):")
+    {
+        e.free_bytes = e.free_bytes.or_else(|| gib(v));
     }
 }
 
@@ -518,6 +541,16 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     }
     if let Some(m) = pat.opencl_alloc.find(flat).filter(on_first) {
         let e = gpu_event(line, Family::Unrecognized, flat);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(m) = pat.llm_engine_vram.find(flat).filter(on_first) {
+        let e = gpu_event(line, Family::Unrecognized, flat);
+        return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(m) = pat.metal_command_buffer.find(flat).filter(on_first) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Device);
+        e.device = Some("metal".into());
         return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(c) = at_head(&pat.ray_node) {

@@ -343,6 +343,10 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"running low on memory",
             b"low on resource: memory",
             b"std::bad_alloc",
+            // LLM engines' start-up refusals (ExLlamaV2, TensorRT-LLM), Metal's command buffer.
+            b"Insufficient VRAM",
+            b"insufficient GPU memory",
+            b"kIOGPUCommandBufferCallbackErrorOutOfMemory",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
@@ -404,6 +408,11 @@ fn with_context(e: &mut Event, input: &[u8], number: u64, pat: &Patterns) {
     if e.message.contains("couldn't be allocated in SB") {
         for l in lines.iter().skip(at).take(16) {
             crate::families::read_neuron_sb(e, l.text.trim());
+        }
+    }
+    if e.message.contains("Executor creation failed") {
+        for l in lines.iter().skip(at).take(8) {
+            crate::families::read_trtllm_executor(e, l.text.trim());
         }
     }
     let torch = e.framework == Some(Framework::Pytorch)
@@ -547,7 +556,7 @@ fn cjk_failure(line: &str) -> Option<&str> {
     let [said, talk] = built_in(
         &RE,
         [
-            r"(?:出现|出現|报|報|遇到|碰到|发生|發生|会|會|爆|提示|导致|導致)了?\s*(?:(?i:cuda|gpu|npu)\s*)?(?:OOM|oom|内存不足|显存不足|顯存不足|記憶體不足|显存溢出|内存溢出|out of memory|Out of memory|out-of-memory)",
+            r"(?:出现|出現|报|報|遇到|碰到|发生|發生|会|會|爆|提示|导致|導致|直到)了?\s*(?:(?i:cuda|gpu|npu)\s*)?(?:OOM|oom|内存不足|显存不足|顯存不足|記憶體不足|显存溢出|内存溢出|out of memory|Out of memory|out-of-memory)",
             r"避免|解决|解決|如何|怎么|怎樣|修复|修復|可能|如果|是否|为什么|為什麼|防止|减少|減少|降低",
         ],
     );
@@ -4262,6 +4271,27 @@ mod tests {
         ] {
             assert!(scan_all(talk.as_bytes()).is_empty(), "{talk}");
         }
+    }
+
+    #[test]
+    fn llm_engines_refusing_to_start_and_metal_command_buffers() {
+        let ev = super::told_failure(b"RuntimeError                              Traceback (most recent call last)\n---> 12 model.load_autosplit(cache)\nRuntimeError: Insufficient VRAM for model and cache\n");
+        assert_eq!(ev.map(|e| e.backend), Some(Some(crate::Backend::Gpu)));
+        let trt = b"trtllm-serve crashes because of gpu oom as follows\n```\n[07/08/2025-19:47:15] [TRT-LLM] [RANK 1] [E] Failed to initialize executor on rank 1: Executor creation failed due to insufficient GPU memory.\n\nThe following component could not be created: KV cache\nTotal GPU memory (GiB): 140.06\nFree GPU memory before component creation attempt (GiB): 108.86\n";
+        let e = super::told_failure(trt).expect("event");
+        assert!(
+            e.message.contains("Executor creation failed"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.limit_bytes, crate::size::parse_size("140.06 GiB"));
+        assert_eq!(e.free_bytes, crate::size::parse_size("108.86 GiB"));
+        let metal = b"libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command buffer execution failed: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)\n";
+        let e = super::told_failure(metal).expect("event");
+        assert_eq!(e.family, Family::OtherAccelerator);
+        assert_eq!(e.device.as_deref(), Some("metal"));
+        let cjk = "设置tp=4，持续运行时显存一直缓慢增长直到oom，以下是模型配置参数".as_bytes();
+        assert!(super::told_failure(cjk).is_some());
     }
 
     #[test]
