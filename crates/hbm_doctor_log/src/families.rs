@@ -160,9 +160,10 @@ fn p() -> &'static Patterns {
         )),
         // Apple's MLX: `[malloc_or_wait] Unable to allocate 12 bytes.`, `[metal::malloc]
         // Attempting to allocate N bytes which is greater than the maximum allowed buffer size
-        // of M bytes.`
+        // of M bytes.`, `[metal::malloc] Resource limit (499000) exceeded.` (a count of live
+        // buffers, not bytes: no figure).
         mlx: re(
-            r"\[(?:malloc_or_wait|metal::malloc)\]\s*(?:Unable to allocate (\d+) bytes|Attempting to allocate (\d+) bytes which is greater than the maximum allowed buffer size of (\d+) bytes)",
+            r"\[(?:malloc_or_wait|metal::malloc)\]\s*(?:Unable to allocate (\d+) bytes|Attempting to allocate (\d+) bytes which is greater than the maximum allowed buffer size of (\d+) bytes|Resource limit \(\d+\) exceeded)",
         ),
         // MLC LLM's memory plan: `Insufficient GPU memory error: The available single GPU memory
         // is 20584.716 MB, which is less than the sum of model weight size (5977.188 MB) and

@@ -211,7 +211,8 @@ fn p() -> &'static Patterns {
             cuda_device_warning: re(r"(?:failed\s+to\s+allocate\s+\S+\s+\((\d+)\s+bytes\)\s+from\s+devic\s*e|Failed\s+to\s+allocate\s+device\s+memory\s+of\s+\S+\s+\((\d+)\s+bytes\)):\s+(?:RESOURCE_EXHAUSTED:\s*:\s*)?CUDA_ERROR_OUT_OF_MEMORY"),
             capacity: re(r"^(\w+)\s+capacity\s+SZ:?"),
             report_start: re(r"^(?:(Largest\s+program\s+allocations\s+in\s+(\w+))|(Peak\s+buffers:|BufferAssignment\s+OOM\s+Debugging)|(?:Program\s+(\w+)\s+requirement|Total\s+(\w+)\s+usage\s*>=)|((?:\d+\.\s+)?Size:\s+\d|Allocation\s+type:|XLA\s+[lL]abel:)|(Stats:\s*$|Stats:\s+Limit|.*memory_limit_))"),
-            step: re(r"(?i)\b(?:step|iteration|iter|global_step)\b\s*[=:#]?\s*(\d{1,9})\b"),
+            // `step 120`, `iteration: 5`, and a progress line's `epoch 7, it 7990` (tqdm-like).
+            step: re(r"(?i)\b(?:step|iteration|iter|global_step)\b\s*[=:#]?\s*(\d{1,9})\b|\bepoch\s*\d+\s*[,|]\s*it\s*[=:#]?\s*(\d{1,9})\b"),
             remat_limit: re(r"rematerialization\s+limit\s+SZ\s*=\s*[\d.]+%\s+\w+\s+\(SZ\)\s*-\s*\(arguments\s+\(SZ\)\s*-\s*aliased_output\s*\(SZ\)\)"),
             usage_space: re(r"^Memory\s+Space:\s+(\w+)"),
             usage_total: re(r"^Total\s+bytes:\s+(\d+)"),
@@ -1084,6 +1085,8 @@ fn growth_said(t: &str) -> Option<String> {
         "accumulat",
         "incremental",
         "a list",
+        "steps",
+        "iterations",
     ]
     .iter()
     .any(|k| t.contains(k))
@@ -1173,7 +1176,10 @@ fn growth_said(t: &str) -> Option<String> {
     // `out of memory from training ... for 125 epochs`: training ran epochs before failing.
     let oom = l.contains("out of memory") || l.contains("oom");
     let after_epochs = oom && epochs_ran(&l).is_some_and(|n| n >= 2);
-    ((leak || rising || kept_list) && memory || after_epochs || models_in_loop)
+    // `crashed consistently after about 9k steps`, `out of memory when I run it up to about 1500
+    // steps`: a thousand steps or more ran before the failure.
+    let after_steps = oom && steps_ran(&l).is_some_and(|n| n >= 1000);
+    ((leak || rising || kept_list) && memory || after_epochs || after_steps || models_in_loop)
         .then(|| t.trim().chars().take(160).collect())
 }
 
@@ -1318,9 +1324,34 @@ fn device_taken_at_start(t: &str) -> Option<String> {
 }
 
 /// The epoch number a sentence names: `125 epochs`, `~2 epochs`, `epoch 4`, `epoch number 4`.
+/// Training steps a sentence says ran (`after about 9k steps`, `up to 1500 iterations`).
+fn steps_ran(l: &str) -> Option<u64> {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    if !l.contains("steps") && !l.contains("iterations") && !l.contains("iters") {
+        return None;
+    }
+    let c = RE
+        .get_or_init(|| {
+            Regex::new(r"\b(\d[\d,]*)\s*(k)?\s+(?:training\s+)?(?:steps|iterations|iters)\b")
+                .expect("steps pattern")
+        })
+        .captures(l)?;
+    let n: u64 = c[1].replace(',', "").parse().ok()?;
+    Some(if c.get(2).is_some() { n * 1000 } else { n })
+}
+
 fn epochs_ran(l: &str) -> Option<u32> {
     let i = l.find("epoch")?;
+    // `the 23th epoch`, `3rd epoch`: the ordinal's digits.
     let before = l[..i].trim_end();
+    let before = ["st", "nd", "rd", "th"]
+        .iter()
+        .find_map(|o| {
+            before
+                .strip_suffix(o)
+                .filter(|b| b.ends_with(|c: char| c.is_ascii_digit()))
+        })
+        .unwrap_or(before);
     let digits_before: String = before
         .chars()
         .rev()
@@ -3734,7 +3765,10 @@ fn read_progress(e: &mut Event, before: &[Line], pat: &Patterns) {
     for line in before.iter().rev().take(80) {
         let t = line.text.as_str();
         if e.step.is_none() {
-            e.step = pat.step.captures(t).and_then(|c| c[1].parse().ok());
+            e.step = pat
+                .step
+                .captures(t)
+                .and_then(|c| c.get(1).or(c.get(2))?.as_str().parse().ok());
         }
         if e.near.is_none() {
             e.near = progress_word(t).map(str::to_string);
@@ -4121,7 +4155,7 @@ fn prose_when(t: &str) -> Option<Stage> {
         &RES,
         [
             r"(?i)\b(?:(?:running|run|runs|do|doing|during|for|at|when|while)\s+(?:the\s+|an?\s+|model\s+)?inference\b|inferenc(?:e|ing)\s+(?:on|with)\b|(?:when|while|during)\s+(?:generating|sampling|decoding|predicting|upscaling|transcribing)\b|generat(?:e|ing)\s+(?:an?\s+|the\s+|\w+\s+)?(?:images?|pictures?|textures?|text|videos?|audio|speech|tokens|responses?|samples?)\b|\btxt2img\b|\bimg2img\b|(?:try|trying|tried|when\s+i|while\s+i)\s+(?:to\s+)?(?:predict|generate|synthesi[sz]e|transcribe|upscale|infer)\b|\brunning\s+(?:the\s+)?predictions?\b|\d+\s*steps\b[^.]{0,40}\b(?:cfg|euler|sampler|ddim|dpm)|\b(?:cfg|euler|sampler|ddim)\b[^.]{0,40}\d+\s*steps\b)|推理",
-            r"(?i)\b(?:(?:when|while|during|once)\s+(?:i\s+|we\s+)?(?:start(?:ing|ed)?\s+|begin(?:ning)?\s+)?(?:the\s+)?training\b|start(?:s|ed|ing)?\s+(?:to\s+)?train(?:ing)?\b|(?:in|at|during|on)\s+the\s+first\s+(?:epoch|step|batch|iteration)|after\s+(?:a\s+while|some\s+time|a\s+few|few|several|many|some|\d[\d,]*)\s+(?:training\s+)?(?:steps|iterations|iters|epochs|batches|hours)\b|at\s+(?:the\s+)?\d+(?:st|nd|rd|th)\s+(?:epoch|step|iteration)\b|(?:at|in)\s+(?:epoch|step|iteration)\s+\d+)|训练时|训练的时候|开始训练",
+            r"(?i)\b(?:(?:when|while|during|once)\s+(?:i\s+|we\s+)?(?:start(?:ing|ed)?\s+|begin(?:ning)?\s+)?(?:the\s+)?training\b|start(?:s|ed|ing)?\s+(?:to\s+)?train(?:ing)?\b|(?:in|at|during|on)\s+the\s+first\s+(?:epoch|step|batch|iteration)|(?:after|up\s+to)\s+(?:about\s+|around\s+|roughly\s+|nearly\s+|~\s*)?(?:a\s+while|some\s+time|a\s+few|few|several|many|some|so\s+many|\d[\d,.]*k?)\s+(?:training\s+)?(?:steps|iterations|iters|epochs|batches|hours)\b|(?:at|reach(?:es|ed|ing)?)\s+(?:the\s+)?\d+(?:st|nd|rd|th)\s+(?:epoch|step|iteration)\b|(?:at|in)\s+(?:epoch|step|iteration)\s+\d+)|训练时|训练的时候|开始训练",
             r"(?i)\b(?:(?:when|while|during)\s+(?:initiali[sz]ing|creating|building|instantiating)\s+(?:the\s+|my\s+|a\s+)?(?:\w+\s+)?model\b|(?:at|on|during)\s+start-?up\b|\btraining\s+initiali[sz]ation\b)|启动的时候|启动时|加载模型",
         ],
     );
@@ -4271,6 +4305,23 @@ mod tests {
         ] {
             assert!(scan_all(talk.as_bytes()).is_empty(), "{talk}");
         }
+    }
+
+    #[test]
+    fn progress_and_steps_told_in_prose() {
+        let graf = b"However, After this log\n`[cub_64 epoch 7, it 7990, t 1.099] g_loss = 1.0365`,\nI got\n`RuntimeError: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 11.91 GiB total capacity; 10.89 GiB already allocated; 1.06 MiB free; 11.29 GiB reserved in total by PyTorch)`\n";
+        assert_eq!(scan_all(graf)[0].step, Some(7990));
+        for told in [
+            "here training crashed consistently after about 9k steps of training",
+            "CUDA out of memory when it reach 23th epoch",
+            "I get out of memory when I run it up to about 1500 steps on RTX 3090.",
+        ] {
+            assert_eq!(super::prose_when(told), Some(Stage::Train), "{told}");
+        }
+        let mlx = b"RuntimeError: [metal::malloc] Resource limit (499000) exceeded.\n";
+        let e = super::told_failure(mlx).expect("event");
+        assert_eq!(e.family, Family::OtherAccelerator);
+        assert_eq!(e.requested_bytes, None);
     }
 
     #[test]
