@@ -3867,6 +3867,516 @@ pair(
 )
 
 
+# ---- 18. more broken/fixed pairs (batch tpu7): other models, other names ----------------------
+#
+# Programs of kinds sections 13-17 do not have (a beam search that returns every step's scores, an
+# additive attention bias delivered by the input pipeline as f32 [B, H, S, S], a surrogate model
+# trained with jax_enable_x64 left on, packed sequences attending across the whole pack, a remat
+# policy that saves every matmul, a video transformer with joint space-time attention, per-layer
+# relative-position biases gathered for all layers before the scan, a segmentation head upsampled to
+# full resolution before the loss, dropout masks drawn for all layers at once). The same
+# conventions: the fixed twin changes exactly the first cause. Five keep their dumps (dump=True);
+# the others only stderr.log / exception.txt / meta.json.
+# (Tried and dropped: einsums contracted in the written order with optimize=False, a bilinear head
+# 'bi,bj,ijk->bk' (outer product bf16[65536,1024,1024] first) and a linear-kernel score
+# 'nd,md,m->n' (Gram matrix bf16[262144,262144] first): both compiled, the bilinear one at
+# the same 0.44 GiB peak as optimize='optimal', the intermediate never materialized; a
+# tensor-parallel MLP on a 4 x 4 ('batch', 'model') mesh whose hidden activation was constrained to
+# P('batch', None): 15.01G / 13.42G of program against 14.63G / 12.88G with P('batch', 'model') at
+# two sizes, both fit, the constraint barely moved the peak.)
+
+
+# 18.1 beam search that returns the full score distribution of every decoding step
+
+
+def _beam_search_builder(mesh, prompts, beams, steps, d_model, vocab, output_scores):
+    """Beam-search decoding of a small recurrent bf16 decoder (state [B*K, D], tied to a token
+    embedding). Each step scores every beam's continuations, log_softmax over the vocabulary in f32,
+    adds the beam scores and keeps the top `beams` of K*V with lax.top_k. output_scores=True (the
+    Hugging Face generate() flag) makes the lax.scan return each step's [B, K, V] scores, stacked
+    [T, B, K, V]; False returns only the chosen token ids and beam scores ([T, B, K])."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def generate_beams(dec, start_state):
+        b = start_state.shape[0]
+
+        def decode_step(carry, _):
+            state, beam_logp, last_tok = carry                                  # [B,K,D], [B,K], [B,K]
+            x = jnp.take(dec["tok_embed"], last_tok, axis=0)                    # [B,K,D]
+            state = jnp.tanh(state @ dec["w_state"] + x @ dec["w_input"])
+            logp = jax.nn.log_softmax((state @ dec["w_vocab"]).astype(f32), axis=-1)   # [B,K,V]
+            cand = beam_logp[..., None] + logp
+            best, flat = jax.lax.top_k(cand.reshape(b, beams * vocab), beams)
+            src, tok = flat // vocab, flat % vocab
+            state = jnp.take_along_axis(state, src[..., None], axis=1)
+            out = (tok, best, cand) if output_scores else (tok, best)
+            return (state, best, tok), out
+
+        init = (jnp.broadcast_to(start_state[:, None, :], (b, beams, d_model)).astype(bf),
+                jnp.zeros((b, beams), f32).at[:, 1:].set(-1e9), jnp.zeros((b, beams), jnp.int32))
+        _, outs = jax.lax.scan(decode_step, init, None, length=steps)
+        return outs
+
+    dec = {"tok_embed": sds((vocab, d_model), bf, mesh, P()), "w_state": sds((d_model, d_model), bf, mesh, P()),
+           "w_input": sds((d_model, d_model), bf, mesh, P()), "w_vocab": sds((d_model, vocab), bf, mesh, P())}
+    start_state = sds((mesh.devices.size * prompts, d_model), bf, mesh, P("d"))
+    return generate_beams, (dec, start_state), {}
+
+
+pair(
+    "beam_search_scores", "v5e", "v5e:2x2",
+    "Beam search (4 beams, 256 steps, vocabulary 32768) for 128 prompts per device with output_scores=True: "
+    "the decoding scan returns every step's f32 [B, K, V] scores, stacked f32[256,128,4,32768] (16 GiB per "
+    "device), beyond 15.75G.",
+    "Fixed variant of beam_search_scores_v5e: output_scores=False, the scan returns only the chosen token ids "
+    "and beam scores [T, B, K]; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _beam_search_builder, dict(prompts=128, beams=4, steps=256, d_model=1024, vocab=32768, output_scores=True),
+    dict(prompts=128, beams=4, steps=256, d_model=1024, vocab=32768, output_scores=False),
+    dump=True,
+)
+
+
+# 18.2 an additive attention bias built by the input pipeline as f32 [B, H, S, S]
+
+
+def _attn_bias_input_builder(mesh, n_layers, docs, seq, d_model, heads, bias_from_pipeline):
+    """Inference of a bf16 encoder with ALiBi-style per-head linear biases plus key padding
+    (lax.scan over stacked layers, documents over 'd'). bias_from_pipeline=True: the input pipeline
+    delivers the whole additive bias as f32[B, H, S, S] (slopes * distance, -1e9 on padded keys),
+    an argument of the step; False: the step gets int32 lengths [B] and builds the bias inside the
+    attention from iota (fused into the softmax, never stored)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    slopes = 2.0 ** (-8.0 * (jnp.arange(heads, dtype=f32) + 1) / heads)
+
+    def encode_docs(enc, tokens, mask_info):
+        n, s, _ = tokens.shape
+        if bias_from_pipeline:
+            bias = mask_info
+        else:
+            pos = jnp.arange(s)
+            dist = -jnp.abs(pos[:, None] - pos[None, :]).astype(f32)              # [S, S]
+            keep = pos[None, :] < mask_info[:, None]                              # [B, S]
+            bias = jnp.where(keep[:, None, None, :], slopes[None, :, None, None] * dist, -1e9)
+
+        def layer(x, p):
+            h = x * jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(f32)), -1, keepdims=True) + 1e-6).astype(bf)
+            q, k, v = (jnp.einsum("nsd,de->nse", h, p[m]).reshape(n, s, heads, hd) for m in ("q", "k", "v"))
+            logits = jnp.einsum("nqhd,nkhd->nhqk", q, k).astype(f32) / jnp.sqrt(f32(hd)) + bias
+            probs = jax.nn.softmax(logits, axis=-1).astype(bf)
+            ctx = jnp.einsum("nhqk,nkhd->nqhd", probs, v).reshape(n, s, d_model)
+            x = x + ctx @ p["o"]
+            return x + jax.nn.gelu(x @ p["mlp_in"]) @ p["mlp_out"], None
+
+        x, _ = jax.lax.scan(layer, tokens, enc)
+        return x
+
+    shp = lambda *s: sds((n_layers,) + s, bf, mesh, P())
+    enc = {"q": shp(d_model, d_model), "k": shp(d_model, d_model), "v": shp(d_model, d_model),
+           "o": shp(d_model, d_model), "mlp_in": shp(d_model, 4 * d_model), "mlp_out": shp(4 * d_model, d_model)}
+    n = mesh.devices.size * docs
+    tokens = sds((n, seq, d_model), bf, mesh, P("d"))
+    if bias_from_pipeline:
+        mask_info = sds((n, heads, seq, seq), f32, mesh, P("d"))
+    else:
+        mask_info = sds((n,), jnp.int32, mesh, P("d"))
+    return encode_docs, (enc, tokens, mask_info), {}
+
+
+pair(
+    "attn_bias_input", "v6e", "v6e:2x2",
+    "bf16 encoder inference (8 layers, d_model 1024, 16 heads) on 24 documents of 4096 tokens per device whose "
+    "input pipeline delivers the ALiBi + key-padding bias as f32[B,16,4096,4096] (24 GiB per device); with "
+    "the attention probabilities it exceeds 31.25G.",
+    "Fixed variant of attn_bias_input_v6e: int32 document lengths [B], the bias built inside the attention "
+    "from iota; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _attn_bias_input_builder, dict(n_layers=8, docs=24, seq=4096, d_model=1024, heads=16, bias_from_pipeline=True),
+    dict(n_layers=8, docs=24, seq=4096, d_model=1024, heads=16, bias_from_pipeline=False),
+    dump=True,
+)
+
+
+# 18.3 a surrogate model trained with jax_enable_x64 left on
+
+
+def _x64_surrogate_builder(mesh, n_hidden, width, rows, x64):
+    """A neural surrogate of a simulator (softplus MLP, params replicated and donated, SGD) trained
+    in a process where jax_enable_x64 is on (switched on for the reference ODE solver): params and
+    samples come from numpy float64 arrays, so everything is f64. x64=False: the flag off, the
+    same program in f32."""
+    jax, jnp, NamedSharding, P = _jax()
+    jax.config.update("jax_enable_x64", bool(x64))
+    import numpy as np
+    dt = jnp.dtype(np.float64) if x64 else jnp.dtype(np.float32)
+
+    def surrogate_step(theta, samples, responses):
+        def mse(theta):
+            z = samples
+            for i in range(n_hidden):
+                z = jax.nn.softplus(z @ theta[f"hidden_{i}"])
+            return jnp.mean((z @ theta["readout"] - responses) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(theta)
+        return _tm(lambda p, g: p - 1e-3 * g, theta, g), loss
+
+    theta = {f"hidden_{i}": sds((width, width), dt, mesh, P()) for i in range(n_hidden)}
+    theta["readout"] = sds((width, 8), dt, mesh, P())
+    n = mesh.devices.size * rows
+    samples = sds((n, width), dt, mesh, P("d"))
+    responses = sds((n, 8), dt, mesh, P("d"))
+    return surrogate_step, (theta, samples, responses), {"donate_argnums": (0,)}
+
+
+pair(
+    "x64_surrogate", "v4", "v4:2x2x1",
+    "Simulator surrogate (softplus MLP, 6 x [8192,8192]) trained on 32768 samples per TensorCore with "
+    "jax_enable_x64 left on: params, samples and every activation in f64, beyond 15.25G.",
+    "Fixed variant of x64_surrogate_v4: jax_enable_x64 off, the same program in f32; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["f32_precision", "batch_too_large", "no_remat"]),
+    _x64_surrogate_builder, dict(n_hidden=6, width=8192, rows=32768, x64=True),
+    dict(n_hidden=6, width=8192, rows=32768, x64=False),
+    dump=False,
+)
+
+
+# 18.4 packed sequences whose attention spans the whole pack
+
+
+def _packed_attention_builder(mesh, n_layers, packs, docs_per_pack, doc_len, d_model, heads, packed):
+    """Inference of a bf16 encoder over documents of doc_len tokens (lax.scan over stacked layers).
+    packed=True: the data loader concatenates docs_per_pack documents into one row (T5X-style packing)
+    with segment ids, and attention runs over the whole row with a same-segment mask
+    ([packs, H, R, R] scores for rows of R = docs_per_pack * doc_len tokens); False: the documents
+    stay separate rows [packs * docs_per_pack, doc_len] and attend within themselves."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def encode_packed(weights, rows, segment_ids):
+        n, s, _ = rows.shape
+        same = segment_ids[:, None, :, None] == segment_ids[:, None, None, :]    # [N, 1, S, S]
+
+        def layer(x, p):
+            h = x * jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(f32)), -1, keepdims=True) + 1e-6).astype(bf)
+            q, k, v = (jnp.einsum("nsd,de->nse", h, p[m]).reshape(n, s, heads, hd) for m in ("wq", "wk", "wv"))
+            att = jnp.einsum("nqhd,nkhd->nhqk", q, k).astype(f32) / jnp.sqrt(f32(hd))
+            probs = jax.nn.softmax(jnp.where(same, att, -1e9), axis=-1).astype(bf)
+            x = x + jnp.einsum("nhqk,nkhd->nqhd", probs, v).reshape(n, s, d_model) @ p["wo"]
+            return x + jax.nn.gelu(x @ p["w1"]) @ p["w2"], None
+
+        x, _ = jax.lax.scan(layer, rows, weights)
+        return x
+
+    shp = lambda *s: sds((n_layers,) + s, bf, mesh, P())
+    weights = {"wq": shp(d_model, d_model), "wk": shp(d_model, d_model), "wv": shp(d_model, d_model),
+               "wo": shp(d_model, d_model), "w1": shp(d_model, 4 * d_model), "w2": shp(4 * d_model, d_model)}
+    nd = mesh.devices.size
+    if packed:
+        rows = sds((nd * packs, docs_per_pack * doc_len, d_model), bf, mesh, P("d"))
+        segment_ids = sds((nd * packs, docs_per_pack * doc_len), jnp.int32, mesh, P("d"))
+    else:
+        rows = sds((nd * packs * docs_per_pack, doc_len, d_model), bf, mesh, P("d"))
+        segment_ids = sds((nd * packs * docs_per_pack, doc_len), jnp.int32, mesh, P("d"))
+    return encode_packed, (weights, rows, segment_ids), {}
+
+
+pair(
+    "packed_attention", "v5p", "v5p:2x2x1",
+    "bf16 encoder inference (6 layers, d_model 1024, 16 heads) on 4 packed rows per device, each 16 documents "
+    "of 2048 tokens concatenated (32768 tokens) with a same-segment mask: the attention spans the whole row, "
+    "probabilities bf16[4,16,32768,32768] (128 GiB per device), beyond 95.74G.",
+    "Fixed variant of packed_attention_v5p: the 64 documents as separate rows of 2048 tokens; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _packed_attention_builder, dict(n_layers=6, packs=4, docs_per_pack=16, doc_len=2048, d_model=1024, heads=16,
+                                    packed=True),
+    dict(n_layers=6, packs=4, docs_per_pack=16, doc_len=2048, d_model=1024, heads=16, packed=False),
+    dump=True,
+)
+
+
+# 18.5 jax.checkpoint with a policy that saves every matmul output
+
+
+def _remat_policy_builder(mesh, n_blocks, d_model, d_ff, tokens, policy):
+    """Training step of a stack of pre-LN feed-forward blocks (bf16, lax.scan over stacked params,
+    SGD, params donated) on tokens [N, D] over 'd'. The scanned block is wrapped in
+    jax.checkpoint(policy=jax.checkpoint_policies.<policy>): 'dots_saveable' keeps every matmul
+    output of every block for the backward ([L, N, F] stacks); 'nothing_saveable' keeps only the
+    block inputs and recomputes the rest."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def ff_block(x, p):
+        h = x * jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(f32)), -1, keepdims=True) + 1e-6).astype(bf)
+        h = h * p["norm_scale"]
+        up = h @ p["w_up"]
+        gate = h @ p["w_gate"]
+        return x + (jax.nn.silu(gate) * up) @ p["w_down"], None
+
+    block = jax.checkpoint(ff_block, policy=getattr(jax.checkpoint_policies, policy))
+
+    def mixer_train_step(stack, x, y):
+        def loss_fn(stack):
+            out, _ = jax.lax.scan(block, x, stack)
+            return jnp.mean(jnp.square((out - y).astype(f32)))
+
+        loss, g = jax.value_and_grad(loss_fn)(stack)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), stack, g), loss
+
+    stack = {"norm_scale": sds((n_blocks, d_model), bf, mesh, P()),
+             "w_up": sds((n_blocks, d_model, d_ff), bf, mesh, P()),
+             "w_gate": sds((n_blocks, d_model, d_ff), bf, mesh, P()),
+             "w_down": sds((n_blocks, d_ff, d_model), bf, mesh, P())}
+    n = mesh.devices.size * tokens
+    x = sds((n, d_model), bf, mesh, P("d"))
+    y = sds((n, d_model), bf, mesh, P("d"))
+    return mixer_train_step, (stack, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "remat_policy_dots", "v5e", "v5e:2x2",
+    "Training step of 16 gated feed-forward blocks (bf16, d_model 1024, d_ff 4096) on 49152 tokens per device, "
+    "the scanned block under jax.checkpoint(policy=jax.checkpoint_policies.dots_saveable): every block's "
+    "up and gate projections ([16,49152,4096] bf16 stacks) are kept for the backward, beyond 15.75G.",
+    "Fixed variant of remat_policy_dots_v5e: policy=jax.checkpoint_policies.nothing_saveable; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _remat_policy_builder, dict(n_blocks=16, d_model=1024, d_ff=4096, tokens=49152, policy="dots_saveable"),
+    dict(n_blocks=16, d_model=1024, d_ff=4096, tokens=49152, policy="nothing_saveable"),
+    dump=False,
+)
+
+
+# 18.6 a video transformer with joint space-time attention over every frame's patches
+
+
+def _video_attention_builder(mesh, n_layers, clips, frames, patches, d_model, heads, divided):
+    """Inference of a bf16 video transformer (TimeSformer-like, lax.scan over stacked layers) on patch
+    tokens [B, T, P, D] over 'd'. divided=False: joint space-time attention over all T*P tokens of a
+    clip ([B, H, T*P, T*P] scores); True: divided attention, first over time for each patch
+    ([B*P, H, T, T]), then over space within each frame ([B*T, H, P, P])."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def attend(x, p, pre):
+        n, s, _ = x.shape
+        q, k, v = (jnp.einsum("nsd,de->nse", x, p[pre + m]).reshape(n, s, heads, hd) for m in ("q", "k", "v"))
+        w = jax.nn.softmax(jnp.einsum("nqhd,nkhd->nhqk", q, k).astype(f32) / jnp.sqrt(f32(hd)), -1).astype(bf)
+        return jnp.einsum("nhqk,nkhd->nqhd", w, v).reshape(n, s, d_model) @ p[pre + "o"]
+
+    def classify_clips(vit, tubes):
+        b, t, pn, d = tubes.shape
+
+        def layer(x, p):
+            if divided:
+                xt = jnp.swapaxes(x, 1, 2).reshape(b * pn, t, d)
+                x = x + jnp.swapaxes(attend(xt, p, "t_").reshape(b, pn, t, d), 1, 2)
+                x = x + attend(x.reshape(b * t, pn, d), p, "s_").reshape(b, t, pn, d)
+            else:
+                x = x + attend(x.reshape(b, t * pn, d), p, "s_").reshape(b, t, pn, d)
+            return x + jax.nn.gelu(x @ p["fc1"]) @ p["fc2"], None
+
+        x, _ = jax.lax.scan(layer, tubes, vit["layers"])
+        return x.mean(axis=(1, 2)) @ vit["head"]
+
+    shp = lambda *s: sds((n_layers,) + s, bf, mesh, P())
+    layers = {pre + m: shp(d_model, d_model) for pre in ("s_", "t_") for m in ("q", "k", "v", "o")}
+    layers.update(fc1=shp(d_model, 4 * d_model), fc2=shp(4 * d_model, d_model))
+    vit = {"layers": layers, "head": sds((d_model, 400), bf, mesh, P())}
+    tubes = sds((mesh.devices.size * clips, frames, patches, d_model), bf, mesh, P("d"))
+    return classify_clips, (vit, tubes), {}
+
+
+pair(
+    "video_joint_attention", "v6e", "v6e:2x2",
+    "Video transformer inference (12 layers, d_model 768, 12 heads) on 8 clips of 32 frames x 256 patches per "
+    "device with joint space-time attention over all 8192 tokens of a clip: the f32 scores "
+    "[8,12,8192,8192] (24 GiB per device) next to their softmax exceed 31.25G.",
+    "Fixed variant of video_joint_attention_v6e: divided space-time attention (over the 32 frames per patch, "
+    "then over the 256 patches per frame); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _video_attention_builder, dict(n_layers=12, clips=8, frames=32, patches=256, d_model=768, heads=12,
+                                   divided=False),
+    dict(n_layers=12, clips=8, frames=32, patches=256, d_model=768, heads=12, divided=True),
+    dump=True,
+)
+
+
+# 18.7 per-layer relative-position biases computed for every layer before the layer scan
+
+
+def _relpos_bias_builder(mesh, n_layers, docs, seq, d_model, heads, buckets, per_layer_in_scan):
+    """Inference of a bf16 encoder where every layer has its own learned relative-position bias table
+    [buckets, H] (T5-style log buckets). per_layer_in_scan=False: the biases of all layers are gathered
+    before the lax.scan over layers, bias f32[L, H, S, S], and fed to the scan as xs;
+    True: the [S, S] bucket ids are computed once and each layer gathers its own table inside the scan."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def bucket_ids(s):
+        rel = jnp.arange(s)[None, :] - jnp.arange(s)[:, None]
+        half = buckets // 2
+        sign = (rel > 0).astype(jnp.int32) * half
+        a = jnp.abs(rel)
+        exact = half // 2
+        big = exact + (jnp.log(jnp.maximum(a, 1).astype(f32) / exact) / jnp.log(f32(seq) / exact)
+                       * (half - exact)).astype(jnp.int32)
+        return sign + jnp.where(a < exact, a, jnp.minimum(big, half - 1))         # [S, S]
+
+    def encode_relpos(enc, tokens):
+        n, s, _ = tokens.shape
+        ids = bucket_ids(s)
+
+        def layer(x, xs):
+            p, bias = xs
+            if bias is None:
+                bias = jnp.transpose(p["rel_table"][ids], (2, 0, 1))              # [H, S, S]
+            h = x * jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(f32)), -1, keepdims=True) + 1e-6).astype(bf)
+            q, k, v = (jnp.einsum("nsd,de->nse", h, p[m]).reshape(n, s, heads, hd) for m in ("wq", "wk", "wv"))
+            att = jnp.einsum("nqhd,nkhd->nhqk", q, k).astype(f32) + bias[None]
+            probs = jax.nn.softmax(att, axis=-1).astype(bf)
+            x = x + jnp.einsum("nhqk,nkhd->nqhd", probs, v).reshape(n, s, d_model) @ p["wo"]
+            return x + jax.nn.relu(x @ p["wi"]) @ p["wf"], None
+
+        if per_layer_in_scan:
+            x, _ = jax.lax.scan(layer, tokens, (enc, None))
+        else:
+            all_bias = jnp.transpose(enc["rel_table"][:, ids], (0, 3, 1, 2))     # [L, H, S, S] f32
+            x, _ = jax.lax.scan(layer, tokens, (enc, all_bias))
+        return x
+
+    shp = lambda *s: sds((n_layers,) + s, bf, mesh, P())
+    enc = {"wq": shp(d_model, d_model), "wk": shp(d_model, d_model), "wv": shp(d_model, d_model),
+           "wo": shp(d_model, d_model), "wi": shp(d_model, 4 * d_model), "wf": shp(4 * d_model, d_model),
+           "rel_table": sds((n_layers, buckets, heads), f32, mesh, P())}
+    tokens = sds((mesh.devices.size * docs, seq, d_model), bf, mesh, P("d"))
+    return encode_relpos, (enc, tokens), {}
+
+
+pair(
+    "relpos_bias_all_layers", "v4", "v4:2x2x1",
+    "bf16 encoder inference (16 layers, d_model 1024, 16 heads, a relative-position bias table per layer) on "
+    "2 documents of 4096 tokens per TensorCore, the biases of all layers gathered before the layer scan: "
+    "f32[16,16,4096,4096] (16 GiB), beyond 15.25G.",
+    "Fixed variant of relpos_bias_all_layers_v4: each layer gathers its own bias from the bucket ids inside "
+    "the scan; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "padding", "f32_precision"]),
+    _relpos_bias_builder, dict(n_layers=16, docs=2, seq=4096, d_model=1024, heads=16, buckets=32,
+                               per_layer_in_scan=False),
+    dict(n_layers=16, docs=2, seq=4096, d_model=1024, heads=16, buckets=32, per_layer_in_scan=True),
+    dump=True,
+)
+
+
+# 18.8 a segmentation head whose logits are upsampled to the full resolution before the loss
+
+
+def _seg_head_builder(mesh, images, size, feat, classes, full_res_loss):
+    """Training step of a SegFormer-style all-MLP decode head (f32) on backbone features at 1/4
+    resolution [B, H/4, W/4, C] over 'd', labels int32 [B, H, W]. full_res_loss=True: the logits are
+    bilinearly upsampled to [B, H, W, K] (jax.image.resize) before the softmax cross-entropy;
+    False: the labels are subsampled to 1/4 resolution and the loss is taken there."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def seg_train_step(head, fmap, labels):
+        def loss_fn(head):
+            z = jax.nn.relu(fmap @ head["fuse"])
+            logits = z @ head["classify"]                                        # [B, h, w, K]
+            if full_res_loss:
+                b, h, w, k = logits.shape
+                logits = jax.image.resize(logits, (b, size, size, k), "bilinear")
+                lbl = labels
+            else:
+                lbl = labels[:, ::4, ::4]
+            logp = jax.nn.log_softmax(logits, axis=-1)
+            return -jnp.mean(jnp.take_along_axis(logp, lbl[..., None], axis=-1))
+
+        loss, g = jax.value_and_grad(loss_fn)(head)
+        return _tm(lambda p, g: p - 1e-3 * g, head, g), loss
+
+    head = {"fuse": sds((feat, 256), f32, mesh, P()), "classify": sds((256, classes), f32, mesh, P())}
+    n = mesh.devices.size * images
+    fmap = sds((n, size // 4, size // 4, feat), f32, mesh, P("d"))
+    labels = sds((n, size, size), jnp.int32, mesh, P("d"))
+    return seg_train_step, (head, fmap, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "seg_logits_full_res", "v5p", "v5p:2x2x1",
+    "SegFormer-style decode head (150 classes, f32) trained on 80 images of 1024x1024 per device, the 1/4-"
+    "resolution logits bilinearly upsampled to f32[80,1024,1024,150] before the cross-entropy: the "
+    "full-resolution logits, log-softmax and gradients exceed 95.74G.",
+    "Fixed variant of seg_logits_full_res_v5p: the labels subsampled to 1/4 resolution, the loss on the "
+    "decoder's own logits; fits.",
+    dict(category="aggregate", category_also=["single_large_allocation"],
+         causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _seg_head_builder, dict(images=80, size=1024, feat=512, classes=150, full_res_loss=True),
+    dict(images=80, size=1024, feat=512, classes=150, full_res_loss=False),
+    dump=False,
+)
+
+
+# 18.9 dropout masks drawn for every layer at once, before the layer scan
+
+
+def _dropout_masks_builder(mesh, n_layers, seqs, seq, d_model, d_ff, rate, per_layer_keys):
+    """Training step of a bf16 feed-forward stack (lax.scan over stacked params, jax.checkpoint on
+    the block, SGD, params donated) with dropout on the [N, S, F] hidden of every layer.
+    per_layer_keys=False: one jax.random.bernoulli call draws the keep masks of all layers up front,
+    [L, N, S, F], and the scan consumes them as xs; True: the scan gets one PRNG key per layer
+    (jax.random.split) and draws its layer's mask inside the block."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def ff_train_step(ffn, seqs_in, rng):
+        def loss_fn(ffn):
+            def block(x, xs):
+                p, drop = xs
+                h = jax.nn.gelu(x @ p["up"])
+                if per_layer_keys:
+                    drop = jax.random.bernoulli(drop, 1.0 - rate, h.shape)
+                h = jnp.where(drop, h / (1.0 - rate), 0).astype(bf)
+                return x + h @ p["down"], None
+
+            b, s, _ = seqs_in.shape
+            if per_layer_keys:
+                drops = jax.random.split(rng, n_layers)
+            else:
+                drops = jax.random.bernoulli(rng, 1.0 - rate, (n_layers, b, s, d_ff))
+            out, _ = jax.lax.scan(jax.checkpoint(block), seqs_in, (ffn, drops))
+            return jnp.mean(jnp.square(out.astype(f32)))
+
+        loss, g = jax.value_and_grad(loss_fn)(ffn)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), ffn, g), loss
+
+    ffn = {"up": sds((n_layers, d_model, d_ff), bf, mesh, P()), "down": sds((n_layers, d_ff, d_model), bf, mesh, P())}
+    seqs_in = sds((mesh.devices.size * seqs, seq, d_model), bf, mesh, P("d"))
+    rng = sds((2,), jnp.uint32, mesh, P())
+    return ff_train_step, (ffn, seqs_in, rng), {"donate_argnums": (0,)}
+
+
+pair(
+    "dropout_masks_upfront", "v6e", "v6e:2x2",
+    "Training step of 24 checkpointed feed-forward blocks (bf16, 1024 -> 4096) on 96 sequences of 2048 tokens "
+    "per device with dropout 0.1 whose keep masks for all layers are drawn by one jax.random.bernoulli call "
+    "before the layer scan: pred[24,96,2048,4096] (18 GiB) plus the random bits behind it, beyond 31.25G.",
+    "Fixed variant of dropout_masks_upfront_v6e: one PRNG key per layer (jax.random.split), each block draws "
+    "its own mask; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _dropout_masks_builder, dict(n_layers=24, seqs=96, seq=2048, d_model=1024, d_ff=4096, rate=0.1,
+                                 per_layer_keys=False),
+    dict(n_layers=24, seqs=96, seq=2048, d_model=1024, d_ff=4096, rate=0.1, per_layer_keys=True),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
