@@ -271,6 +271,9 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
         return None;
     }
     let pat = p();
+    if let Some(e) = headless_gpu_buffers(input) {
+        return Some(e);
+    }
     let mut told: Option<(u64, Box<Event>)> = None;
     for (number, raw) in (1u64..).zip(input.split(|&b| b == b'\n')) {
         let quick = memchr::memmem::find(raw, b"OOM").is_some()
@@ -384,6 +387,50 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
     Some(e)
 }
 
+/// XLA:GPU's peak buffers pasted without the error line and without their `Peak buffers:` line
+/// (`Buffer 13:` / `Size: 506.25MiB` / `Operator: ...` / `XLA Label: custom-call` / `Shape:
+/// f32[1,64,1080,1920]`, at column 0 or indented): the listing the allocator prints only when an
+/// allocation failed, read as the partial event the full report would give (`partial`, the
+/// buffers as its largest allocations).
+fn headless_gpu_buffers(input: &[u8]) -> Option<Event> {
+    if memchr::memmem::find(input, b"XLA Label:").is_none()
+        || memchr::memmem::find(input, b"Peak buffers").is_some()
+    {
+        return None;
+    }
+    // Cleaned as any pasted text is (quotes, rank and service prefixes, entities).
+    let lines = crate::clean::clean_block(input, 1);
+    let text = |i: usize| lines[i].text.trim();
+    let start = (0..lines.len()).find(|&i| {
+        let buffer = text(i).strip_prefix("Buffer ").is_some_and(|r| {
+            r.strip_suffix(':')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+        buffer
+            && (i + 1..lines.len().min(i + 8)).any(|j| text(j).starts_with("XLA Label:"))
+            && (i + 1..lines.len().min(i + 3)).any(|j| text(j).starts_with("Size:"))
+    })?;
+    // The listing as the allocator prints it under its header.
+    let mut listing = b"Peak buffers:\n".to_vec();
+    for i in start..lines.len() {
+        listing.push(b'\t');
+        listing.extend_from_slice(text(i).as_bytes());
+        listing.push(b'\n');
+    }
+    let mut scanner = crate::scan::Scanner::new();
+    scanner.scan(&listing, true);
+    let (events, _) = scanner.finish_with_warnings();
+    let mut e = events.into_iter().find(|e| !e.allocations.is_empty())?;
+    let number = lines[start].number;
+    e.line = number;
+    e.message = text(start).to_string();
+    e.partial = true;
+    e.backend = Some(Backend::Gpu);
+    e.memory_space = Some(MemorySpace::Device);
+    with_context(&mut e, input, number, p());
+    Some(e)
+}
+
 /// The text around a failure found in words is evidence as for a printed failure: the framework,
 /// the device named, growth said in words, the stage.
 fn with_context(e: &mut Event, input: &[u8], number: u64, pat: &Patterns) {
@@ -462,7 +509,7 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
             r"(?im)this pr\b|this pull request|this change|this patch|this commit|\bmerged\b|^#+\s*(?:changes|summary|motivation|what does this)|changelog|^\s*(?:fixes|closes|resolves) #|\blgtm\b|co-authored-by",
             r"(?i)describe the bug|to reproduce|reproduction|expected behavio|system info|environment|nvidia-smi|python version|\bos:|\bgpu:|operating system|error log",
             r"^\s*(?:\[?\d{4}-\d\d-\d\d|[IWEF]\d{4} |\[\w+\]|\w+Error\b|Traceback|File \x22)|\bbytes\b|Error Code|\w+\.(?:cc|py|cpp|h):\d+",
-            r"(?i)\b(?:got|gets|hit|hits|did|do|does|shows|showed|gives|gave|throws|threw|raises|raised|reports|reported|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith)\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:(?:cuda|gpu|cpu|tpu|hbm)\s+)?(?:oom|ooms|out[- ]of[- ]memory|resource exhaustion)\b",
+            r"(?i)\b(?:got|gets|hit|hits|did|do|does|shows|showed|gives|gave|throws|threw|raises|raised|reports|reported|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith|(?:crash(?:es|ed)?|fail(?:s|ed)?|dies|died|stops|stopped|aborts|aborted)\b[^.;:]{0,60}?\b(?:due\s+to|because\s+of))\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:(?:cuda|gpu|cpu|tpu|hbm)\s+)?(?:oom|ooms|out[- ]of[- ]memory|resource exhaustion)\b",
         ],
     );
     let text = String::from_utf8_lossy(input);
@@ -516,9 +563,12 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
                     // (Nor failures counted in the plural: `tests fail with OOM errors`.)
                     let after = sentence[m.end()..].trim_start().to_ascii_lowercase();
                     let relative = before.ends_with(" that") || before.ends_with(" which");
-                    let plural = ["errors", "issues", "problems", "failures"]
-                        .iter()
-                        .any(|p| after.starts_with(p));
+                    // (`it crashes due to OOM errors` names one failure's cause: not a count.)
+                    let cause = m.as_str().contains("due") || m.as_str().contains("because");
+                    let plural = !cause
+                        && ["errors", "issues", "problems", "failures"]
+                            .iter()
+                            .any(|p| after.starts_with(p));
                     !relative && !plural
                 })
                 && !sentence
@@ -4305,6 +4355,29 @@ mod tests {
         ] {
             assert!(scan_all(talk.as_bytes()).is_empty(), "{talk}");
         }
+    }
+
+    #[test]
+    fn gpu_peak_buffers_pasted_without_header_or_headline() {
+        let text = b"Vmap used here limits the device memory.\n```\nBuffer 1:\nSize: 34.57GiB\nOperator: op_name=\"jit(xsmatrix_first)/jit(main)/broadcast_in_dim\"\nXLA Label: broadcast\nShape: c128[40,11,100,52729]\n==========================\n\nBuffer 2:\nSize: 34.57GiB\nXLA Label: fusion\nShape: c128[11,40,100,52729]\n==========================\n```\n";
+        let ev = scan_all(text);
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        let e = &ev[0];
+        assert!(e.partial);
+        assert_eq!(e.line, 3);
+        assert_eq!(e.backend, Some(crate::Backend::Gpu));
+        assert_eq!(e.framework, Some(Framework::Jax));
+        assert_eq!(e.allocations.len(), 2);
+        assert_eq!(
+            e.allocations[0].size_bytes,
+            crate::size::parse_size("34.57GiB").expect("size")
+        );
+        // A sentence naming the failure's cause: one failure, even in the plural.
+        let told =
+            b"The GPU option takes 4-5 hours but always crashes at 100% due to OOM errors.\n";
+        assert_eq!(scan_all(told).len(), 1);
+        let talk = b"These tests fail with OOM errors on small runners.\n";
+        assert!(scan_all(talk).is_empty());
     }
 
     #[test]
