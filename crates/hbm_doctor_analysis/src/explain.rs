@@ -352,7 +352,22 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             .map(|a| a.size_bytes)
             .sum();
         let mostly_forward = listed > 0 && forward.saturating_mul(2) >= listed;
-        rank!(if mostly_forward { 1.7 } else { 0.6 }, no_remat(&ctx));
+        // A scan's stacked outputs filling most of the report are the same story.
+        let stacked: u64 = e
+            .allocations
+            .iter()
+            .filter(|a| loop_stacked(a))
+            .map(|a| a.size_bytes)
+            .sum();
+        let mostly_stacked = ctx.used.is_some_and(|u| stacked.saturating_mul(2) >= u);
+        rank!(
+            if mostly_forward || mostly_stacked {
+                1.7
+            } else {
+                0.6
+            },
+            no_remat(&ctx)
+        );
         rank!(
             if category == Category::SingleLargeAllocation {
                 1.5
@@ -1628,6 +1643,9 @@ fn permuted_fix(shape: &Shape, current: u64) -> String {
 /// a buffer made in a scan / while loop shaped like weights `[L, d_in, d_out]`. Its leading
 /// dimension is the layer count, not the batch.
 fn stacked_layers(a: &Allocation, s: &Shape) -> bool {
+    if loop_stacked(a) {
+        return true;
+    }
     if matches!(
         a.allocation_type.as_deref(),
         Some("Entry Parameter" | "parameter")
@@ -1647,6 +1665,24 @@ fn stacked_layers(a: &Allocation, s: &Shape) -> bool {
         && s.dims[n - 1] >= 128
         && s.dims[n - 2] >= 128
         && !names.contains("jvp(")
+}
+
+/// A slot of the compiler's memory usage report holding one stacked value that several values
+/// share in turn (`5×bf16[16,32768,8192]`: a while loop's init, parameter, element, update and
+/// result): the per-iteration outputs of a `scan`, stacked along its trip count (the layers).
+fn loop_stacked(a: &Allocation) -> bool {
+    if a.allocation_type.as_deref() != Some("memory usage report") {
+        return false;
+    }
+    let (Some(label), Some(shape)) = (a.label.as_deref(), a.shape.as_deref()) else {
+        return false;
+    };
+    let rank = shape.matches(',').count() + 1;
+    rank >= 3
+        && label.split(": ").nth(1).unwrap_or("").split(", ").any(|v| {
+            v.split_once('×')
+                .is_some_and(|(k, sh)| sh == shape && k.parse::<u32>().is_ok_and(|k| k >= 3))
+        })
 }
 
 /// The leading dimension most listed allocations share: probably the batch. Dimensions that are
@@ -1854,6 +1890,30 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
         .filter(|a| is_forward_activation(a))
         .collect();
     let saved: u64 = fwd.iter().map(|a| a.size_bytes).sum();
+    // Or a scan's stacked outputs filling the report (`5×bf16[16,32768,8192]` in slot after
+    // slot): every layer's activations kept for the backward pass.
+    let stacked: Vec<&Allocation> = e.allocations.iter().filter(|a| loop_stacked(a)).collect();
+    let stacked_bytes: u64 = stacked.iter().map(|a| a.size_bytes).sum();
+    if fwd.is_empty() && stacked.len() >= 3 {
+        let layers = stacked
+            .first()
+            .and_then(|a| shape_of(a))
+            .and_then(|s| s.dims.first().copied())
+            .unwrap_or(0);
+        return Some(ctx.cause(
+            CauseKind::NoRemat,
+            Some(stacked_bytes * 3 / 4),
+            format!("{} slots of the memory usage report ({}) each hold one stacked value that several values share in turn ({}: {}): a scan's per-iteration outputs, stacked along its {layers} iterations (the layers), i.e. every layer's activations kept for the backward pass", stacked.len(), fmt(stacked_bytes), stacked[0].shape.as_deref().unwrap_or("?"), fmt(stacked[0].size_bytes)),
+            vec![
+                "Rematerialize each scanned layer (jax.checkpoint / nn.remat with a policy that saves only what the backward pass needs, e.g. nothing_saveable or dots_with_no_batch_dims_saveable), or offload the saved activations to host memory.".into(),
+                "Last resort: LIBTPU_INIT_ARGS='--xla_tpu_rematerialization_algo=PEAK_PRIORITY --xla_tpu_pre_fusion_remat=true' (TPU flags go in LIBTPU_INIT_ARGS, not XLA_FLAGS).".into(),
+            ],
+            ctx.snippets(
+                "block = jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable)\nmodel = nn.scan(nn.remat(Block), variable_axes={'params': 0}, split_rngs={'params': True}, length=num_layers)",
+                "from torch_xla.utils.checkpoint import checkpoint\nh = checkpoint(layer, h)  # per transformer layer",
+            ),
+        ));
+    }
     let training = !fwd.is_empty()
         || e.allocations.iter().any(|a| {
             a.op_name
@@ -1947,9 +2007,23 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
     // A buffer led by the batch the listing shares is one device's activations, split by the
     // batch already: not an array copied on every device.
     let batch = common_batch(&e.allocations).map(|(b, _)| b);
+    // The trip count of a scan whose stacked outputs the report shows: a buffer led by it is
+    // one more per-iteration stack (dropout masks or activations for every layer).
+    let trips: Vec<u64> = e
+        .allocations
+        .iter()
+        .filter(|a| loop_stacked(a))
+        .filter_map(|a| shape_of(a).and_then(|s| s.dims.first().copied()))
+        .collect();
     let big = e.allocations.iter().find(|a| {
         a.size_bytes.saturating_mul(2) > l
             && !(batch.is_some() && shape_of(a).and_then(|s| s.dims.first().copied()) == batch)
+            // (A scan's stacked outputs are its own activations, not an array copied.)
+            && !loop_stacked(a)
+            && !shape_of(a)
+                .filter(|s| s.dims.len() >= 3)
+                .and_then(|s| s.dims.first().copied())
+                .is_some_and(|d| trips.contains(&d))
     });
     let evidence = match big {
         Some(a) => format!("{} is over half the device: an array that big is usually meant to be sharded, and a missing or lost sharding annotation replicates it on every chip", describe(a)),
@@ -3174,6 +3248,34 @@ mod tests {
         t.push_str(ALLOC);
         t.push('\n');
         t
+    }
+
+    #[test]
+    fn a_scans_stacked_outputs_are_saved_activations_not_a_batch() {
+        let head = "E1127 00:38:26.766193    3866 deepsea_compiler_base.cc:3781] XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 52.94G of 31.25G hbm. Exceeded hbm capacity by 21.69G. Memory usage report: \n\nMemory Space: default (color=0)\nTotal bytes: 56843419648 (52.94GiB)\n  cumulative_size;       size;       offset; used_by_n_values; shapes_list\n  ------------------------------------------------------------\n";
+        let mut text = head.to_string();
+        for k in 1..=6u64 {
+            text.push_str(&format!(
+                "   {}.00GiB( 15%);    8.00GiB;   {};                5; 5×bf16[16,32768,8192]\n",
+                8 * k,
+                8589934592 * (k - 1)
+            ));
+        }
+        text.push_str(
+            "   48.12GiB( 91%);  128.00MiB;  51539607552;                1; bf16[16,8192,512]\n",
+        );
+        let (_, c) = causes(&text);
+        assert_eq!(c.first(), Some(&CauseKind::NoRemat), "{c:?}");
+        // The layer count is not the batch.
+        let r = explain(scan_all(text.as_bytes()));
+        let d = r.diagnosis.expect("diagnosis");
+        assert!(
+            d.causes
+                .iter()
+                .all(|c| !c.evidence.contains("leading dimension 16")),
+            "{:?}",
+            d.causes
+        );
     }
 
     #[test]
