@@ -2016,14 +2016,13 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
         .filter_map(|a| shape_of(a).and_then(|s| s.dims.first().copied()))
         .collect();
     let big = e.allocations.iter().find(|a| {
-        a.size_bytes.saturating_mul(2) > l
-            && !(batch.is_some() && shape_of(a).and_then(|s| s.dims.first().copied()) == batch)
-            // (A scan's stacked outputs are its own activations, not an array copied.)
-            && !loop_stacked(a)
-            && !shape_of(a)
-                .filter(|s| s.dims.len() >= 3)
-                .and_then(|s| s.dims.first().copied())
-                .is_some_and(|d| trips.contains(&d))
+        let lead = shape_of(a).and_then(|s| s.dims.first().copied());
+        let rank = shape_of(a).map_or(0, |s| s.dims.len());
+        let batch_led = batch.is_some() && lead == batch;
+        // (A scan's stacked outputs are its own activations, not an array copied.)
+        let per_iteration =
+            loop_stacked(a) || (rank >= 3 && lead.is_some_and(|d| trips.contains(&d)));
+        a.size_bytes.saturating_mul(2) > l && !batch_led && !per_iteration
     });
     let evidence = match big {
         Some(a) => format!("{} is over half the device: an array that big is usually meant to be sharded, and a missing or lost sharding annotation replicates it on every chip", describe(a)),
