@@ -363,7 +363,12 @@ fn dec_or_hex(s: &str) -> Option<u64> {
 /// TensorRT-LLM's executor report under its headline: `Total GPU memory (GiB): 140.06` (the
 /// device) and `Free GPU memory before component creation attempt (GiB): 108.86`.
 pub(crate) fn read_trtllm_executor(e: &mut Event, t: &str) {
-    let gib = |v: &str| parse_size(&format!("{} GiB", v.trim()));
+    // The unit is only in the label: `(GiB)`.
+    let gib = |v: &str| {
+        let n: f64 = v.trim().parse().ok()?;
+        let unit = crate::size::unit_bytes("GiB")? as f64;
+        Some((n * unit).round() as u64)
+    };
     if let Some(v) = t.strip_prefix("Total GPU memory (GiB):") {
         e.limit_bytes = e.limit_bytes.or_else(|| gib(v));
     } else if let Some(v) =
