@@ -4377,6 +4377,449 @@ pair(
 )
 
 
+# ---- 19. more broken/fixed pairs (batch tpu8): other models, other names ----------------------
+#
+# Programs of kinds sections 13-18 do not have (a MoCo queue of negatives kept replicated, an RLHF
+# policy step with a frozen f32 reference copy for the KL penalty, a hashed n-gram embedding table
+# replicated, an eval loop that stacks every batch's logits before the metrics, a Pallas layer-norm
+# kernel whose row block fits v6e's scoped VMEM but not v5e's, a NeRF step with too many rays per
+# device, Shampoo preconditioner statistics replicated under data parallelism, a point-cloud Chamfer
+# loss over the full pairwise distance matrix). The same conventions: the fixed twin changes exactly
+# the first cause. About half keep their dumps (dump=True); the others only stderr.log /
+# exception.txt / meta.json.
+
+
+# 19.1 a MoCo queue of negatives kept replicated on every device
+
+
+def _moco_queue_builder(mesh, queue_len, dim, d_in, per_device, queue_spec, temp=0.07, m=0.999):
+    """MoCo v2 step: a query encoder (2-layer MLP, bf16 weights) trained with InfoNCE against the
+    positive key of a momentum encoder and a queue of past keys f32[K, dim] as negatives; the
+    momentum encoder is an EMA of the query encoder. The queue is kept as [W, K/W, dim], one slot
+    range per data-parallel worker, and each worker's new keys are enqueued into its own range with
+    dynamic_update_slice (queue donated). queue_spec P(): the queue replicated on every device;
+    P('d', None, None): each worker's range on its own device."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def encode(p, x):
+        return jnp.tanh(x @ p["proj_a"]) @ p["proj_b"]
+
+    def moco_update(online, momentum, negatives, ptr, view_q, view_k):
+        def info_nce(online):
+            q = encode(online, view_q).astype(f32)
+            q = q / jnp.linalg.norm(q, axis=-1, keepdims=True)
+            k = encode(momentum, view_k).astype(f32)
+            k = jax.lax.stop_gradient(k / jnp.linalg.norm(k, axis=-1, keepdims=True))
+            pos = jnp.sum(q * k, -1) / temp
+            neg = q @ negatives.reshape(-1, dim).T / temp                         # [B, K] f32
+            return jnp.mean(jnp.logaddexp(pos, jax.nn.logsumexp(neg, axis=-1)) - pos), k
+
+        (loss, keys), g = jax.value_and_grad(info_nce, has_aux=True)(online)
+        online = _tm(lambda p, g: (p - 0.03 * g).astype(p.dtype), online, g)
+        momentum = _tm(lambda a, b: (m * a + (1 - m) * b).astype(a.dtype), momentum, online)
+        keys = keys.reshape(negatives.shape[0], -1, dim)                          # [W, B/W, dim]
+        negatives = jax.lax.dynamic_update_slice_in_dim(negatives, keys, ptr, axis=1)
+        return online, momentum, negatives, loss
+
+    net = lambda: {"proj_a": sds((d_in, 4096), bf, mesh, P()), "proj_b": sds((4096, dim), bf, mesh, P())}
+    workers = mesh.devices.size
+    negatives = sds((workers, queue_len // workers, dim), f32, mesh, queue_spec)
+    ptr = sds((), jnp.int32, mesh, P())
+    n = mesh.devices.size * per_device
+    view_q = sds((n, d_in), bf, mesh, P("d"))
+    view_k = sds((n, d_in), bf, mesh, P("d"))
+    return moco_update, (net(), net(), negatives, ptr, view_q, view_k), {"donate_argnums": (0, 1, 2)}
+
+
+pair(
+    "moco_queue_replicated", "v5e", "v5e:2x2",
+    "MoCo v2 step on 256 image pairs per device with a queue of 4194304 negatives f32[4,1048576,1024] (16 GiB) "
+    "replicated on every device: the queue alone exceeds 15.75G.",
+    "Fixed variant of moco_queue_replicated_v5e: each worker's queue range on its own device, P('d', None, None) "
+    "(4 GiB per device); fits.",
+    dict(category="arguments", causes=["replicated_tensor", "arguments_exceed", "f32_precision"]),
+    _moco_queue_builder, dict(queue_len=4194304, dim=1024, d_in=2048, per_device=256, queue_spec=_P()),
+    dict(queue_len=4194304, dim=1024, d_in=2048, per_device=256, queue_spec=_P("d", None, None)),
+    dump=True,
+)
+
+
+# 19.2 an RLHF policy step with a frozen f32 reference copy of the policy for the KL penalty
+
+
+def _rlhf_ref_builder(mesh, n_blocks, d_model, d_ff, vocab, seqs, seq, ref_dtype):
+    """Policy-gradient step of a bf16 language model (token embedding, lax.scan over stacked
+    feed-forward blocks under jax.checkpoint, tied output head) with a KL penalty against a frozen
+    reference model. The reference is a copy of the initial policy kept in `ref_dtype` ("float32":
+    the checkpoint as loaded; "bfloat16": the policy's own dtype). Policy and reference replicated,
+    the policy donated; rollouts [N, S] over 'd'."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def logprobs(w, toks):
+        x = jnp.take(w["embed"], toks, axis=0)
+
+        def blk(h, p):
+            h = h.astype(p["up"].dtype)
+            return h + jax.nn.gelu(h @ p["up"]) @ p["down"], None
+
+        x, _ = jax.lax.scan(jax.checkpoint(blk), x, w["blocks"])
+        return jax.nn.log_softmax((x @ w["embed"].T).astype(f32), axis=-1)      # [N, S, V]
+
+    def rlhf_policy_step(actor, reference, rollouts, advantages):
+        def objective(actor):
+            lp = logprobs(actor, rollouts)
+            lp_ref = jax.lax.stop_gradient(logprobs(reference, rollouts))
+            taken = jnp.take_along_axis(lp, rollouts[..., None], axis=-1)[..., 0]
+            kl = jnp.sum(jnp.exp(lp) * (lp - lp_ref), axis=-1)
+            return -jnp.mean(taken * advantages) + 0.05 * jnp.mean(kl)
+
+        obj, g = jax.value_and_grad(objective)(actor)
+        return _tm(lambda p, g: (p - 1e-5 * g).astype(p.dtype), actor, g), obj
+
+    def model(dt):
+        return {"embed": sds((vocab, d_model), dt, mesh, P()),
+                "blocks": {"up": sds((n_blocks, d_model, d_ff), dt, mesh, P()),
+                           "down": sds((n_blocks, d_ff, d_model), dt, mesh, P())}}
+
+    n = mesh.devices.size * seqs
+    rollouts = sds((n, seq), jnp.int32, mesh, P("d"))
+    advantages = sds((n, seq), f32, mesh, P("d"))
+    return rlhf_policy_step, (model(bf), model(jnp.dtype(ref_dtype)), rollouts, advantages), {"donate_argnums": (0,)}
+
+
+pair(
+    "rlhf_reference_f32", "v6e", "v6e:2x2",
+    "RLHF policy-gradient step of a 4.4B-parameter bf16 model (32 feed-forward blocks 4096 -> 16384, vocabulary "
+    "32768) on 8 rollouts of 1024 tokens per device, with the frozen reference model for the KL penalty kept as "
+    "the f32 checkpoint (17.6 GB) next to the bf16 policy, both replicated: beyond 31.25G.",
+    "Fixed variant of rlhf_reference_f32_v6e: the reference copy in bf16 like the policy; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["f32_precision", "replicated_tensor"]),
+    _rlhf_ref_builder, dict(n_blocks=32, d_model=4096, d_ff=16384, vocab=32768, seqs=8, seq=1024,
+                            ref_dtype="float32"),
+    dict(n_blocks=32, d_model=4096, d_ff=16384, vocab=32768, seqs=8, seq=1024, ref_dtype="bfloat16"),
+    dump=False,
+)
+
+
+# 19.3 a hashed n-gram embedding table replicated on every device
+
+
+def _ngram_table_builder(mesh, buckets, dim, seqs, seq, orders, table_spec):
+    """A token classifier with hashed n-gram features (fastText / Engram-style): every position's
+    bigram .. n-gram is hashed into one bf16 table [buckets, dim], the looked-up rows are summed and
+    fed to a small head; SGD on the table and the head, both donated. table_spec P(): the table
+    replicated; P('d', None): its rows sharded over 'd'."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def hashed_ngram_step(hash_table, head, tokens, tags):
+        ids = []
+        for n in range(2, orders + 2):
+            h = jnp.zeros_like(tokens, dtype=jnp.uint32)
+            for j in range(n):
+                h = h * jnp.uint32(1000003) + jnp.roll(tokens, j, axis=1).astype(jnp.uint32)
+            ids.append((h % jnp.uint32(buckets)).astype(jnp.int32))
+
+        def xent(tbl, head):
+            feats = sum(jnp.take(tbl, i, axis=0) for i in ids).astype(f32)        # [N, S, D]
+            logits = jnp.tanh(feats) @ head
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), tags[..., None], -1))
+
+        loss, (gt, gh) = jax.value_and_grad(xent, argnums=(0, 1))(hash_table, head)
+        return (hash_table - 0.1 * gt).astype(bf), head - 0.1 * gh, loss
+
+    hash_table = sds((buckets, dim), bf, mesh, table_spec)
+    head = sds((dim, 64), f32, mesh, P())
+    n = mesh.devices.size * seqs
+    tokens = sds((n, seq), jnp.int32, mesh, P("d"))
+    tags = sds((n, seq), jnp.int32, mesh, P("d"))
+    return hashed_ngram_step, (hash_table, head, tokens, tags), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "ngram_table_replicated", "v5e", "v5e:4x4",
+    "Token tagger with hashed 2..4-gram features from one bf16 table of 10485760 buckets x 1024 (20 GiB) "
+    "replicated on each of the 16 devices of v5e:4x4: the table alone exceeds 15.75G.",
+    "Fixed variant of ngram_table_replicated_v5e: the table's rows sharded P('d', None) (1.25 GiB per device); fits.",
+    dict(category="arguments", category_also=["single_large_allocation"],
+         causes=["replicated_tensor", "arguments_exceed"]),
+    _ngram_table_builder, dict(buckets=10485760, dim=1024, seqs=16, seq=512, orders=3, table_spec=_P()),
+    dict(buckets=10485760, dim=1024, seqs=16, seq=512, orders=3, table_spec=_P("d", None)),
+    dump=False,
+)
+
+
+# 19.4 an eval loop that stacks every batch's logits on the device before computing the metrics
+
+
+def _eval_concat_builder(mesh, n_batches, seqs, seq, d_model, vocab, stack_logits):
+    """Evaluation of a small bf16 language model over a whole split in one jitted call: lax.scan over
+    the eval batches [T, N, S] (N over 'd'). stack_logits=True: the scan returns every batch's f32
+    logits [N, S, V], stacked [T, N, S, V], and accuracy / perplexity are computed on the stack
+    afterwards; False: each step reduces its batch to (correct, nll sum, count) in the carry."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def evaluate_split(lm, inputs, targets):
+        def forward(toks):
+            h = jnp.take(lm["tok"], toks, axis=0)
+            h = h + jax.nn.gelu(h @ lm["w_in"]) @ lm["w_out"]
+            return (h @ lm["unembed"]).astype(f32)
+
+        if stack_logits:
+            _, all_logits = jax.lax.scan(lambda c, t: (c, forward(t)), 0, inputs)      # [T, N, S, V]
+            lp = jax.nn.log_softmax(all_logits, axis=-1)
+            nll = -jnp.take_along_axis(lp, targets[..., None], -1)[..., 0]
+            acc = jnp.mean(jnp.argmax(all_logits, -1) == targets)
+            return acc, jnp.exp(jnp.mean(nll))
+
+        def step(c, xs):
+            t, y = xs
+            logits = forward(t)
+            nll = -jnp.take_along_axis(jax.nn.log_softmax(logits, -1), y[..., None], -1)[..., 0]
+            return (c[0] + jnp.sum(jnp.argmax(logits, -1) == y), c[1] + jnp.sum(nll)), None
+
+        (correct, nll), _ = jax.lax.scan(step, (jnp.int32(0), f32(0)), (inputs, targets))
+        count = targets.size
+        return correct / count, jnp.exp(nll / count)
+
+    lm = {"tok": sds((vocab, d_model), bf, mesh, P()), "w_in": sds((d_model, 4 * d_model), bf, mesh, P()),
+          "w_out": sds((4 * d_model, d_model), bf, mesh, P()), "unembed": sds((d_model, vocab), bf, mesh, P())}
+    shape = (n_batches, mesh.devices.size * seqs, seq)
+    inputs = sds(shape, jnp.int32, mesh, P(None, "d", None))
+    targets = sds(shape, jnp.int32, mesh, P(None, "d", None))
+    return evaluate_split, (lm, inputs, targets), {}
+
+
+pair(
+    "eval_logits_stacked", "v5p", "v5p:2x2x1",
+    "Evaluation of a bf16 LM (vocabulary 32768) over 48 batches of 16 x 1024 tokens per device in one jitted "
+    "lax.scan that returns every batch's f32 logits, stacked f32[48,16,1024,32768] (96 GiB per device), before "
+    "accuracy and perplexity are computed: beyond 95.74G.",
+    "Fixed variant of eval_logits_stacked_v5p: each scan step reduces its batch to correct / NLL sums in the "
+    "carry; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _eval_concat_builder, dict(n_batches=48, seqs=16, seq=1024, d_model=1024, vocab=32768, stack_logits=True),
+    dict(n_batches=48, seqs=16, seq=1024, d_model=1024, vocab=32768, stack_logits=False),
+    dump=True,
+)
+
+
+# 19.5 a Pallas layer-norm kernel whose row block fits v6e's scoped VMEM but not v5e's
+
+
+def _pallas_layernorm_builder(mesh, rows, width, block_rows):
+    """Row-wise layer norm as a Pallas TPU kernel (bf16 in and out, statistics in f32, gain and bias
+    f32[1, width]), grid over blocks of block_rows rows, under jax.shard_map with the rows over 'd'.
+    The double-buffered bf16 blocks in and out plus the kernel's f32 temporaries must fit the scoped
+    VMEM limit (16 MiB on v5e, 32 MiB on v6e)."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def ln_kernel(x_ref, g_ref, b_ref, o_ref):
+        x = x_ref[...].astype(jnp.float32)
+        mu = jnp.mean(x, axis=-1, keepdims=True)
+        xc = x - mu
+        var = jnp.mean(xc * xc, axis=-1, keepdims=True)
+        o_ref[...] = (xc * jax.lax.rsqrt(var + 1e-5) * g_ref[...] + b_ref[...]).astype(o_ref.dtype)
+
+    def per_shard(x, g, b):
+        return pl.pallas_call(
+            ln_kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(x.shape[0] // block_rows,),
+            in_specs=[pl.BlockSpec((block_rows, width), lambda i: (i, 0)),
+                      pl.BlockSpec((1, width), lambda i: (0, 0)),
+                      pl.BlockSpec((1, width), lambda i: (0, 0))],
+            out_specs=pl.BlockSpec((block_rows, width), lambda i: (i, 0)),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        )(x, g, b)
+
+    fn = jax.shard_map(per_shard, mesh=mesh, in_specs=(P("d"), P(), P()), out_specs=P("d"), check_vma=False)
+
+    def layernorm_rows(x, gain, bias):
+        return fn(x, gain, bias)
+
+    x = sds((mesh.devices.size * rows, width), jnp.bfloat16, mesh, P("d"))
+    gain = sds((1, width), jnp.float32, mesh, P())
+    bias = sds((1, width), jnp.float32, mesh, P())
+    return layernorm_rows, (x, gain, bias), {}
+
+
+pair(
+    "pallas_layernorm_rows", "v5e", "v5e:2x2",
+    "A Pallas layer-norm kernel over bf16[16384,8192] rows per device with blocks of 256 rows, tuned on v6e "
+    "(32 MiB scoped VMEM), run on v5e: the double-buffered 4 MiB blocks in and out plus the f32 temporaries "
+    "of the block exceed v5e's 16 MiB scoped VMEM limit.",
+    "Fixed variant of pallas_layernorm_rows_v5e: blocks of 64 rows; fits.",
+    dict(category="vmem", causes=["kernel_tiling"]),
+    _pallas_layernorm_builder, dict(rows=16384, width=8192, block_rows=256),
+    dict(rows=16384, width=8192, block_rows=64),
+    dump=False,
+)
+
+
+# 19.6 a NeRF training step with too many rays per device
+
+
+def _nerf_builder(mesh, rays, samples, width, depth, freqs):
+    """NeRF training step: positional encoding of `samples` points along each ray (sin/cos of
+    `freqs` frequencies), an f32 MLP of `depth` layers with a skip connection to the encoding
+    halfway, density and colour heads, volume rendering by alpha compositing (cumprod over the
+    samples) and an MSE against the pixel colours; Adam-free SGD, params replicated and donated,
+    rays [R, ...] over 'd'."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def nerf_step(field, origins, directions, pixels):
+        def render_loss(field):
+            t = jnp.linspace(2.0, 6.0, samples)
+            pts = origins[:, None, :] + directions[:, None, :] * t[None, :, None]     # [R, S, 3]
+            enc = [pts] + [fn(pts * (2.0 ** k)) for k in range(freqs) for fn in (jnp.sin, jnp.cos)]
+            enc = jnp.concatenate(enc, axis=-1)                                      # [R, S, 3 + 6F]
+            h = enc
+            for i in range(depth):
+                if i == depth // 2:
+                    h = jnp.concatenate([h, enc], axis=-1)
+                h = jax.nn.relu(h @ field[f"dense_{i}"])
+            sigma = jax.nn.softplus(h @ field["sigma"])[..., 0]
+            rgb = jax.nn.sigmoid(h @ field["rgb"])
+            alpha = 1.0 - jnp.exp(-sigma * (4.0 / samples))
+            trans = jnp.cumprod(jnp.concatenate([jnp.ones_like(alpha[:, :1]), 1.0 - alpha[:, :-1] + 1e-10], -1), -1)
+            color = jnp.sum((alpha * trans)[..., None] * rgb, axis=1)
+            return jnp.mean((color - pixels) ** 2)
+
+        loss, g = jax.value_and_grad(render_loss)(field)
+        return _tm(lambda p, g: p - 5e-4 * g, field, g), loss
+
+    enc_dim = 3 + 6 * freqs
+    field = {}
+    for i in range(depth):
+        d_in = enc_dim if i == 0 else (width + enc_dim if i == depth // 2 else width)
+        field[f"dense_{i}"] = sds((d_in, width), f32, mesh, P())
+    field["sigma"] = sds((width, 1), f32, mesh, P())
+    field["rgb"] = sds((width, 3), f32, mesh, P())
+    n = mesh.devices.size * rays
+    origins = sds((n, 3), f32, mesh, P("d"))
+    directions = sds((n, 3), f32, mesh, P("d"))
+    pixels = sds((n, 3), f32, mesh, P("d"))
+    return nerf_step, (field, origins, directions, pixels), {"donate_argnums": (0,)}
+
+
+pair(
+    "nerf_rays_batch", "v6e", "v6e:2x2",
+    "NeRF training step (8-layer f32 MLP of width 256, 10 encoding frequencies, 192 samples per ray) on 32768 "
+    "rays per device: the [R, 192, 256] activations of every layer kept for the backward exceed 31.25G.",
+    "Fixed variant of nerf_rays_batch_v6e: 8192 rays per device; fits.",
+    dict(category="aggregate", causes=["batch_too_large", "no_remat", "padding"]),
+    _nerf_builder, dict(rays=32768, samples=192, width=256, depth=8, freqs=10),
+    dict(rays=8192, samples=192, width=256, depth=8, freqs=10),
+    dump=False,
+)
+
+
+# 19.7 Shampoo preconditioner statistics replicated under data parallelism
+
+
+def _shampoo_builder(mesh, n_layers, width, rows, stats_spec, beta2=0.99):
+    """Data-parallel training of a stack of f32 dense layers ([L, D, D], lax.scan, relu) with a
+    Shampoo-style optimizer: per layer the left and right statistics L += G G^T, R += G^T G and their
+    inverse fourth roots (kept as state, refreshed elsewhere every k steps), the update
+    L^-1/4 G R^-1/4. Params replicated; stats_spec is the PartitionSpec of the four [L, D, D]
+    state stacks (P(): replicated; P(None, 'd', None): their rows over 'd'). Everything donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def shampoo_step(kernels, precond, feats, targets):
+        def mse(kernels):
+            h, _ = jax.lax.scan(lambda h, w: (jax.nn.relu(h @ w), None), feats, kernels)
+            return jnp.mean((h - targets) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(kernels)
+        left = beta2 * precond["left"] + jnp.einsum("lij,lkj->lik", g, g)
+        right = beta2 * precond["right"] + jnp.einsum("lji,ljk->lik", g, g)
+        step = jnp.einsum("lij,ljk,lkm->lim", precond["left_root"], g, precond["right_root"])
+        new_state = {"left": left, "right": right, "left_root": precond["left_root"],
+                     "right_root": precond["right_root"]}
+        return kernels - 1e-3 * step, new_state, loss
+
+    kernels = sds((n_layers, width, width), f32, mesh, P())
+    precond = {k: sds((n_layers, width, width), f32, mesh, stats_spec)
+               for k in ("left", "right", "left_root", "right_root")}
+    n = mesh.devices.size * rows
+    feats = sds((n, width), f32, mesh, P("d"))
+    targets = sds((n, width), f32, mesh, P("d"))
+    return shampoo_step, (kernels, precond, feats, targets), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "shampoo_stats_replicated", "v4", "v4:2x2x1",
+    "Shampoo training step of 10 f32 dense layers [8192, 8192] on 4096 rows per TensorCore, the four "
+    "preconditioner stacks (statistics and inverse roots, 4 x f32[10,8192,8192] = 10 GiB) replicated on "
+    "every TensorCore next to the 2.5 GiB of params: beyond 15.25G.",
+    "Fixed variant of shampoo_stats_replicated_v4: the preconditioner stacks' rows sharded "
+    "P(None, 'd', None) (1.25 GiB per TensorCore); fits.",
+    dict(category="aggregate", category_also=["arguments"],
+         causes=["optimizer_state_unsharded", "replicated_tensor"]),
+    _shampoo_builder, dict(n_layers=10, width=8192, rows=4096, stats_spec=_P()),
+    dict(n_layers=10, width=8192, rows=4096, stats_spec=_P(None, "d", None)),
+    dump=True,
+)
+
+
+# 19.8 a point-cloud Chamfer loss over the full pairwise distance matrix
+
+
+def _chamfer_builder(mesh, clouds, points, feat, block=None):
+    """Training step of a point-cloud autoencoder (per-point f32 MLP encoder, max-pooled code, a
+    decoder MLP that emits `points` xyz points) with a Chamfer loss against the input cloud.
+    block=None: the full pairwise squared distances [B, N, N] are built and reduced with min over
+    both axes; block=b: the distances are taken b predicted points at a time (lax.map under
+    jax.checkpoint), each block's nearest neighbours reduced before the next."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def chamfer_train_step(ae, cloud):
+        def loss_fn(ae):
+            code = jnp.max(jax.nn.relu(jax.nn.relu(cloud @ ae["enc_a"]) @ ae["enc_b"]), axis=1)   # [B, F]
+            recon = (jax.nn.relu(code @ ae["dec_a"]) @ ae["dec_b"]).reshape(cloud.shape)          # [B, N, 3]
+            if block is None:
+                d = jnp.sum((recon[:, :, None, :] - cloud[:, None, :, :]) ** 2, -1)              # [B, N, N]
+                return jnp.mean(jnp.min(d, 2)) + jnp.mean(jnp.min(d, 1))
+
+            def part(r):                                                                        # [B, b, 3]
+                d = jnp.sum((r[:, :, None, :] - cloud[:, None, :, :]) ** 2, -1)
+                return jnp.min(d, 2), jnp.min(d, 1)
+
+            rb = jnp.moveaxis(recon.reshape(recon.shape[0], -1, block, 3), 1, 0)
+            fwd, bwd = jax.lax.map(jax.checkpoint(part), rb)
+            return jnp.mean(fwd) + jnp.mean(jnp.min(bwd, 0))
+
+        loss, g = jax.value_and_grad(loss_fn)(ae)
+        return _tm(lambda p, g: p - 1e-3 * g, ae, g), loss
+
+    ae = {"enc_a": sds((3, 128), f32, mesh, P()), "enc_b": sds((128, feat), f32, mesh, P()),
+          "dec_a": sds((feat, 1024), f32, mesh, P()), "dec_b": sds((1024, points * 3), f32, mesh, P())}
+    cloud = sds((mesh.devices.size * clouds, points, 3), f32, mesh, P("d"))
+    return chamfer_train_step, (ae, cloud), {"donate_argnums": (0,)}
+
+
+pair(
+    "chamfer_pairwise", "v6e", "v6e:2x2",
+    "Point-cloud autoencoder trained with a Chamfer loss on 32 clouds of 16384 points per device: the full "
+    "pairwise squared distances f32[32,16384,16384] (32 GiB per device) exceed 31.25G.",
+    "Fixed variant of chamfer_pairwise_v6e: the distances 1024 predicted points at a time (lax.map under "
+    "jax.checkpoint); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _chamfer_builder, dict(clouds=32, points=16384, feat=512),
+    dict(clouds=32, points=16384, feat=512, block=1024),
+    dump=True,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
