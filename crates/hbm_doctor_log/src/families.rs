@@ -53,6 +53,7 @@ struct Patterns {
     coreml: Regex,
     nvmap: Regex,
     opencl_alloc: Regex,
+    warp_array: Regex,
     llm_engine_vram: Regex,
     metal_command_buffer: Regex,
     ray_node: Regex,
@@ -98,9 +99,10 @@ fn p() -> &'static Patterns {
         // older: "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.78 GiB total
         // capacity; 12.23 GiB already allocated; 1.43 GiB free; 13.23 GiB reserved in total by
         // PyTorch)"; retyped as `cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB
-        // totalcapacity;1.33GiB ...` or re-wrapped without the parentheses.
+        // totalcapacity;1.33GiB ...` or re-wrapped without the parentheses; or pasted from its
+        // `Tried to allocate` on (the headline's first words left out).
         torch_old: re(&format!(
-            r"(?i)(?:CUDA|HIP|XPU|NPU)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*(?:GPU|NPU)\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;(?:\s*\d[\d.,]*\s*[KMGTP]i?B\s*current\s*active\s*;)?\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
+            r"(?i)(?:(?:CUDA|HIP|XPU|NPU)\s+out\s+of\s+memory\s*[.,]?\s*|^\s*)Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*(?:GPU|NPU)\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;(?:\s*\d[\d.,]*\s*[KMGTP]i?B\s*current\s*active\s*;)?\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
         )),
         // The older message cut after its capacity (`CUDA out of memory. Tried to allocate 28.27
         // GiB (GPU 0; 15.77 GiB total capacity; 47.02 MiB already allocated;` and no more): what
@@ -237,6 +239,9 @@ fn p() -> &'static Patterns {
         nvmap: re(r"NvMapMemAlloc\w*: \d+ error 12\b"),
         // OpenCL (LightGBM's GPU learner, boost::compute): `Memory Object Allocation Failure`.
         opencl_alloc: re(r"Memory Object Allocation Failure"),
+        // NVIDIA Warp (Isaac Lab's simulation arrays): `RuntimeError: Array allocation failed on
+        // device: cuda:0 for 16777216 bytes`.
+        warp_array: re(r"Array allocation failed on device: (\S+) for (\d+) bytes"),
         // LLM engines refusing to start for the device's memory: ExLlamaV2's autosplit
         // (`RuntimeError: Insufficient VRAM for model and cache`), TensorRT-LLM's executor
         // (`Executor creation failed due to insufficient GPU memory.`, its figures in the lines
@@ -548,6 +553,12 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     if let Some(m) = pat.opencl_alloc.find(flat).filter(on_first) {
         let e = gpu_event(line, Family::Unrecognized, flat);
         return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = at_head(&pat.warp_array) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.device = Some(c[1].to_string());
+        e.requested_bytes = c[2].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(m) = pat.llm_engine_vram.find(flat).filter(on_first) {
         let e = gpu_event(line, Family::Unrecognized, flat);

@@ -351,6 +351,9 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"Insufficient VRAM",
             b"insufficient GPU memory",
             b"kIOGPUCommandBufferCallbackErrorOutOfMemory",
+            // NVIDIA Warp's arrays; PyTorch's message pasted from `Tried to allocate` on.
+            b"Array allocation failed",
+            b"Tried to allocate",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
@@ -4378,6 +4381,21 @@ mod tests {
         assert_eq!(scan_all(told).len(), 1);
         let talk = b"These tests fail with OOM errors on small runners.\n";
         assert!(scan_all(talk).is_empty());
+    }
+
+    #[test]
+    fn warp_arrays_and_pytorch_pasted_from_tried_to_allocate() {
+        let warp = b"RuntimeError: Array allocation failed on device: cuda:0 for 16777216 bytes\n";
+        let e = super::told_failure(warp).expect("event");
+        assert_eq!(e.requested_bytes, Some(16_777_216));
+        assert_eq!(e.device.as_deref(), Some("cuda:0"));
+        let cut = b"d3rlpy fails after a while:\nTried to allocate 186.00 MiB (GPU 0; 9.78 GiB total capacity; 8.52 GiB already allocated; 95.19 MiB free; 8.63 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory, try setting max_split_size_mb to avoid fragmentation.\n";
+        let ev = scan_all(cut);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].family, Family::PytorchCudaOom);
+        assert_eq!(ev[0].limit_bytes, crate::size::parse_size("9.78 GiB"));
+        // A sentence quoting the words is not the message.
+        assert!(scan_all(b"The trainer tried to allocate a large buffer.\n").is_empty());
     }
 
     #[test]
