@@ -4394,6 +4394,9 @@ mod tests {
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].family, Family::PytorchCudaOom);
         assert_eq!(ev[0].limit_bytes, crate::size::parse_size("9.78 GiB"));
+        let quoted = b"On a Tesla T4, I got  CUDA Out of Memory error message (Pubmed dataset). `Tried to allocate 1.45 GiB (GPU 0; 14.73 GiB total capacity; 13.08 GiB already allocated; 785.88 MiB free; 13.08 GiB reserved in total by PyTorch).`\n";
+        let ev = scan_all(quoted);
+        assert_eq!(ev[0].limit_bytes, crate::size::parse_size("14.73 GiB"));
         // A sentence quoting the words is not the message.
         assert!(scan_all(b"The trainer tried to allocate a large buffer.\n").is_empty());
     }
