@@ -884,14 +884,7 @@ fn structure_predictor(t: &str) -> Option<String> {
     let quick = [
         "fold", "Fold", "FOLD", "boltz", "Boltz", "chai", "Chai", "protenix", "Protenix",
     ];
-    if !quick.iter().any(|k| t.contains(k)) {
-        return None;
-    }
-    let lower = t.to_ascii_lowercase();
-    NAMES
-        .iter()
-        .find(|(k, _)| lower.contains(k))
-        .map(|(_, name)| (*name).to_string())
+    named_program(t, &quick, NAMES)
 }
 
 /// An image upscaler or restorer the text names (`realesrgan/utils.py`, `SwinIR`, `GFPGAN`,
@@ -932,11 +925,17 @@ fn image_upscaler(t: &str) -> Option<String> {
         "esolution",
         "pscaler",
     ];
+    named_program(t, &quick, NAMES)
+}
+
+/// The program a line names: the first of `names` (lowercase key, display name) it contains,
+/// once one of the `quick` byte strings shows it may.
+fn named_program(t: &str, quick: &[&str], names: &[(&str, &str)]) -> Option<String> {
     if !quick.iter().any(|k| t.contains(k)) {
         return None;
     }
     let lower = t.to_ascii_lowercase();
-    NAMES
+    names
         .iter()
         .find(|(k, _)| lower.contains(k))
         .map(|(_, name)| (*name).to_string())
