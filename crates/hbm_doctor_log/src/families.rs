@@ -54,6 +54,7 @@ struct Patterns {
     nvmap: Regex,
     opencl_alloc: Regex,
     warp_array: Regex,
+    mindspore_total: Regex,
     llm_engine_vram: Regex,
     metal_command_buffer: Regex,
     ray_node: Regex,
@@ -242,6 +243,10 @@ fn p() -> &'static Patterns {
         // NVIDIA Warp (Isaac Lab's simulation arrays): `RuntimeError: Array allocation failed on
         // device: cuda:0 for 16777216 bytes`.
         warp_array: re(r"Array allocation failed on device: (\S+) for (\d+) bytes"),
+        // MindSpore's dynamic allocator (Ascend NPUs): `TotalUsedMemStatistics : 29356337664 plus
+        // TotalUsedByEventMemStatistics : 0 and plus alloc size : 301990400 is more than total
+        // mem size : 29464985600.` (bytes; no out-of-memory word).
+        mindspore_total: re(r"TotalUsedMemStatistics\s*:\s*(\d+)\s+plus\s+TotalUsedByEventMemStatistics\s*:\s*(\d+)\s+and\s+plus\s+alloc\s+size\s*:\s*(\d+)\s+is\s+more\s+than\s+total\s+mem\s+size\s*:\s*(\d+)"),
         // LLM engines refusing to start for the device's memory: ExLlamaV2's autosplit
         // (`RuntimeError: Insufficient VRAM for model and cache`), TensorRT-LLM's executor
         // (`Executor creation failed due to insufficient GPU memory.`, its figures in the lines
@@ -553,6 +558,15 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     if let Some(m) = pat.opencl_alloc.find(flat).filter(on_first) {
         let e = gpu_event(line, Family::Unrecognized, flat);
         return Some((Piece::Event(Box::new(e)), m.end()));
+    }
+    if let Some(c) = at_head(&pat.mindspore_total) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Device);
+        let n = |i: usize| c.get(i).and_then(|m| m.as_str().parse::<u64>().ok());
+        e.used_bytes = n(1).map(|u| u.saturating_add(n(2).unwrap_or(0)));
+        e.requested_bytes = n(3);
+        e.limit_bytes = n(4);
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.warp_array) {
         let mut e = gpu_event(line, Family::Unrecognized, flat);

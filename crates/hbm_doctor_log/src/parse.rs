@@ -353,6 +353,8 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"kIOGPUCommandBufferCallbackErrorOutOfMemory",
             // NVIDIA Warp's arrays; PyTorch's message pasted from `Tried to allocate` on.
             b"Array allocation failed",
+            // MindSpore's allocator on Ascend.
+            b"TotalUsedMemStatistics",
             b"Tried to allocate",
         ]
         .iter()
@@ -4396,6 +4398,17 @@ mod tests {
         let quoted = b"On a Tesla T4, I got  CUDA Out of Memory error message (Pubmed dataset). `Tried to allocate 1.45 GiB (GPU 0; 14.73 GiB total capacity; 13.08 GiB already allocated; 785.88 MiB free; 13.08 GiB reserved in total by PyTorch).`\n";
         let ev = scan_all(quoted);
         assert_eq!(ev[0].limit_bytes, crate::size::parse_size("14.73 GiB"));
+        let ms = b"[ERROR] PRE_ACT(54175,fffdbcff91e0,python):2024-10-22-11:24:55.301.443 [mindspore/ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc:392] AddMemBlockAndMemBufByEagerFree] TotalUsedMemStatistics : 29356337664 plus TotalUsedByEventMemStatistics : 0 and plus alloc size : 301990400 is more than total mem size : 29464985600.\n";
+        let e = super::told_failure(ms).expect("event");
+        assert_eq!(e.family, Family::OtherAccelerator);
+        assert_eq!(
+            (e.used_bytes, e.requested_bytes, e.limit_bytes),
+            (
+                Some(29_356_337_664),
+                Some(301_990_400),
+                Some(29_464_985_600)
+            )
+        );
         // A sentence quoting the words is not the message.
         assert!(scan_all(b"The trainer tried to allocate a large buffer.\n").is_empty());
     }
