@@ -602,40 +602,36 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             )));
         }
     }
-    // A protein structure predictor folds one complex at a time: no batch to cut (the batch
-    // advice moves down where the listing shows none), and the card or the input's length is
-    // the story (the labelled posts naming one: the card 11, the input's length 4, a JAX pool 4,
-    // the batch 2, both where several samples were drawn per input).
-    if e.structure_predictor.is_some()
+    // A program that works one input at a time has no batch to cut (the batch advice moves down
+    // where the listing shows none). A protein structure predictor folds one complex: the card or
+    // the input's length is the story (the labelled posts naming one: the card 11, the input's
+    // length 4, a JAX pool 4, the batch 2, both where several samples were drawn per input). An
+    // image upscaler or restorer works one image: its size is the story, tiling the fix (the
+    // labelled posts naming one: the image's size 7, the card 2, the host 1).
+    let one_input = (e.structure_predictor.is_some() || e.image_upscaler.is_some())
         && e.phase == Phase::Runtime
         && !matches!(category, Category::Vmem | Category::HostMemory)
-        && common_batch(&e.allocations).is_none()
-    {
+        && common_batch(&e.allocations).is_none();
+    if one_input {
         for (score, _, c) in causes.iter_mut() {
             if c.cause == CauseKind::BatchTooLarge {
                 *score -= 1.5;
             }
         }
-        for (prior, c) in structure_prediction(&ctx) {
-            causes.push((prior, format!("structure_prediction@{prior}"), c));
-        }
-    }
-    // An image upscaler or restorer works one image at a time: the image's size is the story,
-    // tiling the fix (the labelled posts naming one: the image's size 7, the card 2, the host 1).
-    if e.image_upscaler.is_some()
-        && e.structure_predictor.is_none()
-        && e.phase == Phase::Runtime
-        && !matches!(category, Category::Vmem | Category::HostMemory)
-        && common_batch(&e.allocations).is_none()
-    {
-        for (score, _, c) in causes.iter_mut() {
-            if c.cause == CauseKind::BatchTooLarge {
-                *score -= 1.5;
-            }
-        }
-        if let Some(c) = image_upscaling(&ctx) {
-            let score = 2.2 + cover(&Some(c.clone()));
-            causes.push((score, "image_upscaling@2.2".into(), c));
+        let (rule, found) = if e.structure_predictor.is_some() {
+            ("structure_prediction", structure_prediction(&ctx))
+        } else {
+            (
+                "image_upscaling",
+                image_upscaling(&ctx)
+                    .map(|c| (2.2, c))
+                    .into_iter()
+                    .collect(),
+            )
+        };
+        for (prior, c) in found {
+            let score = prior + cover(&Some(c.clone()));
+            causes.push((score, format!("{rule}@{prior}"), c));
         }
     }
     causes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.cause.cmp(&b.2.cause)));
