@@ -4121,7 +4121,62 @@ fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
             .chain(after.iter().take(LOOKAHEAD_STAGE_LINES))
             .find_map(|l| prose_stage(&l.text));
     }
+    // Nor a sentence: the command the user ran may (`python scripts/txt2img.py --prompt ...`,
+    // `torchrun train_lora.py`). The last command before the event counts, else the first after.
+    if found.is_none() {
+        found = before[start..]
+            .iter()
+            .rev()
+            .chain(after.iter().take(LOOKAHEAD_STAGE_LINES))
+            .find_map(|l| command_stage(&l.text));
+    }
     e.stage = e.stage.or(found);
+}
+
+/// The stage a command line's script names: `python [-m pkg.]NAME.py`, `torchrun ... NAME.py`,
+/// `accelerate launch NAME.py`, `deepspeed NAME.py`, `!python NAME.py` in a notebook. A script
+/// named for training (`train.py`, `finetune_lora.py`, `run_sft.py`) runs training steps; one
+/// named for evaluation evaluates; one named for inference (`txt2img.py`, `inference.py`,
+/// `demo.py`, `predict.py`, `cli_demo.py`, `app.py`) generates. `test.py` says neither (a test
+/// set or a unit test).
+fn command_stage(t: &str) -> Option<Stage> {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    if !t.contains(".py") {
+        return None;
+    }
+    let re = RE.get_or_init(|| {
+        Regex::new(
+            r"^\s*(?:[$>!%]\s*|\(\S+\)\s*\$?\s*)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python[\d.]*(?:\s+-u)?|torchrun|accelerate\s+launch|deepspeed)\b[^\n]*?(?:^|[\s/])([A-Za-z][\w-]*)\.py\b",
+        )
+        .expect("command stage pattern")
+    });
+    let name = re.captures(t)?.get(1)?.as_str().to_ascii_lowercase();
+    let has = |keys: &[&str]| keys.iter().any(|k| name.contains(k));
+    if has(&[
+        "train", "finetun", "fine_tun", "fine-tun", "pretrain", "sft", "dpo",
+    ]) {
+        Some(Stage::Train)
+    } else if has(&["eval", "valid", "benchmark"]) {
+        Some(Stage::Eval)
+    } else if has(&[
+        "infer",
+        "predict",
+        "demo",
+        "sample",
+        "generat",
+        "txt2img",
+        "img2img",
+        "inpaint",
+        "synthes",
+        "transcrib",
+        "chat",
+        "webui",
+    ]) || name == "app"
+    {
+        Some(Stage::Generation)
+    } else {
+        None
+    }
 }
 
 /// A stage a sentence states: failing while loading a model, its weights or a checkpoint.
@@ -4637,6 +4692,32 @@ mod tests {
         }
         for t in ["x = valid_step(model, batch)", "the value method returns"] {
             assert_eq!(prose_stage(t), None, "{t}");
+        }
+    }
+
+    #[test]
+    fn the_script_run_tells_what_the_run_was_doing() {
+        use super::command_stage;
+        for (t, want) in [
+            (
+                "$ python scripts/txt2img.py --prompt \"a photo\" --plms --n_samples 1",
+                Some(Stage::Generation),
+            ),
+            (
+                "CUDA_VISIBLE_DEVICES=0 python3 -u tools/train.py configs/yolox.py",
+                Some(Stage::Train),
+            ),
+            (
+                "torchrun --nproc_per_node 8 finetune_lora.py --model 7b",
+                Some(Stage::Train),
+            ),
+            ("!python cli_demo.py", Some(Stage::Generation)),
+            ("accelerate launch eval_model.py", Some(Stage::Eval)),
+            ("python test.py --ckpt last.pth", None),
+            ("I ran train.py and it failed", None),
+            ("model = build(\"train.py\")", None),
+        ] {
+            assert_eq!(command_stage(t), want, "{t}");
         }
     }
 
