@@ -157,9 +157,11 @@ fn p() -> &'static Patterns {
         cpu_enforce: re(r"enforce fail at (?:\w+[/\\])*CPUAllocator\.cpp"),
         // Figures a wrapper prints under a CUDA out-of-memory (XGBoost's `- Free memory:
         // 53.1098GB\n- Requested memory: 64GB`, TensorRT's `Requested amount of GPU memory
-        // (15485030400 bytes)`, Faiss's `failed to cudaMalloc 47064032 bytes`).
+        // (15485030400 bytes)`, Faiss's `failed to cudaMalloc 47064032 bytes` and its
+        // resources' `alloc fail type TemporaryMemoryOverflow dev 0 space Device stream 0x...
+        // size 32279537664 bytes (cudaMalloc error out of memory [2])`).
         figures_told: re(&format!(
-            r"(?:Free memory:\s*{SZ})|(?:Requested memory:\s*{SZ})|(?:Requested amount of GPU memory \((\d+) bytes\))|(?:cudaMalloc\s+(\d+)\s+bytes)|(?:failed\s+to\s+alloc\s+(\d+)\s+bytes)|(?:Requested size was (\d+) bytes)"
+            r"(?:Free memory:\s*{SZ})|(?:Requested memory:\s*{SZ})|(?:Requested amount of GPU memory \((\d+) bytes\))|(?:cudaMalloc\s+(\d+)\s+bytes)|(?:failed\s+to\s+alloc\s+(\d+)\s+bytes)|(?:Requested size was (\d+) bytes)|(?:alloc fail type \w+ dev \d+ space \w+ stream \S+ size (\d+) bytes)"
         )),
         // Apple's MLX: `[malloc_or_wait] Unable to allocate 12 bytes.`, `[metal::malloc]
         // Attempting to allocate N bytes which is greater than the maximum allowed buffer size
@@ -296,13 +298,15 @@ fn p() -> &'static Patterns {
         // failure as the one below.
         // `failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED`: cuBLAS found no
         // memory for its handle, the device already taken (a preallocating framework or another
-        // process); the fix users report is a smaller pool or allow_growth.
+        // process); the fix users report is a smaller pool or allow_growth. PyTorch's
+        // `CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)` is the same.
         // TensorRT: `Cuda Error in nvinfer1::internal::DefaultAllocator::allocate: 2 (out of
         // memory)`, and (8.x) `Error Code 2: OutOfMemory (Requested size was N bytes.)`; dlib's
         // `Error while calling cudaMallocHost(...) in file gpu_data.cpp:181. code: 2, reason: out
-        // of memory`.
+        // of memory`; Faiss's `Faiss assertion err == cudaSuccess failed in char*
+        // faiss::gpu::StackDeviceMemory::Stack::getAlloc` (its temporary memory's cudaMalloc).
         cuda_driver: re(
-            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|Cuda Error in [\w:]+: 2 \(out of memory\)|Error while calling \w+[^\n]{0,240}?code: 2, reason: out of memory|Error Code \d+: OutOfMemory|Cuda Runtime \(out of memory\)|RMM failure at[^\n]{0,240}?(?:Maximum pool size exceeded|out of memory)|Runtime error: out of memory [^\s]+\.(?:hpp|cpp|cu|h):\d+|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|Failed to determine best cudnn convolution algorithm|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize|cuSolver has not been initialized|GetBlasGemmAlgorithms|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|Cuda Error in [\w:]+: 2 \(out of memory\)|Error while calling \w+[^\n]{0,240}?code: 2, reason: out of memory|Error Code \d+: OutOfMemory|Cuda Runtime \(out of memory\)|RMM failure at[^\n]{0,240}?(?:Maximum pool size exceeded|out of memory)|Runtime error: out of memory [^\s]+\.(?:hpp|cpp|cu|h):\d+|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|CUBLAS_STATUS_NOT_INITIALIZED when calling `?cublasCreate|Failed to determine best cudnn convolution algorithm|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize|cuSolver has not been initialized|GetBlasGemmAlgorithms|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory|Faiss assertion '?err == cudaSuccess'? failed in [^\n]{0,160}?::(?:getAlloc|allocMemory)\b",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
@@ -811,6 +815,7 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
                     .or(c.get(4))
                     .or(c.get(5))
                     .or(c.get(6))
+                    .or(c.get(7))
                     .and_then(|m| m.as_str().parse().ok())
             });
         }
