@@ -4820,6 +4820,398 @@ pair(
 )
 
 
+# ---- 20. more broken/fixed pairs (batch tpu9): other models, other names ----------------------
+#
+# Programs of kinds sections 13-19 do not have (a conformer speech encoder over long audio in f32,
+# a diffusion sampler differentiated through all its denoising steps for a reward, a Perceiver whose
+# huge byte array is cross-attended by a few latents, a vocabulary-parallel LM head whose logits are
+# all-gathered for the loss, an early-exit model computing every exit's logits at once, a dataset kept
+# resident in HBM as f32 pixels instead of uint8, a multi-task model with thousands of replicated task
+# heads). The same conventions: the fixed twin changes exactly the first cause. About half keep their
+# dumps (dump=True); the others only stderr.log / exception.txt / meta.json.
+
+
+# 20.1 a conformer speech encoder over long audio, everything in f32
+
+
+def _conformer_builder(mesh, utterances, frames, width, heads, n_blocks, dtype):
+    """Conformer-style CTC encoder step: per block a half-step feed-forward, full multi-head
+    self-attention over all frames, a gated pointwise 'conv' module and a second half-step
+    feed-forward, lax.scan over the stacked blocks under jax.checkpoint; CTC replaced by a frame-wise
+    cross-entropy over 1024 word pieces. dtype: the dtype of the stacked weights and of the filterbank
+    frames as fed (float32: as exported by the recipe; bfloat16: cast on the host). SGD, donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    dt = jnp.dtype(dtype)
+    hd = width // heads
+
+    def block(x, w):
+        x = x + 0.5 * jax.nn.swish(x @ w["ff1_in"]) @ w["ff1_out"]
+        q, k, v = (jnp.einsum("btd,dhe->bthe", x, w[n]) for n in ("wq", "wk", "wv"))
+        att = jax.nn.softmax(jnp.einsum("bqhe,bkhe->bhqk", q, k) / (hd ** 0.5), axis=-1)
+        x = x + jnp.einsum("bhqk,bkhe,hed->bqd", att, v, w["wo"])
+        a, g = jnp.split(x @ w["glu"], 2, axis=-1)
+        x = x + (a * jax.nn.sigmoid(g)) @ w["pw"]
+        x = x + 0.5 * jax.nn.swish(x @ w["ff2_in"]) @ w["ff2_out"]
+        return x, None
+
+    def asr_encoder_step(enc, fbank, pieces):
+        def frame_xent(enc):
+            x = fbank @ enc["subsample"]
+            x, _ = jax.lax.scan(jax.checkpoint(block), x, enc["stack"])
+            lp = jax.nn.log_softmax((x @ enc["ctc"]).astype(jnp.float32), axis=-1)
+            return -jnp.mean(jnp.take_along_axis(lp, pieces[..., None], -1))
+
+        loss, g = jax.value_and_grad(frame_xent)(enc)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), enc, g), loss
+
+    L, D = n_blocks, width
+    s = lambda *shape: sds((L,) + shape, dt, mesh, P())
+    enc = {"subsample": sds((320, D), dt, mesh, P()), "ctc": sds((D, 1024), dt, mesh, P()),
+           "stack": {"ff1_in": s(D, 4 * D), "ff1_out": s(4 * D, D), "wq": s(D, heads, hd), "wk": s(D, heads, hd),
+                     "wv": s(D, heads, hd), "wo": s(heads, hd, D), "glu": s(D, 2 * D), "pw": s(D, D),
+                     "ff2_in": s(D, 4 * D), "ff2_out": s(4 * D, D)}}
+    n = mesh.devices.size * utterances
+    fbank = sds((n, frames, 320), dt, mesh, P("d"))
+    pieces = sds((n, frames), jnp.int32, mesh, P("d"))
+    return asr_encoder_step, (enc, fbank, pieces), {"donate_argnums": (0,)}
+
+
+pair(
+    "conformer_frames_f32", "v5e", "v5e:2x2",
+    "Conformer encoder step (12 blocks, width 512, 8 heads) on 4 utterances of 8192 frames per device with "
+    "f32 weights and filterbanks: the f32 attention over all 8192 frames of a block exceeds 15.75G.",
+    "Fixed variant of conformer_frames_f32_v5e: the weights and filterbank frames in bf16; fits.",
+    dict(category="single_large_allocation", causes=["f32_precision", "large_activation", "batch_too_large"]),
+    _conformer_builder, dict(utterances=4, frames=8192, width=512, heads=8, n_blocks=12, dtype="float32"),
+    dict(utterances=4, frames=8192, width=512, heads=8, n_blocks=12, dtype="bfloat16"),
+    dump=False,
+)
+
+
+# 20.2 a diffusion sampler differentiated through every denoising step (reward fine-tuning)
+
+
+def _draft_builder(mesh, latents, tokens, width, steps, remat_step):
+    """DRaFT-style reward fine-tuning: a DDIM sampler runs `steps` denoising steps of a small bf16
+    denoiser (time-conditioned token MLP with a token-mixing layer) from noise under lax.scan, a
+    differentiable reward (a frozen linear critic) scores the final latents, and the gradient flows back
+    through every step. remat_step=False: the scan keeps every step's activations for the backward;
+    True: the step is wrapped in jax.checkpoint."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def eps_model(w, z, t):
+        h = z.astype(bf) @ w["inp"] + jnp.sin(t * w["freq"]).astype(bf)
+        h = h + jax.nn.gelu(jnp.einsum("bnd,nm->bmd", h, w["mix"]))
+        h = h + jax.nn.gelu(h @ w["up"]) @ w["down"]
+        return (h @ w["out"]).astype(f32)
+
+    def reward_finetune_step(denoiser, critic, noise):
+        def neg_reward(denoiser):
+            def ddim(z, i):
+                t = 1.0 - i / steps
+                a, a_next = jnp.cos(t * 1.5), jnp.cos((t - 1.0 / steps) * 1.5)
+                e = eps_model(denoiser, z, t)
+                x0 = (z - jnp.sqrt(1 - a * a) * e) / a
+                return a_next * x0 + jnp.sqrt(1 - a_next * a_next) * e, None
+
+            body = jax.checkpoint(ddim) if remat_step else ddim
+            z, _ = jax.lax.scan(body, noise, jnp.arange(steps, dtype=f32))
+            return -jnp.mean(z.reshape(z.shape[0], -1) @ critic)
+
+        r, g = jax.value_and_grad(neg_reward)(denoiser)
+        return _tm(lambda p, g: (p - 1e-5 * g).astype(p.dtype), denoiser, g), r
+
+    C = 16
+    denoiser = {"inp": sds((C, width), bf, mesh, P()), "freq": sds((width,), f32, mesh, P()),
+                "mix": sds((tokens, tokens), bf, mesh, P()), "up": sds((width, 4 * width), bf, mesh, P()),
+                "down": sds((4 * width, width), bf, mesh, P()), "out": sds((width, C), bf, mesh, P())}
+    critic = sds((tokens * C,), f32, mesh, P())
+    noise = sds((mesh.devices.size * latents, tokens, C), f32, mesh, P("d"))
+    return reward_finetune_step, (denoiser, critic, noise), {"donate_argnums": (0,)}
+
+
+pair(
+    "draft_sampler_backprop", "v6e", "v6e:2x2",
+    "Reward fine-tuning of a latent diffusion denoiser by backpropagating through a 50-step DDIM sampler "
+    "(lax.scan, no remat) on 4 latents of 4096 tokens per device: every step's bf16 [4,4096,4096] MLP "
+    "activations are kept for the backward (stacked bf16[50,4,4096,4096], 6.25 GiB each), beyond 31.25G.",
+    "Fixed variant of draft_sampler_backprop_v6e: each denoising step under jax.checkpoint; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _draft_builder, dict(latents=4, tokens=4096, width=1024, steps=50, remat_step=False),
+    dict(latents=4, tokens=4096, width=1024, steps=50, remat_step=True),
+    dump=False,
+)
+
+
+# 20.3 a Perceiver whose few latents cross-attend a huge byte array
+
+
+def _perceiver_builder(mesh, arrays, n_bytes, n_latents, width, heads, depth):
+    """Perceiver IO classifier over raw bytes: the byte array [B, M] is embedded (byte + position)
+    and cross-attended once by `n_latents` learned latents, followed by `depth` latent
+    self-attention blocks (lax.scan, jax.checkpoint) and a mean-pooled head. The embedded bytes, their
+    keys and values and the cross-attention probabilities [B, H, N, M] are kept for the backward.
+    `arrays` byte arrays per device; params replicated and donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = width // heads
+
+    def latent_block(z, w):
+        q, k, v = (jnp.einsum("bnd,dhe->bnhe", z, w[n]) for n in ("q", "k", "v"))
+        a = jax.nn.softmax(jnp.einsum("bqhe,bkhe->bhqk", q, k) / hd ** 0.5, -1)
+        z = z + jnp.einsum("bhqk,bkhe,hed->bqd", a, v, w["o"])
+        return z + jax.nn.gelu(z @ w["up"]) @ w["down"], None
+
+    def perceiver_step(model, byte_arrays, classes):
+        def xent(model):
+            x = jnp.take(model["byte_emb"], byte_arrays, axis=0) + model["pos_emb"][None]   # [B, M, D]
+            k = jnp.einsum("bmd,dhe->bmhe", x, model["xk"])
+            v = jnp.einsum("bmd,dhe->bmhe", x, model["xv"])
+            q = jnp.einsum("nd,dhe->nhe", model["latents"], model["xq"])
+            a = jax.nn.softmax(jnp.einsum("nhe,bmhe->bhnm", q, k) / hd ** 0.5, -1)          # [B, H, N, M]
+            o = jnp.einsum("bhnm,bmhe->bnhe", a, v)
+            z = model["latents"][None] + jnp.einsum("bnhe,hed->bnd", o, model["xo"])
+            z, _ = jax.lax.scan(jax.checkpoint(latent_block), z, model["blocks"])
+            logits = (jnp.mean(z, 1) @ model["head"]).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), classes[:, None], -1))
+
+        loss, g = jax.value_and_grad(xent)(model)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), model, g), loss
+
+    D, H, E = width, heads, hd
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    model = {"byte_emb": r(256, D), "pos_emb": r(n_bytes, D), "latents": r(n_latents, D),
+             "xq": r(D, H, E), "xk": r(D, H, E), "xv": r(D, H, E), "xo": r(H, E, D),
+             "blocks": {"q": r(depth, D, H, E), "k": r(depth, D, H, E), "v": r(depth, D, H, E),
+                        "o": r(depth, H, E, D), "up": r(depth, D, 4 * D), "down": r(depth, 4 * D, D)},
+             "head": r(D, 1000)}
+    n = mesh.devices.size * arrays
+    byte_arrays = sds((n, n_bytes), jnp.int32, mesh, P("d"))
+    classes = sds((n,), jnp.int32, mesh, P("d"))
+    return perceiver_step, (model, byte_arrays, classes), {"donate_argnums": (0,)}
+
+
+pair(
+    "perceiver_byte_array", "v5p", "v5p:2x2x1",
+    "Perceiver IO training step on 8 raw byte arrays of 1048576 bytes per device (512 latents, width 512, "
+    "8 heads): the embedded bytes, their keys / values and the bf16 cross-attention probabilities "
+    "[8,8,512,1048576] kept for the backward exceed 95.74G.",
+    "Fixed variant of perceiver_byte_array_v5p: 2 byte arrays per device, not 8; fits.",
+    dict(category="single_large_allocation", causes=["batch_too_large", "large_activation"]),
+    _perceiver_builder, dict(arrays=8, n_bytes=1048576, n_latents=512, width=512, heads=8, depth=6),
+    dict(arrays=2, n_bytes=1048576, n_latents=512, width=512, heads=8, depth=6),
+    dump=False,
+)
+
+
+# 20.4 a vocabulary-parallel LM head whose logits are all-gathered for the loss
+
+
+def _vocab_parallel_builder(mesh, seqs, seq, d_model, vocab, gather_logits):
+    """Megatron-style vocabulary parallelism over all 16 devices of v5e:4x4: the activations are
+    replicated across the tensor-parallel axis, the output embedding [D, V] is split over 'd' along
+    the vocabulary, the logits [N, S, V] come out vocabulary-sharded. gather_logits=True: the loss
+    first constrains the logits to P() ("gather them to compute the softmax"); False: the log-softmax
+    and the target pick-up run on the vocabulary-sharded logits (GSPMD inserts the max / sum
+    all-reduces)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def lm_head_step(trunk, out_embed, hidden, next_tokens):
+        def xent(trunk, out_embed):
+            h = hidden + jax.nn.gelu(hidden @ trunk["fc_a"]) @ trunk["fc_b"]
+            logits = (h @ out_embed).astype(f32)                                     # [N, S, V] over V
+            if gather_logits:
+                logits = jax.lax.with_sharding_constraint(logits, NamedSharding(mesh, P()))
+            lse = jax.nn.logsumexp(logits, axis=-1)
+            picked = jnp.take_along_axis(logits, next_tokens[..., None], -1)[..., 0]
+            return jnp.mean(lse - picked)
+
+        loss, (gt, ge) = jax.value_and_grad(xent, argnums=(0, 1))(trunk, out_embed)
+        trunk = _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), trunk, gt)
+        return trunk, (out_embed - 1e-4 * ge).astype(bf), loss
+
+    trunk = {"fc_a": sds((d_model, 4 * d_model), bf, mesh, P()), "fc_b": sds((4 * d_model, d_model), bf, mesh, P())}
+    out_embed = sds((d_model, vocab), bf, mesh, P(None, "d"))
+    hidden = sds((seqs, seq, d_model), bf, mesh, P())
+    next_tokens = sds((seqs, seq), jnp.int32, mesh, P())
+    return lm_head_step, (trunk, out_embed, hidden, next_tokens), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "vocab_parallel_gathered", "v5e", "v5e:4x4",
+    "Vocabulary-parallel LM head on v5e:4x4 (vocabulary 262144 split over 16 devices, 8 x 2048 tokens "
+    "replicated across the tensor-parallel axis): the loss constrains the f32 logits to P(), so every "
+    "device holds f32[8,2048,262144] (16 GiB): beyond 15.75G.",
+    "Fixed variant of vocab_parallel_gathered_v5e: the log-softmax runs on the vocabulary-sharded logits "
+    "(no sharding constraint to P()); fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "large_activation", "f32_precision"]),
+    _vocab_parallel_builder, dict(seqs=8, seq=2048, d_model=2048, vocab=262144, gather_logits=True),
+    dict(seqs=8, seq=2048, d_model=2048, vocab=262144, gather_logits=False),
+    dump=True,
+)
+
+
+# 20.5 an early-exit model computing every exit's logits at once
+
+
+def _early_exit_builder(mesh, n_layers, seqs, seq, d_model, vocab, loss_in_scan):
+    """Early-exit (CALM-style) LM training: every layer of a lax.scan stack has an exit through the
+    shared unembedding, and the loss averages the cross-entropy of all exits. loss_in_scan=False: the
+    scan returns every layer's hidden states [L, N, S, D] and the exits' f32 logits [L, N, S, V] are
+    computed at once afterwards; True: each layer's exit loss is computed inside the scanned block
+    (under jax.checkpoint), only a scalar per layer leaves it."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def exit_nll(h, unembed, y):
+        lp = jax.nn.log_softmax((h @ unembed).astype(f32), axis=-1)
+        return -jnp.mean(jnp.take_along_axis(lp, y[..., None], -1))
+
+    def early_exit_step(net, tokens, targets):
+        def all_exits_loss(net):
+            h = jnp.take(net["embed"], tokens, axis=0)
+
+            def layer(h, w):
+                return h + jax.nn.gelu(h @ w["fc1"]) @ w["fc2"]
+
+            if loss_in_scan:
+                def blk(h, w):
+                    h = layer(h, w)
+                    return h, exit_nll(h, net["unembed"], targets)
+
+                _, nll = jax.lax.scan(jax.checkpoint(blk), h, net["layers"])
+                return jnp.mean(nll)
+
+            def blk(h, w):
+                h = layer(h, w)
+                return h, h
+
+            _, hs = jax.lax.scan(jax.checkpoint(blk), h, net["layers"])                 # [L, N, S, D]
+            lp = jax.nn.log_softmax(jnp.einsum("lnsd,dv->lnsv", hs, net["unembed"]).astype(f32), -1)
+            return -jnp.mean(jnp.take_along_axis(lp, targets[None, ..., None], -1))
+
+        loss, g = jax.value_and_grad(all_exits_loss)(net)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), net, g), loss
+
+    L, D = n_layers, d_model
+    net = {"embed": sds((vocab, D), bf, mesh, P()), "unembed": sds((D, vocab), bf, mesh, P()),
+           "layers": {"fc1": sds((L, D, 4 * D), bf, mesh, P()), "fc2": sds((L, 4 * D, D), bf, mesh, P())}}
+    n = mesh.devices.size * seqs
+    tokens = sds((n, seq), jnp.int32, mesh, P("d"))
+    targets = sds((n, seq), jnp.int32, mesh, P("d"))
+    return early_exit_step, (net, tokens, targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "early_exit_all_logits", "v4", "v4:2x2x1",
+    "Early-exit LM step (16 layers, each with an exit through the shared unembedding, vocabulary 32768) on "
+    "8 x 1024 tokens per TensorCore: the exits' f32 logits computed at once, f32[16,8,1024,32768] (16 GiB "
+    "per TensorCore), exceed 15.25G.",
+    "Fixed variant of early_exit_all_logits_v4: each layer's exit loss computed inside the scanned block "
+    "(jax.checkpoint), only a scalar per layer kept; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _early_exit_builder, dict(n_layers=16, seqs=8, seq=1024, d_model=1024, vocab=32768, loss_in_scan=False),
+    dict(n_layers=16, seqs=8, seq=1024, d_model=1024, vocab=32768, loss_in_scan=True),
+    dump=False,
+)
+
+
+# 20.6 a dataset kept resident in HBM as f32 pixels instead of uint8
+
+
+def _resident_dataset_builder(mesh, images, size, batch, width, pixel_dtype):
+    """The 'whole dataset on the accelerator' trick for a small-image dataset (ImageNet 64x64): the
+    training images live in HBM as one array [N, H, W, 3] with its rows over 'd', and each step
+    slices its batch out of the local shard by index (no host input pipeline). pixel_dtype: float32
+    (the numpy preprocessing's output, already scaled to [0, 1]) or uint8 (the raw pixels, scaled on
+    the device). A small patch-embedding MLP classifier, SGD, params donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def resident_data_step(clf, pixels, labels, step):
+        idx = (step * batch + jnp.arange(batch)) % pixels.shape[1]                   # the same rows of every shard
+        x = jnp.take(pixels, idx, axis=1).reshape(-1, size, size, 3)                  # [W * batch, H, W, 3]
+        x = x.astype(f32) / 255.0 if x.dtype == jnp.uint8 else x
+        y = jnp.take(labels, idx, axis=1).reshape(-1)
+
+        def xent(clf):
+            p = x.reshape(x.shape[0], size // 8, 8, size // 8, 8, 3).transpose(0, 1, 3, 2, 4, 5)
+            p = p.reshape(x.shape[0], (size // 8) ** 2, 192).astype(bf)
+            h = jax.nn.gelu(p @ clf["patch"])
+            h = h + jax.nn.gelu(h @ clf["mlp_a"]) @ clf["mlp_b"]
+            logits = (jnp.mean(h, 1) @ clf["head"]).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], -1))
+
+        loss, g = jax.value_and_grad(xent)(clf)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), clf, g), loss
+
+    clf = {"patch": sds((192, width), bf, mesh, P()), "mlp_a": sds((width, 4 * width), bf, mesh, P()),
+           "mlp_b": sds((4 * width, width), bf, mesh, P()), "head": sds((width, 1000), bf, mesh, P())}
+    w = mesh.devices.size
+    pixels = sds((w, images // w, size, size, 3), jnp.dtype(pixel_dtype), mesh, P("d"))
+    labels = sds((w, images // w), jnp.int32, mesh, P("d"))
+    step = sds((), jnp.int32, mesh, P())
+    return resident_data_step, (clf, pixels, labels, step), {"donate_argnums": (0,)}
+
+
+pair(
+    "resident_pixels_f32", "v5e", "v5e:2x2",
+    "ImageNet 64x64 (1281168 training images) kept resident in HBM with its rows over the 4 devices, as the "
+    "f32 output of the numpy preprocessing: 14.66 GiB of pixels per device, and the compiler converts the whole "
+    "shard to bf16 before the batch is sliced (another 14.66 GiB): beyond 15.75G.",
+    "Fixed variant of resident_pixels_f32_v5e: the resident pixels as uint8 (3.66 GiB per device), scaled "
+    "on the device after the batch is sliced; fits.",
+    dict(category="single_large_allocation", category_also=["arguments"], causes=["f32_precision", "large_activation"]),
+    _resident_dataset_builder, dict(images=1281168, size=64, batch=256, width=768, pixel_dtype="float32"),
+    dict(images=1281168, size=64, batch=256, width=768, pixel_dtype="uint8"),
+    dump=False,
+)
+
+
+# 20.7 a multi-task model with thousands of task heads replicated on every device
+
+
+def _multitask_builder(mesh, tasks, per_task, d_in, d_model, classes, heads_spec):
+    """Multi-task classification: a shared bf16 trunk and one f32 linear head per task [T, D, C]; each
+    batch holds `per_task` examples of every task, laid out [T, k, d_in] with the task axis over 'd'
+    (each device serves a slice of the tasks). heads_spec P(): the head stack replicated on every
+    device; P('d', None, None): each device keeps the heads of its own tasks. SGD, donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def multitask_step(trunk, task_heads, feats, answers):
+        def xent(trunk, task_heads):
+            h = jax.nn.gelu(feats @ trunk["w1"]) @ trunk["w2"]                              # [T, k, D]
+            logits = jnp.einsum("tkd,tdc->tkc", h.astype(f32), task_heads)
+            lp = jax.nn.log_softmax(logits, axis=-1)
+            return -jnp.mean(jnp.take_along_axis(lp, answers[..., None], -1))
+
+        loss, (gt, gh) = jax.value_and_grad(xent, argnums=(0, 1))(trunk, task_heads)
+        trunk = _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), trunk, gt)
+        return trunk, task_heads - 1e-3 * gh, loss
+
+    trunk = {"w1": sds((d_in, 4 * d_model), bf, mesh, P()), "w2": sds((4 * d_model, d_model), bf, mesh, P())}
+    task_heads = sds((tasks, d_model, classes), f32, mesh, heads_spec)
+    feats = sds((tasks, per_task, d_in), bf, mesh, P("d"))
+    answers = sds((tasks, per_task), jnp.int32, mesh, P("d"))
+    return multitask_step, (trunk, task_heads, feats, answers), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "multitask_heads_replicated", "v4", "v4:2x2x1",
+    "Multi-task classifier with 4096 task heads f32[4096,1024,1024] (16 GiB) replicated on each of the 8 "
+    "TensorCores of v4:2x2x1 while the batch's task axis is sharded: the heads alone exceed 15.25G.",
+    "Fixed variant of multitask_heads_replicated_v4: the head stack sharded by task, P('d', None, None) "
+    "(2 GiB per TensorCore); fits.",
+    dict(category="arguments", causes=["replicated_tensor", "arguments_exceed", "f32_precision"]),
+    _multitask_builder, dict(tasks=4096, per_task=8, d_in=1024, d_model=1024, classes=1024, heads_spec=_P()),
+    dict(tasks=4096, per_task=8, d_in=1024, d_model=1024, classes=1024, heads_spec=_P("d", None, None)),
+    dump=True,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
