@@ -343,6 +343,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         rank!(1.1, no_donation(&ctx));
         rank!(1.2, undonated_arguments(&ctx));
         rank!(0.5, f32_precision(&ctx));
+        rank!(2.5, converted_copy(&ctx));
         // Forward activations that make up most of the listing are the story.
         let listed: u64 = e.allocations.iter().map(|a| a.size_bytes).sum();
         let forward: u64 = e
@@ -1862,6 +1863,47 @@ fn f32_precision(ctx: &Ctx<'_>) -> Option<Cause> {
         ctx.snippets(
             "params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)  # or flax: dtype=jnp.bfloat16, param_dtype=jnp.float32",
             "model = model.to(torch.bfloat16)  # or torch.autocast('xla', dtype=torch.bfloat16)",
+        ),
+    ))
+}
+
+/// An f32 argument held next to a bf16 copy of the same dimensions: the program converts the
+/// whole array before using it (a dataset, a table or weights stored in f32 and computed on in
+/// bf16). Stored in bf16 (or uint8 for pixels) from the start, the copy goes and the original
+/// halves: the savings are the f32 array's size. Only arrays that are arguments count (no more
+/// than the stated arguments, a quarter of the limit or more): an f32 activation with its bf16
+/// copy is mixed precision's ordinary working set.
+fn converted_copy(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let args = e.arguments_bytes?;
+    let limit = ctx.limit?;
+    let (f32_alloc, f32_shape) = e
+        .allocations
+        .iter()
+        .filter_map(|a| Some((a, shape_of(a)?)))
+        .filter(|(a, s)| {
+            s.type_name == "f32" && a.size_bytes <= args && a.size_bytes.saturating_mul(4) >= limit
+        })
+        .max_by_key(|(a, _)| a.size_bytes)?;
+    let copy = e
+        .allocations
+        .iter()
+        .find(|a| shape_of(a).is_some_and(|s| s.type_name == "bf16" && s.dims == f32_shape.dims))?;
+    Some(ctx.cause(
+        CauseKind::F32Precision,
+        Some(f32_alloc.size_bytes),
+        format!(
+            "{} {} (an argument: the arguments take {}) is held next to {} {}, a bf16 copy of the same dimensions: the program converts the whole array before using it; stored in bf16 (uint8 for pixels) the copy goes and the original halves",
+            fmt(f32_alloc.size_bytes),
+            f32_alloc.shape.as_deref().unwrap_or("f32"),
+            fmt(args),
+            fmt(copy.size_bytes),
+            copy.shape.as_deref().unwrap_or("bf16"),
+        ),
+        Vec::new(),
+        ctx.snippets(
+            "data = jax.device_put(np.asarray(images, dtype=np.uint8), sharding)  # or .astype(jnp.bfloat16): convert per batch inside the step",
+            "tensor = tensor.to(torch.bfloat16)  # or keep images as uint8 and convert each batch",
         ),
     ))
 }
