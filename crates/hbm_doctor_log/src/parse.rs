@@ -160,7 +160,8 @@ fn p() -> &'static Patterns {
             // XLA's allocator; older jaxlib wrote `Out of memory allocating 20029400304 bytes.`
             // (CuPy's `Out of memory allocating 1,073,741,824 bytes (allocated so far: ...` has
             // its own family: the full stop after `bytes` tells them apart).
-            gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+(?:while\s+trying\s+to\s+allocate\s+(?:SZ|(?:[A-Z]|[xX]{2,}|N+)\s+bytes\b)|allocating\s+(\d+)\s+bytes\s*\.)"),
+            // (Quoted without its unit, `allocate 12531662848`, or retyped as `allocate ~140GB`.)
+            gpu_oom: re(r"Out\s+of\s+(host\s+)?memory\s+(?:while\s+trying\s+to\s+allocate\s+(?:~\s*)?(?:SZ|(?:[A-Z]|[xX]{2,}|N+)\s+bytes\b|(\d{6,})\b)|allocating\s+(\d+)\s+bytes\s*\.)"),
             failed_request: re(r"Failed\s+to\s+allocate\s+request\s+for\s+SZ(?:\s+\((\d+)B\))?(?:\s+on\s+device\s+ordinal\s+(\d+))?"),
             // (A line cut in the middle of `trying`, the end of a pasted excerpt, still names
             // its allocator: an event without its request.)
@@ -519,7 +520,7 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
             r"(?i)describe the bug|to reproduce|reproduction|expected behavio|system info|environment|nvidia-smi|python version|\bos:|\bgpu:|operating system|error log",
             r"^\s*(?:\[?\d{4}-\d\d-\d\d|[IWEF]\d{4} |\[\w+\]|\w+Error\b|Traceback|File \x22)|\bbytes\b|Error Code|\w+\.(?:cc|py|cpp|h):\d+",
             r"(?i)\b(?:got|gets|hit|hits|did|do|does|shows|showed|gives|gave|throws|threw|raises|raised|reports|reported|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith|(?:crash(?:es|ed)?|fail(?:s|ed)?|dies|died|stops|stopped|aborts|aborted)\b[^.;:]{0,60}?\b(?:due\s+to|because\s+of))\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:(?:cuda|gpu|cpu|tpu|hbm)\s+)?(?:oom|ooms|out[- ]of[- ]memory|resource exhaustion)\b",
-            r"(?i)\b(?:tried|try|trying|reduced|reducing|lowered|lowering|decreased|decreasing|set|setting|changed|used|using|even\s+with|even\s+after)\b[^.?!]{0,120}?\b(?:but|and|yet)\s+(?:it|that|this|training|inference|the\s+\w+\s+)?\s*(?:still|again)\b[^.?!]{0,24}?\b(?:oom|ooms|oomed|out[- ]of[- ]memory|out of (?:gpu |cuda |v)?(?:ram|memory))\b",
+            r"(?i)\b(?:tried|try|trying|reduced|reducing|lowered|lowering|decreased|decreasing|set|setting|changed|used|using|even\s+with|even\s+after)\b[^.?!]{0,120}?\b(?:but|and|yet)\s+(?:it|that|this|training|inference|the\s+\w+\s+)?\s*(?:still|again)\b[^.?!]{0,24}?\b(?:oom|ooms|oomed|out[- ]of[- ]memory|out of (?:gpu |cuda |v)?(?:ram|memory))\b|\b(?:oom|ooms|oomed|out[- ]of[- ]memory|out of (?:gpu |cuda |v)?(?:ram|memory))\b[^.?!]{0,40}?\beven\s+(?:if|when|after|with|though)\s+(?:i|we)\b",
         ],
     );
     let text = String::from_utf8_lossy(input);
@@ -2434,7 +2435,12 @@ fn headline(flat: &str, line: u64, pat: &'static Patterns) -> Option<(Piece, usi
         // epochs I receive a OOM error.`): that sentence alone decides.
         let first = &flat[..first_line_len];
         let lower = first.to_ascii_lowercase();
-        let at = lower.find("oom").or_else(|| lower.find("out of memory"))?;
+        // (Or the message quoted in it: `crashed with the message "Your session crashed after
+        // using all available RAM.", while PyCaret completed. Is there a way to solve this?`.)
+        let at = lower
+            .find("oom")
+            .or_else(|| lower.find("out of memory"))
+            .or_else(|| lower.find("all available ram"))?;
         let sentence = sentence_around(first, at, at, &['.', '!', ';']);
         if talks_about_an_oom(sentence) {
             return None;
@@ -2445,6 +2451,12 @@ fn headline(flat: &str, line: u64, pat: &'static Patterns) -> Option<(Piece, usi
             line,
             pat,
         };
+        if !lower.contains("oom") && !lower.contains("out of memory") {
+            return match shell_killed(&one) {
+                Read::Found((piece, _)) => Some((piece, first_line_len)),
+                _ => None,
+            };
+        }
         return match prose_report(&one) {
             Read::Found((piece, _)) => Some((piece, first_line_len)),
             _ => None,
@@ -3011,7 +3023,8 @@ fn gpu_oom(h: &Headline<'_>) -> Read {
         Phase::Runtime,
         flat,
     );
-    e.requested_bytes = size(&c, 2).or_else(|| c.get(3).and_then(|m| m.as_str().parse().ok()));
+    e.requested_bytes =
+        size(&c, 2).or_else(|| c.get(3).or(c.get(4)).and_then(|m| m.as_str().parse().ok()));
     if host {
         e.memory_space = Some(MemorySpace::Host);
     }
