@@ -34,6 +34,9 @@ struct Patterns {
     mlc_insufficient: Regex,
     metal_buffer: Regex,
     sophgo: Regex,
+    rknn: Regex,
+    habana_workspace: Regex,
+    nki_bound: Regex,
     tcmalloc_nil: Regex,
     not_enough_enum: Regex,
     dst_tensor: Regex,
@@ -181,6 +184,15 @@ fn p() -> &'static Patterns {
         metal_buffer: re(r"newBufferWith\S*:length\s+(0x[0-9a-fA-F]+|\d+)\s+must not exceed\s+(\d+)\s*MB"),
         // Sophgo's device memory (bmlib): `bm_alloc_gmem failed, dev_id = 0, size = 0xc0fb4000`.
         sophgo: re(r"bm_alloc_gmem failed(?:,\s*dev_id\s*=\s*(\d+))?(?:,\s*size\s*=\s*(0x[0-9a-fA-F]+|\d+))?"),
+        // Rockchip's NPU runtime (RKNN, RKLLM): `E RKNN: [01:13:18.656] failed to malloc npu
+        // memory, size: 1427746880, flags: 0x2` (`memory!,` on Android).
+        rknn: re(r"failed to malloc npu memory!?,\s*size:\s*(\d+)"),
+        // Habana Gaudi's graph workspace: `FATAL ERROR :: MODULE:SYNHELPER workspace Allocation
+        // of size ::14493510400 failed!`.
+        habana_workspace: re(r"workspace Allocation of size\s*::\s*(\d+)\s+failed"),
+        // AWS Neuron's NKI compiler, a tile placed past the on-chip state buffer (SBUF):
+        // `Allocated memory out of bound {b_tile_sub0}@SB<0,400000>(128x4000)`.
+        nki_bound: re(r"Allocated memory out of bound \{[^}]*\}@SB<"),
         // tcmalloc's failed large allocation (host): `tcmalloc: large alloc N bytes == (nil) @ ...`
         // (`== 0x7f...` is an allocation that succeeded, only logged).
         tcmalloc_nil: re(r"large alloc (\d+) bytes == \(nil\)"),
@@ -449,6 +461,25 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         });
         e.requested_bytes = c.get(2).and_then(|m| dec_or_hex(m.as_str()));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.rknn) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.memory_space = Some(MemorySpace::Device);
+        e.device = Some("rknpu".into());
+        e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.habana_workspace) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Runtime, flat);
+        e.device = Some("gaudi".into());
+        e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(m) = pat.nki_bound.find(flat).filter(on_first) {
+        let mut e = new_event(line, Family::OtherAccelerator, Phase::Compile, flat);
+        e.memory_space = Some(MemorySpace::Vmem);
+        e.device = Some("neuron".into());
+        return Some((Piece::Event(Box::new(e)), m.end()));
     }
     if let Some(c) = at_head(&pat.tcmalloc_nil) {
         let mut e = host_event(line, flat);

@@ -361,6 +361,10 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             // StackDeviceMemory::Stack::getAlloc`).
             b"::getAlloc",
             b"CUBLAS_STATUS_NOT_INITIALIZED",
+            // Rockchip's NPU, Habana's workspace, AWS NKI's state buffer.
+            b"failed to malloc npu memory",
+            b"workspace Allocation of size",
+            b"Allocated memory out of bound",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
