@@ -96,7 +96,13 @@ pub fn categorize(e: &Event) -> Category {
             } else {
                 free >= req
             };
-            if spare {
+            // (PyTorch's `N allowed;`: a per-process fraction caps the allocator below what is
+            // free on the device: the cap ran out, not a free region.)
+            let capped = e
+                .pool_setting
+                .as_deref()
+                .is_some_and(|s| s.starts_with("set_per_process_memory_fraction ("));
+            if spare && !capped {
                 return Category::RuntimeFragmentation;
             }
         }
@@ -2873,8 +2879,9 @@ fn pool_named(ctx: &Ctx<'_>) -> Option<Cause> {
     if setting.ends_with("PREALLOCATE=false") {
         return None;
     }
-    let knob = setting.split('=').next().unwrap_or(setting);
+    let knob = setting.split(['=', ' ']).next().unwrap_or(setting);
     let advice = match knob {
+        "set_per_process_memory_fraction" if setting.ends_with("allowed)") => "PyTorch's caching allocator is capped by torch.cuda.set_per_process_memory_fraction (the message's `allowed` figure), far below what the device has free: raise the fraction, or remove the call (a test harness or launcher may set it for you).",
         "gpu_memory_utilization" | "gpu-memory-utilization" => "vLLM reserves gpu_memory_utilization x the device for weights and the KV cache up front: lower it to leave room for programs loaded later (or raise it when the KV cache is what does not fit); keep max_model_len no larger than you serve.",
         "XLA_PYTHON_CLIENT_MEM_FRACTION" | "XLA_PYTHON_CLIENT_PREALLOCATE" | "set_per_process_memory_fraction" | "per_process_gpu_memory_fraction" => "The pool fraction caps what the process may use: give it more of the device (XLA_PYTHON_CLIENT_MEM_FRACTION=.95) when nothing else shares it, or XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand.",
         "TF_FORCE_UNIFIED_MEMORY" => "With unified memory the pool may grow past the GPU into host RAM, but only up to XLA_PYTHON_CLIENT_MEM_FRACTION x the GPU's memory (AlphaFold sets 4.0): a request larger than that needs a larger fraction, and runs at host-memory speed.",

@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 
 struct Patterns {
     torch_new: Regex,
+    torch_allowed: Regex,
     torch_old: Regex,
     torch_async: Regex,
     torch_old_cut: Regex,
@@ -97,6 +98,8 @@ fn p() -> &'static Patterns {
         // space, the typo `capacty` (torch 2.1), the period after the request lost, a word
         // doubled by a screenshot's text recognition (`of whi ich`), the text cut after the free
         // figure (`of which 402.38 MiB` and no more).
+        // The cap a per-process memory fraction sets, in the message's middle.
+        torch_allowed: re(&format!(r"is free\.\s+(?:[^.;]{{0,200}}\.\s+)?{SZ}\s+allowed;")),
         torch_new: re(&format!(
             r"(?i)(?:CUDA|XPU|MPS|HIP)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*[.,]?\s*(?:GPU|Device)\s*(\d*)\s+has\s+a\s+total\s*capac?i?ty\s+of\s*{SZ}\s*of\s+wh(?:ich|[a-z]{{1,3}}\s+[a-z]{{0,3}}ich)\s*{SZ}(?:\s*is\s+free\b|[ \t]*(?m:$))"
         )),
@@ -689,6 +692,14 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.limit_bytes = bytes(&c, 3);
         e.free_bytes = bytes(&c, 4);
         let mut end = c.get(0)?.end();
+        // `1.05 GiB allowed;`: PyTorch prints it only when a per-process memory fraction caps
+        // the caching allocator (torch.cuda.set_per_process_memory_fraction).
+        if let Some(a) = pat.torch_allowed.captures(flat) {
+            e.pool_setting = Some(format!(
+                "set_per_process_memory_fraction ({} allowed)",
+                &a[1]
+            ));
+        }
         if let Some(u) = pat.torch_unallocated.captures(flat) {
             e.used_bytes = bytes(&u, 1);
             e.allocated_bytes = e.used_bytes;
