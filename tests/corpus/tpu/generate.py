@@ -5212,6 +5212,566 @@ pair(
 )
 
 
+# ---- 21. more broken/fixed pairs (batch tpu10): other models, other names ---------------------
+#
+# Programs of kinds sections 13-20 do not have (a Graphormer with a dense per-head spatial-encoding
+# bias, K-FAC factors replicated under data parallelism, per-layer activations returned in f32 for
+# monitoring, a log-mel front end with a hop-length typo, a global-filter network that uses the full
+# complex fft2, a video enhancer with a VGG perceptual loss in f32, a neural ODE differentiated through
+# its RK4 solver, global-norm clipping through ravel_pytree, a sequence-parallel prefill that
+# all-gathers K/V). The same conventions: the fixed twin changes exactly the first cause. About half
+# keep their dumps (dump=True); the others only stderr.log / exception.txt / meta.json.
+
+
+# 21.1 a Graphormer whose spatial-encoding bias is a dense [B, H, N, N] tensor per batch of graphs
+
+
+def _graphormer_builder(mesh, graphs, nodes, width, heads, depth, max_hops=32):
+    """Graphormer-style graph regression: node features embedded, `depth` transformer layers (lax.scan,
+    jax.checkpoint) whose attention adds a learned per-head spatial-encoding bias looked up from the
+    shortest-path-hop matrix spd [B, N, N] (int32, from the data pipeline): bias = table[h, spd] as a
+    dense f32 [B, H, N, N] shared by all layers. `graphs` graphs of `nodes` nodes per device."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = width // heads
+
+    def graph_layer(x, w, bias):
+        q, k, v = (jnp.einsum("bnd,dhe->bnhe", x, w[n]) for n in ("wq", "wk", "wv"))
+        s = jnp.einsum("bqhe,bkhe->bhqk", q, k).astype(f32) / hd ** 0.5 + bias
+        a = jax.nn.softmax(s, axis=-1).astype(bf)
+        x = x + jnp.einsum("bhqk,bkhe,hed->bqd", a, v, w["wo"])
+        return x + jax.nn.gelu(x @ w["ffn_in"]) @ w["ffn_out"]
+
+    def graphormer_step(gnet, atom_feats, hops, energy):
+        def mse(gnet):
+            bias = jnp.take(gnet["hop_bias"], hops, axis=1).transpose(1, 0, 2, 3)     # [B, H, N, N] f32
+            x = atom_feats @ gnet["atom_in"]
+            x, _ = jax.lax.scan(jax.checkpoint(lambda x, w: (graph_layer(x, w, bias), None)), x, gnet["layers"])
+            pred = (jnp.mean(x, axis=1) @ gnet["readout"]).astype(f32)
+            return jnp.mean((pred[:, 0] - energy) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(gnet)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), gnet, g), loss
+
+    L, D, H, E = depth, width, heads, hd
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    gnet = {"atom_in": r(64, D), "hop_bias": sds((H, max_hops), f32, mesh, P()), "readout": r(D, 1),
+            "layers": {"wq": r(L, D, H, E), "wk": r(L, D, H, E), "wv": r(L, D, H, E), "wo": r(L, H, E, D),
+                       "ffn_in": r(L, D, 4 * D), "ffn_out": r(L, 4 * D, D)}}
+    n = mesh.devices.size * graphs
+    atom_feats = sds((n, nodes, 64), bf, mesh, P("d"))
+    hops = sds((n, nodes, nodes), jnp.int32, mesh, P("d"))
+    energy = sds((n,), f32, mesh, P("d"))
+    return graphormer_step, (gnet, atom_feats, hops, energy), {"donate_argnums": (0,)}
+
+
+pair(
+    "graphormer_hop_bias", "v5p", "v5p:2x2x1",
+    "Graphormer step (12 layers, width 512, 16 heads) on 96 graphs of 2048 nodes per device: the dense "
+    "spatial-encoding bias gathered as f32[96,2048,2048,16] (heads minor), its [B, H, N, N] transpose, its "
+    "gradient and each layer's f32 scores exceed 95.74G.",
+    "Fixed variant of graphormer_hop_bias_v5p: 24 graphs per device, not 96; fits.",
+    dict(category="single_large_allocation", causes=["batch_too_large", "padding", "large_activation"]),
+    _graphormer_builder, dict(graphs=96, nodes=2048, width=512, heads=16, depth=12),
+    dict(graphs=24, nodes=2048, width=512, heads=16, depth=12),
+    dump=False,
+)
+
+
+# 21.2 K-FAC: the Kronecker factors and their inverses replicated under data parallelism
+
+
+def _kfac_builder(mesh, layers, width, rows, factor_spec):
+    """K-FAC natural-gradient step for a tanh MLP (bf16 kernels [W, W], FSDP: rows over 'd'): per
+    layer the input-activation factor A and the pre-activation-gradient factor G (EMAs, f32 [W, W]) are
+    updated from the batch, and the gradient is preconditioned with the damped inverses A_inv, G_inv
+    (refreshed every few hundred steps by another jitted function). Output gradients come from zero
+    probes added to the pre-activations (as kfac-jax's layer tags do). factor_spec: the sharding of
+    every factor and inverse."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def kfac_step(kernels, curvature, x, y):
+        def loss_fn(kernels, probes):
+            h, ins = x, []
+            for i in range(layers):
+                ins.append(h)
+                h = jnp.tanh(h @ kernels[f"fc{i}"] + probes[i])
+            return jnp.mean((h.astype(f32) - y) ** 2), ins
+
+        probes = [jnp.zeros((x.shape[0], width), bf) for _ in range(layers)]
+        (loss, ins), (g, dprobe) = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(kernels, probes)
+        n = x.shape[0]
+        new_k, new_c = {}, {"A": {}, "G": {}, "A_inv": curvature["A_inv"], "G_inv": curvature["G_inv"]}
+        for i in range(layers):
+            k = f"fc{i}"
+            a = ins[i].astype(f32)
+            s = dprobe[i].astype(f32) * n
+            new_c["A"][k] = 0.95 * curvature["A"][k] + 0.05 * (a.T @ a) / n
+            new_c["G"][k] = 0.95 * curvature["G"][k] + 0.05 * (s.T @ s) / n
+            nat = curvature["A_inv"][k] @ g[k].astype(f32) @ curvature["G_inv"][k]
+            new_k[k] = (kernels[k].astype(f32) - 1e-3 * nat).astype(bf)
+        return new_k, new_c, loss
+
+    kernels = {f"fc{i}": sds((width, width), bf, mesh, P("d", None)) for i in range(layers)}
+    fac = lambda: {f"fc{i}": sds((width, width), f32, mesh, factor_spec) for i in range(layers)}
+    curvature = {"A": fac(), "G": fac(), "A_inv": fac(), "G_inv": fac()}
+    n = mesh.devices.size * rows
+    x = sds((n, width), bf, mesh, P("d"))
+    y = sds((n, width), f32, mesh, P("d"))
+    return kfac_step, (kernels, curvature, x, y), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "kfac_factors_replicated", "v5e", "v5e:4x4",
+    "K-FAC step for a 16-layer tanh MLP (bf16 kernels [8192,8192] FSDP-sharded over the 16 devices of "
+    "v5e:4x4): the f32 factors A, G and their inverses (4 x 16 x 256 MiB = 16 GiB) replicated on every "
+    "device; the arguments alone exceed 15.75G.",
+    "Fixed variant of kfac_factors_replicated_v5e: every factor and inverse sharded by rows, P('d', None) "
+    "(1 GiB per device); fits.",
+    dict(category="arguments", causes=["optimizer_state_unsharded", "replicated_tensor", "arguments_exceed"]),
+    _kfac_builder, dict(layers=16, width=8192, rows=512, factor_spec=_P()),
+    dict(layers=16, width=8192, rows=512, factor_spec=_P("d", None)),
+    dump=False,
+)
+
+
+# 21.3 per-layer activations returned in f32 so that the host can compute their statistics
+
+
+def _layer_stats_builder(mesh, n_layers, seqs, seq, d_model, d_ff, vocab, stats_in_scan):
+    """LM training step with activation monitoring: a lax.scan over `n_layers` residual MLP blocks
+    (jax.checkpoint). stats_in_scan=False: every block also emits its output cast to f32 and the step
+    returns the stack [L, N, S, D] so that the logging code computes norms / histograms on the host;
+    True: each block reduces its output to a few f32 statistics (mean, rms, absmax, fraction of
+    near-zeros) inside the scan, [L, 4] leaves the step."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def mlp_block(h, w):
+        z = h.astype(f32)
+        z = (z * jax.lax.rsqrt(jnp.mean(z * z, -1, keepdims=True) + 1e-6)).astype(bf)
+        h = h + jax.nn.gelu(z @ w["w_up"]) @ w["w_down"]
+        if stats_in_scan:
+            hf = h.astype(f32)
+            st = jnp.stack([jnp.mean(hf), jnp.sqrt(jnp.mean(hf * hf)), jnp.max(jnp.abs(hf)),
+                            jnp.mean((jnp.abs(hf) < 1e-3).astype(f32))])
+            return h, st
+        return h, h.astype(f32)
+
+    def monitored_train_step(lm, tokens, labels):
+        def xent(lm):
+            h = jnp.take(lm["tok_emb"], tokens, axis=0)
+            h, acts = jax.lax.scan(jax.checkpoint(mlp_block), h, lm["blocks"])
+            lp = jax.nn.log_softmax((h @ lm["tok_emb"].T).astype(f32), axis=-1)
+            return -jnp.mean(jnp.take_along_axis(lp, labels[..., None], -1)), acts
+
+        (loss, acts), g = jax.value_and_grad(xent, has_aux=True)(lm)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), lm, g), loss, acts
+
+    L = n_layers
+    lm = {"tok_emb": sds((vocab, d_model), bf, mesh, P()),
+          "blocks": {"w_up": sds((L, d_model, d_ff), bf, mesh, P()), "w_down": sds((L, d_ff, d_model), bf, mesh, P())}}
+    n = mesh.devices.size * seqs
+    tokens = sds((n, seq), jnp.int32, mesh, P("d"))
+    labels = sds((n, seq), jnp.int32, mesh, P("d"))
+    return monitored_train_step, (lm, tokens, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "layer_acts_monitor_f32", "v6e", "v6e:2x2",
+    "LM step (40 residual MLP blocks, d_model 4096) on 8 x 4096 tokens per device that returns every "
+    "block's output cast to f32 for host-side histograms: f32[40,8,4096,4096] (20 GiB per device) on top "
+    "of the checkpointed residuals exceeds 31.25G.",
+    "Fixed variant of layer_acts_monitor_f32_v6e: each block reduces its output to 4 f32 statistics inside "
+    "the scan, f32[40,4] leaves the step; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision"]),
+    _layer_stats_builder, dict(n_layers=40, seqs=8, seq=4096, d_model=4096, d_ff=8192, vocab=8192, stats_in_scan=False),
+    dict(n_layers=40, seqs=8, seq=4096, d_model=4096, d_ff=8192, vocab=8192, stats_in_scan=True),
+    dump=False,
+)
+
+
+# 21.4 a log-mel audio front end whose hop length is 1 sample instead of 160
+
+
+def _logmel_builder(mesh, clips, seconds, win, hop, n_mels, width, tags=527, rate=16000):
+    """Audio tagging step with the log-mel front end on the device: the waveform [B, T] (f32, 16 kHz) is
+    framed with a gather (frame i starts at i * hop), Hann-windowed, rfft'd, projected on a mel
+    filterbank (frozen, passed in) and log-compressed; a frame MLP, mean pooling and a sigmoid
+    multi-label head (AudioSet's 527 tags). hop: the hop length in samples (160 = 10 ms)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    T = seconds * rate
+    n_frames = (T - win) // hop + 1
+
+    def audio_tagging_step(tagger, melbank, waves, targets):
+        idx = jnp.arange(n_frames)[:, None] * hop + jnp.arange(win)[None, :]
+        frames = waves[:, idx] * jnp.hanning(win).astype(f32)                       # [B, frames, win]
+        power = jnp.abs(jnp.fft.rfft(frames, axis=-1)) ** 2                           # [B, frames, win/2+1]
+        logmel = jnp.log(power @ melbank + 1e-6).astype(bf)
+
+        def bce(tagger):
+            h = jax.nn.gelu(logmel @ tagger["frame_in"])
+            h = h + jax.nn.gelu(h @ tagger["frame_mid"])
+            logits = (jnp.mean(h, axis=1) @ tagger["tag_head"]).astype(f32)
+            return jnp.mean(jnp.logaddexp(0.0, logits) - targets * logits)
+
+        loss, g = jax.value_and_grad(bce)(tagger)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), tagger, g), loss
+
+    tagger = {"frame_in": sds((n_mels, width), bf, mesh, P()), "frame_mid": sds((width, width), bf, mesh, P()),
+              "tag_head": sds((width, tags), bf, mesh, P())}
+    melbank = sds((win // 2 + 1, n_mels), f32, mesh, P())
+    n = mesh.devices.size * clips
+    waves = sds((n, T), f32, mesh, P("d"))
+    targets = sds((n, tags), f32, mesh, P("d"))
+    return audio_tagging_step, (tagger, melbank, waves, targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "logmel_hop_typo", "v5e", "v5e:2x2",
+    "Audio tagger with an on-device log-mel front end (1024-sample windows) on 64 clips of 30 s per device "
+    "whose hop length is 1 sample (a typo for 160): 479,000 frames per clip, f32[64,479000,1024] frames and "
+    "their spectra, far beyond 15.75G.",
+    "Fixed variant of logmel_hop_typo_v5e: hop length 160 samples (10 ms), 2994 frames per clip; fits.",
+    dict(category="single_large_allocation", causes=["shape_bug", "large_activation", "batch_too_large"]),
+    _logmel_builder, dict(clips=64, seconds=30, win=1024, hop=1, n_mels=128, width=512),
+    dict(clips=64, seconds=30, win=1024, hop=160, n_mels=128, width=512),
+    dump=False,
+)
+
+
+# 21.5 a global-filter network (GFNet) whose spectral filter uses the full complex fft2
+
+
+def _global_filter_builder(mesh, images, size, channels, depth, real_fft):
+    """GFNet-style image model at high resolution: `depth` global-filter layers (lax.scan,
+    jax.checkpoint), each x + ifft2(fft2(x) * K) with a learned complex filter K per position and
+    channel, then a pointwise channel mix. real_fft=False: jnp.fft.fft2 / ifft2 on the real f32 input,
+    complex64 spectra [B, H, W, C] and a filter [H, W, C]; True: rfft2 / irfft2, spectra
+    [B, H, W/2+1, C] and a filter [H, W/2+1, C] (the real input's spectrum is Hermitian)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    wf = size // 2 + 1 if real_fft else size
+
+    def global_filter(x, w):
+        filt = jax.lax.complex(w["filt_re"], w["filt_im"])
+        if real_fft:
+            y = jnp.fft.irfft2(jnp.fft.rfft2(x, axes=(1, 2)) * filt, s=(size, size), axes=(1, 2))
+        else:
+            y = jnp.real(jnp.fft.ifft2(jnp.fft.fft2(x, axes=(1, 2)) * filt, axes=(1, 2)))
+        x = x + y
+        return x + jax.nn.gelu(x @ w["mix"]), None
+
+    def gfnet_step(gf, pixels, labels):
+        def xent(gf):
+            x = pixels @ gf["stem"]
+            x, _ = jax.lax.scan(jax.checkpoint(global_filter), x, gf["filters"])
+            logits = jnp.mean(x, axis=(1, 2)) @ gf["head"]
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], -1))
+
+        loss, g = jax.value_and_grad(xent)(gf)
+        return _tm(lambda p, g: p - 1e-3 * g, gf, g), loss
+
+    C = channels
+    gf = {"stem": sds((3, C), f32, mesh, P()), "head": sds((C, 1000), f32, mesh, P()),
+          "filters": {"filt_re": sds((depth, size, wf, C), f32, mesh, P()),
+                      "filt_im": sds((depth, size, wf, C), f32, mesh, P()),
+                      "mix": sds((depth, C, C), f32, mesh, P())}}
+    n = mesh.devices.size * images
+    pixels = sds((n, size, size, 3), f32, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    return gfnet_step, (gf, pixels, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "gfnet_full_fft2", "v4", "v4:2x2x1",
+    "GFNet-style global-filter model (8 layers, 64 channels) on 12 images of 512x512 per TensorCore whose "
+    "filter multiplies the full complex64 fft2 of the real input: the complex spectra [12,512,512,64] of "
+    "a layer and their gradients exceed 15.25G.",
+    "Fixed variant of gfnet_full_fft2_v4: rfft2 / irfft2 with a [512,257,64] filter (half the spectrum); fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _global_filter_builder, dict(images=12, size=512, channels=64, depth=8, real_fft=False),
+    dict(images=12, size=512, channels=64, depth=8, real_fft=True),
+    dump=False,
+)
+
+
+# 21.6 a video enhancement model trained with a VGG perceptual loss, everything in f32
+
+
+def _video_perceptual_builder(mesh, clips, frames, size, width, dtype):
+    """Video enhancement (denoising) step: a small residual conv network applied to every frame of the
+    clips [B, T, H, W, 3], trained with an L1 loss plus a perceptual loss, the distance between frozen
+    VGG-style conv features (64-64 | pool | 128-128 | pool | 256) of the enhanced and the clean frames,
+    at full resolution for every frame. dtype: the frames, the network and the frozen VGG weights
+    (float32 as loaded from the checkpoint, or bfloat16)."""
+    jax, jnp, NamedSharding, P = _jax()
+    dt = jnp.dtype(dtype)
+    f32 = jnp.float32
+
+    def conv(x, k):
+        return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def pool(x):
+        n, h, w, c = x.shape
+        return x.reshape(n, h // 2, 2, w // 2, 2, c).mean(axis=(2, 4))
+
+    def vgg_features(vgg, x):
+        h = jax.nn.relu(conv(x, vgg["c1_1"]))
+        h1 = jax.nn.relu(conv(h, vgg["c1_2"]))
+        h = jax.nn.relu(conv(pool(h1), vgg["c2_1"]))
+        h2 = jax.nn.relu(conv(h, vgg["c2_2"]))
+        h3 = jax.nn.relu(conv(pool(h2), vgg["c3_1"]))
+        return h1, h2, h3
+
+    def enhancer_step(enhancer, vgg, noisy, clean):
+        x = noisy.reshape((-1,) + noisy.shape[2:])
+        y = clean.reshape((-1,) + clean.shape[2:])
+        feats_y = vgg_features(vgg, y)
+
+        def loss_fn(enhancer):
+            h = jax.nn.relu(conv(x, enhancer["k_in"]))
+            h = jax.nn.relu(conv(h, enhancer["k_mid"]))
+            out = x + conv(h, enhancer["k_out"])
+            feats = vgg_features(vgg, out)
+            perc = sum(jnp.mean(jnp.abs(a - b).astype(f32)) for a, b in zip(feats, feats_y))
+            return jnp.mean(jnp.abs(out - y).astype(f32)) + 0.1 * perc
+
+        loss, g = jax.value_and_grad(loss_fn)(enhancer)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), enhancer, g), loss
+
+    k = lambda i, o: sds((3, 3, i, o), dt, mesh, P())
+    enhancer = {"k_in": k(3, width), "k_mid": k(width, width), "k_out": k(width, 3)}
+    vgg = {"c1_1": k(3, 64), "c1_2": k(64, 64), "c2_1": k(64, 128), "c2_2": k(128, 128), "c3_1": k(128, 256)}
+    n = mesh.devices.size * clips
+    noisy = sds((n, frames, size, size, 3), dt, mesh, P("d"))
+    clean = sds((n, frames, size, size, 3), dt, mesh, P("d"))
+    return enhancer_step, (enhancer, vgg, noisy, clean), {"donate_argnums": (0,)}
+
+
+pair(
+    "video_vgg_perceptual_f32", "v6e", "v6e:2x2",
+    "Video denoiser trained with a VGG perceptual loss on 32 clips of 16 frames of 256x256 per device, the "
+    "frames, the network and the frozen VGG weights in f32 as loaded: every frame's f32 VGG features at full "
+    "resolution, kept for the backward, exceed 31.25G.",
+    "Fixed variant of video_vgg_perceptual_f32_v6e: the frames, the network and the VGG weights in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "batch_too_large", "no_remat"]),
+    _video_perceptual_builder, dict(clips=32, frames=16, size=256, width=32, dtype="float32"),
+    dict(clips=32, frames=16, size=256, width=32, dtype="bfloat16"),
+    dump=True,
+)
+
+
+# 21.7 a neural ODE trained by backpropagating through every RK4 step of its solver
+
+
+def _neural_ode_builder(mesh, rows, d_state, d_hidden, steps, remat_step):
+    """Continuous-depth model: the state z [N, D] (f32) is integrated over t in [0, 1] with `steps`
+    fixed RK4 steps (lax.scan) of a time-conditioned MLP vector field, then read out for a regression
+    loss; the gradient is taken by backpropagating through the solver (discretise-then-optimise).
+    remat_step=False: the scan keeps the four stages' activations of every step for the backward;
+    True: the RK4 step under jax.checkpoint."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def vector_field(th, z, t):
+        return jnp.tanh(z @ th["f_in"] + t * th["f_time"]) @ th["f_out"]
+
+    def node_step(ode, z0, target):
+        def mse(ode):
+            dt = 1.0 / steps
+
+            def rk4(z, i):
+                t = i * dt
+                k1 = vector_field(ode, z, t)
+                k2 = vector_field(ode, z + 0.5 * dt * k1, t + 0.5 * dt)
+                k3 = vector_field(ode, z + 0.5 * dt * k2, t + 0.5 * dt)
+                k4 = vector_field(ode, z + dt * k3, t + dt)
+                return z + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4), None
+
+            body = jax.checkpoint(rk4) if remat_step else rk4
+            z, _ = jax.lax.scan(body, z0 @ ode["encode"], jnp.arange(steps, dtype=f32))
+            return jnp.mean((z @ ode["decode"] - target) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(ode)
+        return _tm(lambda p, g: p - 1e-3 * g, ode, g), loss
+
+    D, H = d_state, d_hidden
+    ode = {"encode": sds((64, D), f32, mesh, P()), "f_in": sds((D, H), f32, mesh, P()),
+           "f_time": sds((H,), f32, mesh, P()), "f_out": sds((H, D), f32, mesh, P()),
+           "decode": sds((D, 64), f32, mesh, P())}
+    n = mesh.devices.size * rows
+    z0 = sds((n, 64), f32, mesh, P("d"))
+    target = sds((n, 64), f32, mesh, P("d"))
+    return node_step, (ode, z0, target), {"donate_argnums": (0,)}
+
+
+pair(
+    "neural_ode_rk4_backprop", "v4", "v4:2x2x1",
+    "Neural ODE (state 1024, MLP vector field 4096 wide) integrated with 64 RK4 steps under lax.scan on "
+    "4096 rows per TensorCore, differentiated through the solver without remat: the four stages' f32 "
+    "activations of all 64 steps are kept for the backward and exceed 15.25G.",
+    "Fixed variant of neural_ode_rk4_backprop_v4: the RK4 step under jax.checkpoint; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _neural_ode_builder, dict(rows=4096, d_state=1024, d_hidden=4096, steps=64, remat_step=False),
+    dict(rows=4096, d_state=1024, d_hidden=4096, steps=64, remat_step=True),
+    dump=False,
+)
+
+
+# 21.8 global-norm gradient clipping through jax.flatten_util.ravel_pytree
+
+
+def _flat_clip_builder(mesh, n_layers, d_model, d_ff, rows, flat):
+    """A bf16 MLP stack with f32 norm scales, data parallel (replicated), trained with global-norm
+    clipping and momentum. flat=True: the gradients go through jax.flatten_util.ravel_pytree (one
+    vector, promoted to f32 because of the f32 scales), are clipped and unravelled; False: the
+    norm is a sum of per-leaf squared sums and each leaf is scaled in its own dtype
+    (optax.clip_by_global_norm)."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.flatten_util import ravel_pytree
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def clipped_step(net, velocity, x, y):
+        def mse(net):
+            h = x
+            for i in range(n_layers):
+                blk = net[f"block{i}"]
+                z = (h.astype(f32) * blk["scale"]).astype(bf)
+                h = h + jax.nn.gelu(z @ blk["up"]) @ blk["down"]
+            return jnp.mean((h.astype(f32) - y) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(net)
+        if flat:
+            gv, unravel = ravel_pytree(g)
+            gv = gv * jnp.minimum(1.0, 1.0 / (jnp.linalg.norm(gv) + 1e-6))
+            g = unravel(gv)
+        else:
+            norm = jnp.sqrt(sum(jnp.sum(jnp.square(l.astype(f32))) for l in jax.tree_util.tree_leaves(g)))
+            s = jnp.minimum(1.0, 1.0 / (norm + 1e-6))
+            g = _tm(lambda l: (l * s).astype(l.dtype), g)
+        velocity = _tm(lambda v, l: (0.9 * v + l).astype(v.dtype), velocity, g)
+        net = _tm(lambda p, v: (p - 1e-3 * v).astype(p.dtype), net, velocity)
+        return net, velocity, loss
+
+    def tree():
+        return {f"block{i}": {"scale": sds((d_model,), f32, mesh, P()),
+                              "up": sds((d_model, d_ff), bf, mesh, P()),
+                              "down": sds((d_ff, d_model), bf, mesh, P())} for i in range(n_layers)}
+
+    n = mesh.devices.size * rows
+    x = sds((n, d_model), bf, mesh, P("d"))
+    y = sds((n, d_model), f32, mesh, P("d"))
+    return clipped_step, (tree(), tree(), x, y), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "ravel_clip_f32", "v5e", "v5e:2x2",
+    "Global-norm clipping through jax.flatten_util.ravel_pytree for a 12-block bf16 MLP (d_model 4096, "
+    "d_ff 16384, 1.6 B parameters, replicated) with f32 norm scales: the gradients become one f32 vector "
+    "(6 GiB) and its clipped copy, next to 6 GiB of bf16 params and momentum: beyond 15.75G.",
+    "Fixed variant of ravel_clip_f32_v5e: the global norm from per-leaf squared sums, each leaf scaled in "
+    "its own dtype (optax.clip_by_global_norm); fits.",
+    dict(category="aggregate", causes=["large_activation", "f32_precision"]),
+    _flat_clip_builder, dict(n_layers=12, d_model=4096, d_ff=16384, rows=1024, flat=True),
+    dict(n_layers=12, d_model=4096, d_ff=16384, rows=1024, flat=False),
+    dump=False,
+)
+
+
+# 21.9 a sequence-parallel long-context prefill that all-gathers the whole K/V on every device
+
+
+def _seqpar_prefill_builder(mesh, seq, heads, head_dim, n_layers, q_chunk, kv_chunk, ring):
+    """Long-context prefill with sequence parallelism in jax.shard_map: the sequence [S, D] is split over
+    the 16 devices of v5e:4x4, `n_layers` layers (lax.scan) of causal-free blockwise attention with an
+    online softmax (query chunks by lax.map, key/value chunks by lax.scan) and an MLP. ring=False: each
+    layer all-gathers the full K and V ([S, H, E] each) onto every device and attends to them;
+    True: ring attention, the local K/V block is passed around with jax.lax.ppermute, n steps."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    n_dev = mesh.devices.size
+    H, E = heads, head_dim
+    D = H * E
+
+    def attend(q, k, v, state):
+        """q [Sq, H, E]; k, v [Sk, H, E]; state (o [nq, H, cq, E], m, l [nq, H, cq]) updated."""
+        qc = q.reshape(-1, q_chunk, H, E)
+        kc, vc = k.reshape(-1, kv_chunk, H, E), v.reshape(-1, kv_chunk, H, E)
+
+        def per_q(args):
+            qb, st = args
+
+            def kv_step(st, kv):
+                o, m, l = st
+                kb, vb = kv
+                s = jnp.einsum("qhe,khe->hqk", qb, kb).astype(f32) / E ** 0.5
+                m2 = jnp.maximum(m, s.max(-1))
+                p = jnp.exp(s - m2[..., None])
+                c = jnp.exp(m - m2)
+                return (o * c[..., None] + jnp.einsum("hqk,khe->hqe", p.astype(bf), vb).astype(f32),
+                        m2, l * c + p.sum(-1)), None
+
+            st, _ = jax.lax.scan(kv_step, st, (kc, vc))
+            return st
+
+        return jax.lax.map(per_q, (qc, state))
+
+    def local_prefill(stack, x):
+        def layer(x, w):
+            q, k, v = (jnp.einsum("sd,dhe->she", x, w[n]) for n in ("wq", "wk", "wv"))
+            nq = q.shape[0] // q_chunk
+            st = (jnp.zeros((nq, H, q_chunk, E), f32), jnp.full((nq, H, q_chunk), -1e30, f32),
+                  jnp.zeros((nq, H, q_chunk), f32))
+            if ring:
+                def ring_step(c, _):
+                    st, k, v = c
+                    st = attend(q, k, v, st)
+                    perm = [(i, (i + 1) % n_dev) for i in range(n_dev)]
+                    return (st, jax.lax.ppermute(k, "d", perm), jax.lax.ppermute(v, "d", perm)), None
+
+                (st, _, _), _ = jax.lax.scan(ring_step, (st, k, v), None, length=n_dev)
+            else:
+                k_all = jax.lax.all_gather(k, "d", axis=0, tiled=True)                     # [S, H, E]
+                v_all = jax.lax.all_gather(v, "d", axis=0, tiled=True)
+                st = attend(q, k_all, v_all, st)
+            o, m, l = st
+            o = (o / l[..., None]).transpose(0, 2, 1, 3).reshape(-1, H, E).astype(bf)       # [S/n, H, E]
+            x = x + jnp.einsum("she,hed->sd", o, w["wo"])
+            return x + jax.nn.gelu(x @ w["mlp_in"]) @ w["mlp_out"], None
+
+        x, _ = jax.lax.scan(layer, x, stack)
+        return x
+
+    prefill = jax.shard_map(local_prefill, mesh=mesh, in_specs=(P(), P("d")), out_specs=P("d"), check_vma=False)
+
+    def long_context_prefill(stack, x):
+        return prefill(stack, x)
+
+    L = n_layers
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    stack = {"wq": r(L, D, H, E), "wk": r(L, D, H, E), "wv": r(L, D, H, E), "wo": r(L, H, E, D),
+             "mlp_in": r(L, D, 2 * D), "mlp_out": r(L, 2 * D, D)}
+    x = sds((seq, D), bf, mesh, P("d"))
+    return long_context_prefill, (stack, x), {}
+
+
+pair(
+    "seqpar_kv_allgather", "v5e", "v5e:4x4",
+    "Sequence-parallel prefill of 1048576 tokens over the 16 devices of v5e:4x4 (4 layers, 32 heads of 128) "
+    "whose attention all-gathers each layer's K and V: bf16[1048576,32,128] twice (16 GiB) on every device, "
+    "beyond 15.75G.",
+    "Fixed variant of seqpar_kv_allgather_v5e: ring attention, the local K/V block passed around with "
+    "jax.lax.ppermute; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "large_activation"]),
+    _seqpar_prefill_builder, dict(seq=1048576, heads=32, head_dim=128, n_layers=4, q_chunk=4096, kv_chunk=2048, ring=False),
+    dict(seq=1048576, heads=32, head_dim=128, n_layers=4, q_chunk=4096, kv_chunk=2048, ring=True),
+    dump=True,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
