@@ -36,6 +36,9 @@ struct Patterns {
     metal_buffer: Regex,
     sophgo: Regex,
     rknn: Regex,
+    spark_device_store: Regex,
+    dali_alloc: Regex,
+    vllm_startup_free: Regex,
     habana_workspace: Regex,
     nki_bound: Regex,
     tcmalloc_nil: Regex,
@@ -190,6 +193,16 @@ fn p() -> &'static Patterns {
         // Rockchip's NPU runtime (RKNN, RKLLM): `E RKNN: [01:13:18.656] failed to malloc npu
         // memory, size: 1427746880, flags: 0x2` (`memory!,` on Android).
         rknn: re(r"failed to malloc npu memory!?,\s*size:\s*(\d+)"),
+        // Spark RAPIDS' spill handler with nothing left to spill: `Device allocation of
+        // 345571976 bytes failed, device store has 0 bytes. Total RMM allocated is 9319438848
+        // bytes.`
+        spark_device_store: re(r"Device allocation of (\d+) bytes failed, device store has (\d+) bytes\.(?:\s*Total RMM allocated is (\d+) bytes)?"),
+        // NVIDIA DALI's device buffers: `Can't allocate 129499136 bytes on device 0.`, and its bare
+        // `CUDA allocation failed` on a line of its own.
+        dali_alloc: re(r"Can't allocate (\d+) bytes on device (\d+)|^\s*CUDA allocation failed\s*$"),
+        // vLLM V1's start-up check: `Free memory on device (67.24/79.25 GiB) on startup is less
+        // than desired GPU memory utilization (0.9, 71.33 GiB).`
+        vllm_startup_free: re(r"Free memory on device \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)"),
         // Habana Gaudi's graph workspace: `FATAL ERROR :: MODULE:SYNHELPER workspace Allocation
         // of size ::14493510400 failed!`.
         habana_workspace: re(r"workspace Allocation of size\s*::\s*(\d+)\s+failed"),
@@ -470,6 +483,27 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.memory_space = Some(MemorySpace::Device);
         e.device = Some("rknpu".into());
         e.requested_bytes = c[1].parse().ok();
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.spark_device_store) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.requested_bytes = c[1].parse().ok();
+        e.used_bytes = c.get(3).and_then(|m| m.as_str().parse().ok());
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.dali_alloc) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        e.requested_bytes = c.get(1).and_then(|m| m.as_str().parse().ok());
+        e.device = c.get(2).map(|m| format!("GPU {}", m.as_str()));
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.vllm_startup_free) {
+        let mut e = gpu_event(line, Family::Unrecognized, flat);
+        let gib = |i: usize| parse_size(&format!("{} GiB", &c[i]));
+        e.free_bytes = gib(1);
+        e.limit_bytes = gib(2);
+        e.requested_bytes = gib(4);
+        e.pool_setting = Some(format!("gpu_memory_utilization={}", &c[3]));
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.habana_workspace) {

@@ -365,6 +365,11 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"failed to malloc npu memory",
             b"workspace Allocation of size",
             b"Allocated memory out of bound",
+            // Spark RAPIDS' spill handler, NVIDIA DALI, vLLM V1's start-up check.
+            b"device store has",
+            b"Can't allocate",
+            b"CUDA allocation failed",
+            b"on startup is less than desired",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
