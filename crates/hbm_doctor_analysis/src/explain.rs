@@ -117,11 +117,16 @@ pub fn categorize(e: &Event) -> Category {
                 return Category::RuntimeFragmentation;
             }
         }
+        // (A serving engine's pool sized by `gpu_memory_utilization` is not one allocation.)
+        let pool = e
+            .pool_setting
+            .as_deref()
+            .is_some_and(|p| p.contains("memory_utilization"));
         if e.allocations.iter().any(over_half)
-            || (e
-                .requested_bytes
-                .zip(limit)
-                .is_some_and(|(r, l)| r.saturating_mul(2) > l))
+            || (!pool
+                && e.requested_bytes
+                    .zip(limit)
+                    .is_some_and(|(r, l)| r.saturating_mul(2) > l))
             || e.requested_bytes.is_some_and(|r| r > 256 << 30)
         {
             return Category::SingleLargeAllocation;

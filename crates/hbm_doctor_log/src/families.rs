@@ -504,6 +504,15 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.limit_bytes = gib(2);
         e.requested_bytes = gib(4);
         e.pool_setting = Some(format!("gpu_memory_utilization={}", &c[3]));
+        // At start-up the engine holds nothing yet: what is not free is held by others.
+        e.process_bytes = Some(0);
+        e.stage = Some(crate::event::Stage::Init);
+        if let (Some(l), Some(f)) = (e.limit_bytes, e.free_bytes) {
+            e.holder_named = Some(format!(
+                "{:.2} GiB of the device was in use before the engine started (the message: reduce GPU memory used by other processes)",
+                l.saturating_sub(f) as f64 / (1u64 << 30) as f64
+            ));
+        }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.habana_workspace) {

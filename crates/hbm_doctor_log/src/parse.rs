@@ -276,7 +276,8 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
         return Some(e);
     }
     let mut told: Option<(u64, Box<Event>)> = None;
-    for (number, raw) in (1u64..).zip(input.split(|&b| b == b'\n')) {
+    let raw_lines: Vec<&[u8]> = input.split(|&b| b == b'\n').collect();
+    for (number, raw) in (1u64..).zip(raw_lines.iter().copied()) {
         let quick = memchr::memmem::find(raw, b"OOM").is_some()
             || memchr::memmem::find(raw, b"oom").is_some()
             || memchr::memmem::find(raw, b"OUT OF MEMORY").is_some()
@@ -367,7 +368,7 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b"Allocated memory out of bound",
             // Spark RAPIDS' spill handler, NVIDIA DALI, vLLM V1's start-up check.
             b"device store has",
-            b"Can't allocate",
+            b" bytes on device ",
             b"CUDA allocation failed",
             b"on startup is less than desired",
         ]
@@ -385,7 +386,19 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             continue;
         }
         let text = crate::clean::clean_line(raw);
-        if let Some((Piece::Event(mut e), _)) = headline(&text, number, pat) {
+        // A rare message a terminal wrapped in the middle (`RMM failure at:.../devi` / `ce/pool_
+        // memory_resource.hpp:183: Maximum pool size exceeded`): read with the next line glued.
+        let found = headline(&text, number, pat).or_else(|| {
+            let next = raw_lines.get(number as usize)?;
+            (rare && raw.len() >= 60).then_some(())?;
+            let glued = format!(
+                "{}{}",
+                text.trim_end(),
+                crate::clean::clean_line(next).trim_start()
+            );
+            headline(&glued, number, pat)
+        });
+        if let Some((Piece::Event(mut e), _)) = found {
             // A message printed further down says more than a sentence telling the failure
             // (`I'm getting OOM errors even with small files.` ... `MemoryError`).
             if rare && e.fatal && !e.told {
