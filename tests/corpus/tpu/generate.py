@@ -5772,6 +5772,520 @@ pair(
 )
 
 
+# ---- 22. more broken/fixed pairs (batch tpu11): other models, other names ---------------------
+#
+# Programs of kinds sections 13-21 do not have (FSDP over the wrong axis of a 2-D mesh, a causal mask
+# built over the flattened batch, a speculative-decoding step that keeps every draft position's full
+# distribution in f32, a gradient-checkpointing flag read under the wrong config key, augmentation that
+# blurs the full-resolution images before cropping, a DiT with patch size 1, FixMatch with a too-large
+# unlabeled ratio, an embedding-projector callback on the whole embedding matrix, a tied output layer
+# whose transposed copy is made before the decode loop). The same
+# conventions: the fixed twin changes exactly the first cause. Only the projector pair keeps its dumps
+# (the other after-optimizations modules are 190-560 KB).
+
+
+# 22.1 FSDP written against the wrong axis of a 2-D ('data', 'model') mesh whose 'model' axis has size 1
+
+
+def _mesh_axis_fsdp_builder(mesh, n_proj, width, rows, shard_axis):
+    """Deep projection stack trained with heavy-ball momentum; the code builds a 2-D mesh
+    ('data', 'model') = (n, 1) for later tensor parallelism and FSDP-shards every kernel and its f32
+    momentum along shard_axis. 'model' has size 1, so P('model', None) replicates them."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf, f32 = jnp.bfloat16, jnp.float32
+    n = mesh.devices.size
+    mesh2 = Mesh(mesh.devices.reshape(n, 1), ("data", "model"))
+
+    def momentum_fsdp_step(kernels, velocity, feats, target):
+        def regress(kernels):
+            h = feats
+            for i in range(n_proj):
+                h = jax.nn.relu(h @ kernels[f"proj{i}"])
+            return jnp.mean((h.astype(f32) - target) ** 2)
+
+        loss, g = jax.value_and_grad(regress)(kernels)
+        vel = _tm(lambda v, g: 0.9 * v + g.astype(f32), velocity, g)
+        return _tm(lambda k, v: (k - 1e-3 * v).astype(k.dtype), kernels, vel), vel, loss
+
+    kernels = {f"proj{i}": sds((width, width), bf, mesh2, P(shard_axis, None)) for i in range(n_proj)}
+    velocity = {f"proj{i}": sds((width, width), f32, mesh2, P(shard_axis, None)) for i in range(n_proj)}
+    feats = sds((n * rows, width), bf, mesh2, P("data"))
+    target = sds((n * rows, width), f32, mesh2, P("data"))
+    return momentum_fsdp_step, (kernels, velocity, feats, target), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "mesh_axis_fsdp", "v5e", "v5e:2x2",
+    "FSDP written against the size-1 'model' axis of a ('data', 'model') = (4, 1) mesh: 12 bf16 kernels "
+    "[16384,16384] and their f32 momentum, P('model', None), are in effect replicated (18 GiB per device); "
+    "the arguments alone exceed 15.75G.",
+    "Fixed variant of mesh_axis_fsdp_v5e: kernels and momentum sharded P('data', None) over the 4 devices; fits.",
+    dict(category="arguments", causes=["replicated_tensor", "arguments_exceed"]),
+    _mesh_axis_fsdp_builder, dict(n_proj=12, width=16384, rows=2048, shard_axis="model"),
+    dict(n_proj=12, width=16384, rows=2048, shard_axis="data"),
+    dump=False,
+)
+
+
+# 22.2 a causal mask built over the flattened batch (every token attends across sequences)
+
+
+def _flat_causal_builder(mesh, seqs, seq, d_model, heads, depth, vocab, flatten):
+    """Small causal LM (scan over `depth` blocks, jax.checkpoint). flatten=True: the embedded batch is
+    reshaped to one stream [B*S, D] 'to avoid the batch dim', and the causal mask / attention run over
+    B*S tokens; False: attention per sequence [B, H, S, S]."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def attend(x, w):
+        q, k, v = (jnp.einsum("...td,dhe->...the", x, w[n]) for n in ("q_proj", "k_proj", "v_proj"))
+        T = x.shape[-2]
+        causal = jnp.tril(jnp.ones((T, T), bool))
+        s = jnp.einsum("...qhe,...khe->...hqk", q, k).astype(f32) / hd ** 0.5
+        a = jax.nn.softmax(jnp.where(causal, s, -1e9), axis=-1).astype(bf)
+        o = jnp.einsum("...hqk,...khe->...qhe", a, v)
+        x = x + jnp.einsum("...qhe,hed->...qd", o, w["o_proj"])
+        return x + jax.nn.gelu(x @ w["up"]) @ w["down"]
+
+    def causal_lm_step(net, ids, next_ids):
+        def xent(net):
+            x = jnp.take(net["embed"], ids, axis=0)                       # [B, S, D]
+            if flatten:
+                x = x.reshape(-1, d_model)                                 # [B*S, D]
+            x, _ = jax.lax.scan(jax.checkpoint(lambda x, w: (attend(x, w), None)), x, net["blocks"])
+            x = x.reshape(ids.shape + (d_model,))
+            lp = jax.nn.log_softmax((x @ net["embed"].T).astype(f32), axis=-1)
+            return -jnp.mean(jnp.take_along_axis(lp, next_ids[..., None], -1))
+
+        loss, g = jax.value_and_grad(xent)(net)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), net, g), loss
+
+    L, D, H, E = depth, d_model, heads, hd
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    net = {"embed": r(vocab, D),
+           "blocks": {"q_proj": r(L, D, H, E), "k_proj": r(L, D, H, E), "v_proj": r(L, D, H, E),
+                      "o_proj": r(L, H, E, D), "up": r(L, D, 4 * D), "down": r(L, 4 * D, D)}}
+    n = mesh.devices.size * seqs
+    ids = sds((n, seq), jnp.int32, mesh, P("d"))
+    next_ids = sds((n, seq), jnp.int32, mesh, P("d"))
+    return causal_lm_step, (net, ids, next_ids), {"donate_argnums": (0,)}
+
+
+pair(
+    "flat_causal_mask", "v6e", "v6e:2x2",
+    "Causal LM (4 blocks, d_model 1024, 8 heads) on 64 sequences of 1024 tokens per device whose batch is "
+    "flattened into one 262144-token stream before attention: the causal mask and scores cover B*S x B*S "
+    "tokens, far beyond 31.25G.",
+    "Fixed variant of flat_causal_mask_v6e: attention per sequence ([B, H, S, S]), the batch not flattened; fits.",
+    dict(category="single_large_allocation", causes=["shape_bug", "large_activation", "batch_too_large"]),
+    _flat_causal_builder, dict(seqs=64, seq=1024, d_model=1024, heads=8, depth=4, vocab=32768, flatten=True),
+    dict(seqs=64, seq=1024, d_model=1024, heads=8, depth=4, vocab=32768, flatten=False),
+    dump=False,
+)
+
+
+# 22.3 speculative decoding that keeps every draft position's full distribution in f32
+
+
+def _spec_decode_builder(mesh, seqs, n_draft, vocab, d_small, d_big, probs_dtype):
+    """One speculative-decoding round: a small draft LM head proposes n_draft tokens autoregressively
+    (lax.scan) and keeps its full distribution q [K, B, V] per position for the rejection step; the target
+    model scores all K+1 positions at once (p [B, K+1, V]); tokens are accepted with probability
+    min(1, p/q) and the first rejected position is resampled from max(0, p - q). probs_dtype: the dtype in
+    which q and p are kept."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def speculative_round(drafter, verifier, h_small, h_big, rng):
+        keys = jax.random.split(rng, n_draft + 2)
+
+        def propose(h, k):
+            logits = h @ drafter["lm_head"]
+            tok = jax.random.categorical(k, logits.astype(f32), axis=-1)
+            q = jax.nn.softmax(logits.astype(f32), axis=-1).astype(probs_dtype)
+            h = jnp.tanh(h + jnp.take(drafter["embed"], tok, axis=0) @ drafter["mix"]).astype(bf)
+            return h, (tok, q)
+
+        _, (toks, q) = jax.lax.scan(propose, h_small, keys[:n_draft])          # [K, B], [K, B, V]
+        e = jnp.take(verifier["embed"], toks.T, axis=0)                          # [B, K, Db]
+        hs = jnp.concatenate([h_big[:, None, :], jnp.tanh(h_big[:, None, :] + e @ verifier["mix"]).astype(bf)], 1)
+        p = jax.nn.softmax((hs @ verifier["lm_head"]).astype(f32), axis=-1).astype(probs_dtype)   # [B, K+1, V]
+        qt = jnp.swapaxes(q, 0, 1)                                               # [B, K, V]
+        p_tok = jnp.take_along_axis(p[:, :n_draft], toks.T[..., None], -1)[..., 0].astype(f32)
+        q_tok = jnp.take_along_axis(qt, toks.T[..., None], -1)[..., 0].astype(f32)
+        u = jax.random.uniform(keys[-2], p_tok.shape)
+        accepted = jnp.cumprod(u < p_tok / q_tok, axis=1).sum(1)                 # [B]
+        p_at = jnp.take_along_axis(p, accepted[:, None, None], 1)[:, 0].astype(f32)
+        q_pad = jnp.concatenate([qt, jnp.zeros_like(qt[:, :1])], 1)
+        q_at = jnp.take_along_axis(q_pad, accepted[:, None, None], 1)[:, 0].astype(f32)
+        resid = jnp.maximum(p_at - q_at, 0.0)
+        bonus = jax.random.categorical(keys[-1], jnp.log(resid + 1e-20), axis=-1)
+        return toks.T, accepted, bonus
+
+    drafter = {"lm_head": sds((d_small, vocab), bf, mesh, P()), "embed": sds((vocab, d_small), bf, mesh, P()),
+               "mix": sds((d_small, d_small), bf, mesh, P())}
+    verifier = {"lm_head": sds((d_big, vocab), bf, mesh, P()), "embed": sds((vocab, d_big), bf, mesh, P()),
+                "mix": sds((d_big, d_big), bf, mesh, P())}
+    n = mesh.devices.size * seqs
+    h_small = sds((n, d_small), bf, mesh, P("d"))
+    h_big = sds((n, d_big), bf, mesh, P("d"))
+    rng = sds((2,), jnp.uint32, mesh, P())
+    return speculative_round, (drafter, verifier, h_small, h_big, rng), {}
+
+
+pair(
+    "spec_decode_probs_f32", "v5e", "v5e:2x2",
+    "Speculative-decoding round (8 draft tokens, vocabulary 262144) for 512 sequences per device that keeps "
+    "the draft's full distribution per position and the target's for all 9 positions in f32 "
+    "(f32[8,512,262144] and f32[512,9,262144]): beyond 15.75G.",
+    "Fixed variant of spec_decode_probs_f32_v5e: the draft and target distributions kept in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "large_activation", "batch_too_large"]),
+    _spec_decode_builder, dict(seqs=512, n_draft=8, vocab=262144, d_small=512, d_big=2048, probs_dtype="float32"),
+    dict(seqs=512, n_draft=8, vocab=262144, d_small=512, d_big=2048, probs_dtype="bfloat16"),
+    dump=False,
+)
+
+
+# 22.4 gradient checkpointing switched on in the config, but read under another key
+
+
+def _remat_key_builder(mesh, images, patches, width, heads, depth, cfg):
+    """ViT encoder (patch tokens precomputed, `depth` pre-LN blocks in lax.scan) for classification. The
+    block is wrapped in jax.checkpoint when cfg.get("remat") is true; cfg: the run's config dict."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = width // heads
+    use_remat = bool(cfg.get("remat", False))
+
+    def norm(x):
+        z = x.astype(f32)
+        return ((z - z.mean(-1, keepdims=True)) * jax.lax.rsqrt(z.var(-1, keepdims=True) + 1e-6)).astype(bf)
+
+    def vit_block(x, w):
+        y = norm(x)
+        q, k, v = (jnp.einsum("bnd,dhe->bnhe", y, w[n]) for n in ("wq", "wk", "wv"))
+        a = jax.nn.softmax(jnp.einsum("bqhe,bkhe->bhqk", q, k).astype(f32) / hd ** 0.5, axis=-1).astype(bf)
+        x = x + jnp.einsum("bhqk,bkhe,hed->bqd", a, v, w["wo"])
+        return x + jax.nn.gelu(norm(x) @ w["fc1"]) @ w["fc2"], None
+
+    block = jax.checkpoint(vit_block) if use_remat else vit_block
+
+    def vit_train_step(vit, patch_tokens, classes):
+        def xent(vit):
+            x = patch_tokens @ vit["patch_proj"] + vit["pos"]
+            x, _ = jax.lax.scan(block, x, vit["blocks"])
+            logits = (norm(x).mean(1) @ vit["head"]).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), classes[:, None], 1))
+
+        loss, g = jax.value_and_grad(xent)(vit)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), vit, g), loss
+
+    L, D, H, E = depth, width, heads, hd
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    vit = {"patch_proj": r(768, D), "pos": r(patches, D), "head": r(D, 1000),
+           "blocks": {"wq": r(L, D, H, E), "wk": r(L, D, H, E), "wv": r(L, D, H, E), "wo": r(L, H, E, D),
+                      "fc1": r(L, D, 4 * D), "fc2": r(L, 4 * D, D)}}
+    n = mesh.devices.size * images
+    patch_tokens = sds((n, patches, 768), bf, mesh, P("d"))
+    classes = sds((n,), jnp.int32, mesh, P("d"))
+    return vit_train_step, (vit, patch_tokens, classes), {"donate_argnums": (0,)}
+
+
+pair(
+    "remat_config_key", "v5p", "v5p:2x2x1",
+    "ViT-L step (24 blocks, width 1024, 256 patches) on 384 images per device whose config sets "
+    "{'gradient_checkpointing': True} while the model reads cfg.get('remat'): no jax.checkpoint, every "
+    "block's activations kept for the backward pass, beyond 95.74G.",
+    "Fixed variant of remat_config_key_v5p: the config key the model reads, {'remat': True}, so the scanned "
+    "block is under jax.checkpoint; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _remat_key_builder, dict(images=384, patches=256, width=1024, heads=16, depth=24, cfg={"gradient_checkpointing": True}),
+    dict(images=384, patches=256, width=1024, heads=16, depth=24, cfg={"remat": True}),
+    dump=False,
+)
+
+
+# 22.5 augmentation (blur, colour jitter) on the full-resolution images before the random crop
+
+
+def _augment_order_builder(mesh, images, side, crop, crop_first):
+    """Self-supervised pretraining input stage on the device: uint8 photos [B, side, side, 3] are
+    Gaussian-blurred (5x5 depthwise conv) and colour-jittered in f32, then randomly cropped to crop x crop
+    and fed to a patch-MLP encoder. crop_first=True crops the uint8 images first and augments the crops."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    g = jnp.exp(-jnp.arange(-2, 3, dtype=f32) ** 2 / 2.0)
+    g2 = (g[:, None] * g[None, :]) / jnp.sum(g) ** 2
+    kernel = jnp.broadcast_to(g2[:, :, None, None], (5, 5, 1, 3))
+
+    def augment(x, rng):
+        x = x.astype(f32) / 255.0
+        x = jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                         feature_group_count=3)
+        gain = 1.0 + 0.4 * jax.random.uniform(rng, (x.shape[0], 1, 1, 3), minval=-1.0)
+        return jnp.clip(x * gain, 0.0, 1.0)
+
+    def take_crops(x, rng):
+        off = jax.random.randint(rng, (x.shape[0], 2), 0, side - crop)
+        return jax.vmap(lambda im, o: jax.lax.dynamic_slice(im, (o[0], o[1], 0), (crop, crop, 3)))(x, off)
+
+    def pretrain_step(encoder, photos, rng):
+        k_aug, k_crop = jax.random.split(rng)
+        if crop_first:
+            views = augment(take_crops(photos, k_crop), k_aug)
+        else:
+            views = take_crops(augment(photos, k_aug), k_crop)
+        b = views.shape[0]
+        tok = views.reshape(b, crop // 16, 16, crop // 16, 16, 3).transpose(0, 1, 3, 2, 4, 5)
+        tok = tok.reshape(b, (crop // 16) ** 2, 768).astype(bf)
+
+        def recon(encoder):
+            h = jax.nn.gelu(tok @ encoder["embed"])
+            return jnp.mean(((h @ encoder["unembed"]).astype(f32) - tok.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(recon)(encoder)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), encoder, g), loss
+
+    encoder = {"embed": sds((768, 1024), bf, mesh, P()), "unembed": sds((1024, 768), bf, mesh, P())}
+    n = mesh.devices.size * images
+    photos = sds((n, side, side, 3), jnp.uint8, mesh, P("d"))
+    rng = sds((2,), jnp.uint32, mesh, P())
+    return pretrain_step, (encoder, photos, rng), {"donate_argnums": (0,)}
+
+
+pair(
+    "augment_before_crop", "v4", "v4:2x2x1",
+    "Pretraining step whose on-device augmentation blurs and colour-jitters 64 uint8 photos of 4096x4096 per "
+    "TensorCore in f32 before taking 224x224 random crops: full-resolution f32 images, beyond 15.25G.",
+    "Fixed variant of augment_before_crop_v4: the uint8 photos cropped first, the 224x224 crops augmented; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "padding"]),
+    _augment_order_builder, dict(images=64, side=4096, crop=224, crop_first=False),
+    dict(images=64, side=4096, crop=224, crop_first=True),
+    dump=False,
+)
+
+
+# 22.6 a diffusion transformer (DiT) at 512 px with patch size 1 on the latent grid
+
+
+def _dit_patch_builder(mesh, images, latent, patch, width, heads, depth):
+    """DiT training step (adaLN-zero blocks conditioned on timestep + class, lax.scan, jax.checkpoint) on
+    VAE latents [B, latent, latent, 4]; the latent grid is cut into patch x patch tokens."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = width // heads
+    T = (latent // patch) ** 2
+    pdim = patch * patch * 4
+
+    def dit_block(x, w, c):
+        mod = (c @ w["ada"]).reshape(c.shape[0], 1, 6, -1)
+        sh1, sc1, g1, sh2, sc2, g2 = (mod[:, :, i] for i in range(6))
+        y = x.astype(f32)
+        y = ((y - y.mean(-1, keepdims=True)) * jax.lax.rsqrt(y.var(-1, keepdims=True) + 1e-6)).astype(bf)
+        y = y * (1 + sc1) + sh1
+        q, k, v = (jnp.einsum("btd,dhe->bthe", y, w[n]) for n in ("to_q", "to_k", "to_v"))
+        a = jax.nn.softmax(jnp.einsum("bqhe,bkhe->bhqk", q, k).astype(f32) / hd ** 0.5, axis=-1).astype(bf)
+        x = x + g1 * jnp.einsum("bhqk,bkhe,hed->bqd", a, v, w["to_out"])
+        y = x * (1 + sc2) + sh2
+        return x + g2 * (jax.nn.gelu(y @ w["mlp1"]) @ w["mlp2"])
+
+    def dit_train_step(dit, latents, noise, t_emb, y_emb):
+        def eps_mse(dit):
+            b = latents.shape[0]
+            zt = (0.7 * latents + 0.7 * noise).astype(bf)
+            tok = zt.reshape(b, latent // patch, patch, latent // patch, patch, 4).transpose(0, 1, 3, 2, 4, 5)
+            x = tok.reshape(b, T, pdim) @ dit["patchify"] + dit["pos"]
+            c = jax.nn.silu(t_emb + y_emb)
+            x, _ = jax.lax.scan(jax.checkpoint(lambda x, w: (dit_block(x, w, c), None)), x, dit["blocks"])
+            out = (x @ dit["unpatchify"]).reshape(b, latent // patch, latent // patch, patch, patch, 4)
+            out = out.transpose(0, 1, 3, 2, 4, 5).reshape(latents.shape)
+            return jnp.mean((out.astype(f32) - noise) ** 2)
+
+        loss, g = jax.value_and_grad(eps_mse)(dit)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), dit, g), loss
+
+    L, D, H, E = depth, width, heads, hd
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    dit = {"patchify": r(pdim, D), "pos": r(T, D), "unpatchify": r(D, pdim),
+           "blocks": {"ada": r(L, D, 6 * D), "to_q": r(L, D, H, E), "to_k": r(L, D, H, E), "to_v": r(L, D, H, E),
+                      "to_out": r(L, H, E, D), "mlp1": r(L, D, 4 * D), "mlp2": r(L, 4 * D, D)}}
+    n = mesh.devices.size * images
+    latents = sds((n, latent, latent, 4), f32, mesh, P("d"))
+    noise = sds((n, latent, latent, 4), f32, mesh, P("d"))
+    t_emb = sds((n, D), bf, mesh, P("d"))
+    y_emb = sds((n, D), bf, mesh, P("d"))
+    return dit_train_step, (dit, latents, noise, t_emb, y_emb), {"donate_argnums": (0,)}
+
+
+pair(
+    "dit_patch_size", "v6e", "v6e:2x2",
+    "DiT-L step (24 adaLN blocks, width 1024, 16 heads) on 32 latents of 64x64x4 (512 px) per device with "
+    "patch size 1: 4096 tokens per image, f32 scores [32,16,4096,4096] per block, beyond 31.25G.",
+    "Fixed variant of dit_patch_size_v6e: patch size 2 (1024 tokens per image, DiT-L/2); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _dit_patch_builder, dict(images=32, latent=64, patch=1, width=1024, heads=16, depth=24),
+    dict(images=32, latent=64, patch=2, width=1024, heads=16, depth=24),
+    dump=False,
+)
+
+
+# 22.7 FixMatch with a large unlabeled-to-labeled ratio (two views of every unlabeled image)
+
+
+def _fixmatch_builder(mesh, labeled, mu, patches, width, depth):
+    """FixMatch step: a patch-MLP-mixer classifier (lax.scan over `depth` mixer blocks, jax.checkpoint)
+    on `labeled` labeled images and mu * labeled unlabeled ones per device; every unlabeled image is
+    seen as a weak and a strong view (both patch tokens from the data pipeline); the weak view's
+    confident predictions are the strong view's pseudo-labels."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def mixer_block(x, w):
+        z = x.astype(f32)
+        z = (z * jax.lax.rsqrt(jnp.mean(z * z, -1, keepdims=True) + 1e-6)).astype(bf)
+        x = x + jnp.einsum("bpd,pq->bqd", jax.nn.gelu(jnp.einsum("bpd,pq->bqd", z, w["tok1"])), w["tok2"])
+        return x + jax.nn.gelu(x @ w["ch1"]) @ w["ch2"], None
+
+    def classify(net, x):
+        h = x @ net["stem"]
+        h, _ = jax.lax.scan(jax.checkpoint(mixer_block), h, net["mixers"])
+        return (h.mean(1) @ net["cls"]).astype(f32)
+
+    def fixmatch_step(net, x_lab, y_lab, x_weak, x_strong):
+        def total(net):
+            sup = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(classify(net, x_lab)), y_lab[:, None], 1))
+            pw = jax.nn.softmax(jax.lax.stop_gradient(classify(net, x_weak)))
+            pseudo, conf = jnp.argmax(pw, -1), jnp.max(pw, -1)
+            ls = jax.nn.log_softmax(classify(net, x_strong))
+            unsup = -jnp.mean((conf > 0.95) * jnp.take_along_axis(ls, pseudo[:, None], 1)[:, 0])
+            return sup + unsup
+
+        loss, g = jax.value_and_grad(total)(net)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), net, g), loss
+
+    L, D, T = depth, width, patches
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    net = {"stem": r(768, D), "cls": r(D, 100),
+           "mixers": {"tok1": r(L, T, 4 * T), "tok2": r(L, 4 * T, T), "ch1": r(L, D, 4 * D), "ch2": r(L, 4 * D, D)}}
+    n = mesh.devices.size
+    x_lab = sds((n * labeled, T, 768), bf, mesh, P("d"))
+    y_lab = sds((n * labeled,), jnp.int32, mesh, P("d"))
+    x_weak = sds((n * labeled * mu, T, 768), bf, mesh, P("d"))
+    x_strong = sds((n * labeled * mu, T, 768), bf, mesh, P("d"))
+    return fixmatch_step, (net, x_lab, y_lab, x_weak, x_strong), {"donate_argnums": (0,)}
+
+
+pair(
+    "fixmatch_unlabeled_ratio", "v4", "v4:2x2x1",
+    "FixMatch step (MLP-mixer, 16 blocks, width 1024, 256 patches) with 64 labeled images and mu = 16 times "
+    "as many unlabeled ones per TensorCore, each seen as a weak and a strong view: beyond 15.25G.",
+    "Fixed variant of fixmatch_unlabeled_ratio_v4: mu = 4 unlabeled images per labeled one; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["batch_too_large", "large_activation"]),
+    _fixmatch_builder, dict(labeled=64, mu=16, patches=256, width=1024, depth=16),
+    dict(labeled=64, mu=4, patches=256, width=1024, depth=16),
+    dump=False,
+)
+
+
+# 22.8 an embedding-projector logging callback handed the whole (sharded) embedding matrix
+
+
+def _projector_callback_builder(mesh, rows, feat, dim, sample):
+    """Dual-encoder training step (in-batch contrastive loss per device) that also sends embeddings to a
+    host-side projector / nearest-neighbour logger through jax.debug.callback. sample=None: the whole
+    embedding matrix [N, dim] f32; otherwise only its first `sample` rows."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def log_to_projector(emb):
+        pass
+
+    def retrieval_step(towers, queries, docs):
+        def info_nce(towers):
+            qe = jnp.tanh(queries @ towers["query_tower"]).astype(f32)
+            de = jnp.tanh(docs @ towers["doc_tower"]).astype(f32)
+            qe = qe.reshape(mesh.devices.size, -1, dim)
+            de = de.reshape(mesh.devices.size, -1, dim)
+            s = jnp.einsum("wqd,wkd->wqk", qe[:, :1024], de[:, :1024])
+            loss = jnp.mean(jax.nn.logsumexp(s, -1) - jnp.diagonal(s, axis1=1, axis2=2))
+            return loss, de.reshape(-1, dim)
+
+        (loss, doc_emb), g = jax.value_and_grad(info_nce, has_aux=True)(towers)
+        jax.debug.callback(log_to_projector, doc_emb if sample is None else doc_emb[:sample])
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), towers, g), loss
+
+    towers = {"query_tower": sds((feat, dim), bf, mesh, P()), "doc_tower": sds((feat, dim), bf, mesh, P())}
+    n = mesh.devices.size * rows
+    queries = sds((n, feat), bf, mesh, P("d"))
+    docs = sds((n, feat), bf, mesh, P("d"))
+    return retrieval_step, (towers, queries, docs), {"donate_argnums": (0,)}
+
+
+pair(
+    "projector_callback", "v5e", "v5e:4x4",
+    "Dual-encoder step on the 16 devices of v5e:4x4 that passes the whole f32 document-embedding matrix "
+    "[4194304,1024] (1 GiB per device, 16 GiB global) to jax.debug.callback for a host-side projector: "
+    "gathered onto one device, beyond 15.75G.",
+    "Fixed variant of projector_callback_v5e: the callback gets only the first 4096 embeddings; fits.",
+    dict(category="single_large_allocation", causes=["debug_print"]),
+    _projector_callback_builder, dict(rows=262144, feat=256, dim=1024, sample=None),
+    dict(rows=262144, feat=256, dim=1024, sample=4096),
+    dump=True,
+)
+
+
+# 22.9 a tied output layer: the item-embedding table transposed (and cast to f32) once, before the decode loop
+
+
+def _tied_items_builder(mesh, users, items, dim, steps, f32_copy):
+    """Generative next-item recommender decoding `steps` items per user greedily (lax.scan), the output
+    layer tied to the item-embedding table [items, dim] (bf16, replicated for serving). f32_copy=True: the
+    decode code prepares `out_w = table.T.astype(f32)` once, outside the loop, 'for stable logits';
+    False: logits = h @ table.T in bf16 with f32 accumulation (preferred_element_type)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def recommend_items(rec, history_state, last_item):
+        table = rec["item_table"]
+        out_w = table.T.astype(f32) if f32_copy else None
+
+        def next_item(c, _):
+            h, it = c
+            h = jnp.tanh(h @ rec["cell"] + jnp.take(table, it, axis=0)).astype(bf)
+            if f32_copy:
+                scores = h.astype(f32) @ out_w
+            else:
+                scores = jnp.einsum("bd,vd->bv", h, table, preferred_element_type=f32)
+            it = jnp.argmax(scores, axis=-1).astype(jnp.int32)
+            return (h, it), it
+
+        _, picked = jax.lax.scan(next_item, (history_state, last_item), None, length=steps)
+        return picked.T
+
+    rec = {"item_table": sds((items, dim), bf, mesh, P()), "cell": sds((dim, dim), bf, mesh, P())}
+    n = mesh.devices.size * users
+    history_state = sds((n, dim), bf, mesh, P("d"))
+    last_item = sds((n,), jnp.int32, mesh, P("d"))
+    return recommend_items, (rec, history_state, last_item), {}
+
+
+pair(
+    "tied_items_transposed", "v6e", "v6e:2x2",
+    "Next-item recommender decoding 20 items for 256 users per device, the output layer tied to a bf16 "
+    "item table [2097152,4096] (16 GiB, replicated): the decode code prepares table.T.astype(f32) once "
+    "before the loop; the compiler keeps that transposed copy (as bf16[4096,2097152], 16 GiB) next to the "
+    "table, beyond 31.25G.",
+    "Fixed variant of tied_items_transposed_v6e: the scores from the table itself, einsum('bd,vd->bv') with "
+    "f32 accumulation (preferred_element_type), no transposed copy; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "replicated_tensor"]),
+    _tied_items_builder, dict(users=256, items=2097152, dim=4096, steps=20, f32_copy=True),
+    dict(users=256, items=2097152, dim=4096, steps=20, f32_copy=False),
+    dump=True,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
