@@ -499,7 +499,11 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     }
     if let Some(c) = at_head(&pat.vllm_startup_free) {
         let mut e = gpu_event(line, Family::Unrecognized, flat);
-        let gib = |i: usize| parse_size(&format!("{} GiB", &c[i]));
+        // (Figures in GiB, as the message prints them.)
+        let gib = |i: usize| {
+            let v: f64 = c[i].parse().ok()?;
+            Some((v * hbm_doctor_units::size::unit_bytes("GiB")? as f64) as u64)
+        };
         e.free_bytes = gib(1);
         e.limit_bytes = gib(2);
         e.requested_bytes = gib(4);
@@ -509,8 +513,8 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.stage = Some(crate::event::Stage::Init);
         if let (Some(l), Some(f)) = (e.limit_bytes, e.free_bytes) {
             e.holder_named = Some(format!(
-                "{:.2} GiB of the device was in use before the engine started (the message: reduce GPU memory used by other processes)",
-                l.saturating_sub(f) as f64 / (1u64 << 30) as f64
+                "{} of the device was in use before the engine started (the message: reduce GPU memory used by other processes)",
+                hbm_doctor_units::size::format_size(l.saturating_sub(f))
             ));
         }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
