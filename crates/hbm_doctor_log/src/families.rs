@@ -157,7 +157,7 @@ fn p() -> &'static Patterns {
         // allocate N at offset 0 in region that is Mbytes`.
         tvm_storage: re(r"storage allocation failure, attempted to allocate (\d+) at offset \d+ in region that is (\d+)\s*bytes"),
         // Vulkan (ncnn, ggml): `vkAllocateMemory failed -1`, `ErrorOutOfDeviceMemory`.
-        vulkan: re(r"vkAllocateMemory failed|ErrorOutOfDeviceMemory"),
+        vulkan: re(r"vkAllocateMemory failed|ErrorOutOfDeviceMemory|VK_ERROR_OUT_OF_DEVICE_MEMORY"),
         // text-generation-inference's warm-up: `Not enough memory to handle 4096 prefill tokens.
         // You need to decrease --max-batch-prefill-tokens` (the KV cache and the prefill batch).
         tgi_prefill: re(r"Not enough memory to handle (\d+) prefill tokens"),

@@ -371,6 +371,8 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             b" bytes on device ",
             b"CUDA allocation failed",
             b"on startup is less than desired",
+            // TVM's and MLC's Vulkan runtime.
+            b"VK_ERROR_OUT_OF_DEVICE_MEMORY",
         ]
         .iter()
         .any(|k| memchr::memmem::find(raw, k).is_some());
