@@ -6286,6 +6286,530 @@ pair(
 )
 
 
+# ---- 23. more broken/fixed pairs (batch tpu12): other models, other names ---------------------
+#
+# Programs of kinds sections 13-22 do not have (a 3-D U-Net on full-resolution multi-modal MRI volumes
+# without rematerialization, a GAN discriminator step run in f32 on the real and the generated batch, a
+# retrieval-augmented reader that concatenates every retrieved passage into one context, ZeRO-3 weights
+# all-gathered once before the layer scan, a learned positional table of a 1M-token maximum length kept
+# replicated in f32, a global batch size used as the per-device batch, a super-resolution network that
+# upsamples before its conv body, an activation-offload policy whose destination is 'device', an MoE
+# layer whose expert capacity forgets to divide by the number of experts). The same conventions: the
+# fixed twin changes exactly the first cause. Only the ZeRO-3 pair keeps its dumps (every other pair has
+# a dump file over 160 KB: 170-309 KB).
+
+
+# 23.1 a 3-D U-Net on full-resolution multi-modal MRI volumes (no patching), no rematerialization
+
+
+def _unet3d_builder(mesh, vols, side, width, modalities, classes, remat):
+    """3-D U-Net (two conv3x3x3 + GELU per stage, 3 resolutions, skip connections by concatenation) for
+    voxel-wise tumour segmentation of whole [side]^3 volumes with `modalities` MRI channels. remat=True
+    wraps every stage in jax.checkpoint."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    dn = ("NDHWC", "DHWIO", "NDHWC")
+
+    def conv(x, k):
+        return jax.lax.conv_general_dilated(x, k, (1, 1, 1), "SAME", dimension_numbers=dn)
+
+    def stage(x, ks):
+        for k in ks:
+            x = jax.nn.gelu(conv(x, k)).astype(bf)
+        return x
+
+    run = jax.checkpoint(stage) if remat else stage
+
+    def down(x):
+        b, d, h, w, c = x.shape
+        return x.reshape(b, d // 2, 2, h // 2, 2, w // 2, 2, c).mean((2, 4, 6)).astype(bf)
+
+    def up(x):
+        for ax in (1, 2, 3):
+            x = jnp.repeat(x, 2, axis=ax)
+        return x
+
+    def segment_step(unet, mri, seg):
+        def dice_xent(unet):
+            e0 = run(mri, unet["enc0"])
+            e1 = run(down(e0), unet["enc1"])
+            mid = run(down(e1), unet["mid"])
+            d1 = run(jnp.concatenate([up(mid), e1], -1), unet["dec1"])
+            d0 = run(jnp.concatenate([up(d1), e0], -1), unet["dec0"])
+            logits = conv(d0, unet["head"]).astype(f32)
+            lp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(lp, seg[..., None], -1))
+
+        loss, g = jax.value_and_grad(dice_xent)(unet)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), unet, g), loss
+
+    c = width
+    k = lambda i, o: sds((3, 3, 3, i, o), bf, mesh, P())
+    unet = {"enc0": [k(modalities, c), k(c, c)], "enc1": [k(c, 2 * c), k(2 * c, 2 * c)],
+            "mid": [k(2 * c, 4 * c), k(4 * c, 4 * c)], "dec1": [k(6 * c, 2 * c), k(2 * c, 2 * c)],
+            "dec0": [k(3 * c, c), k(c, c)], "head": k(c, classes)}
+    n = mesh.devices.size * vols
+    mri = sds((n, side, side, side, modalities), bf, mesh, P("d"))
+    seg = sds((n, side, side, side), jnp.int32, mesh, P("d"))
+    return segment_step, (unet, mri, seg), {"donate_argnums": (0,)}
+
+
+pair(
+    "unet3d_full_volume", "v4", "v4:2x2x1",
+    "3-D U-Net (width 128, 3 resolutions, no rematerialization) trained on whole 128^3 four-modality MRI "
+    "volumes, 2 per TensorCore, no patching: the full-resolution 3-D conv activations and the conv "
+    "temporaries of the decoder's 384-channel concatenation go beyond 15.25G.",
+    "Fixed variant of unet3d_full_volume_v4: trained on random 64^3 patches of the volumes (2 per "
+    "TensorCore), the rest unchanged; fits.",
+    dict(category="aggregate", causes=["batch_too_large", "large_activation", "no_remat"]),
+    _unet3d_builder, dict(vols=2, side=128, width=128, modalities=4, classes=4, remat=False),
+    dict(vols=2, side=64, width=128, modalities=4, classes=4, remat=False),
+    dump=False,
+)
+
+
+# 23.2 a GAN discriminator step that runs the discriminator in f32 on the real and the generated batch
+
+
+def _gan_disc_builder(mesh, images, side, latent, disc_dtype):
+    """Discriminator update of a non-saturating GAN: the generator (bf16, frozen for this step) renders
+    `images` fakes per device from latents, the discriminator (5 convs, leaky ReLU) scores the real and the
+    fake batch, and the logistic loss is differentiated w.r.t. the discriminator. disc_dtype: the dtype of
+    the discriminator's compute (its f32 master weights cast to it, and both batches)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    dt = jnp.dtype(disc_dtype)
+    dn = ("NHWC", "HWIO", "NHWC")
+
+    def generate(gen, z):
+        x = (z @ gen["fc"]).reshape(z.shape[0], 16, 16, 256)
+        for k in gen["ups"]:
+            x = jnp.repeat(jnp.repeat(x, 2, 1), 2, 2)
+            x = jax.nn.relu(jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=dn))
+        return jnp.tanh(jax.lax.conv_general_dilated(x, gen["rgb"], (1, 1), "SAME", dimension_numbers=dn))
+
+    def critic(disc, x):
+        x = x.astype(dt)
+        for i, k in enumerate(disc["convs"]):
+            s = 1 if i == 0 else 2
+            x = jax.nn.leaky_relu(jax.lax.conv_general_dilated(x, k.astype(dt), (s, s), "SAME",
+                                                               dimension_numbers=dn), 0.2)
+        return x.mean((1, 2)) @ disc["fc"].astype(dt)
+
+    def discriminator_step(disc, gen, photos, z):
+        fakes = jax.lax.stop_gradient(generate(gen, z))
+
+        def logistic(disc):
+            real_logit = critic(disc, photos).astype(f32)
+            fake_logit = critic(disc, fakes).astype(f32)
+            return jnp.mean(jax.nn.softplus(-real_logit)) + jnp.mean(jax.nn.softplus(fake_logit))
+
+        loss, g = jax.value_and_grad(logistic)(disc)
+        return _tm(lambda p, g: p - 2e-4 * g.astype(f32), disc, g), loss
+
+    w = lambda *s: sds(s, f32, mesh, P())
+    b = lambda *s: sds(s, bf, mesh, P())
+    disc = {"convs": [w(3, 3, 3, 128), w(4, 4, 128, 128), w(4, 4, 128, 256), w(4, 4, 256, 512),
+                      w(4, 4, 512, 512)], "fc": w(512, 1)}
+    ups = []
+    ch = 256
+    s = 16
+    while s < side:
+        ups.append(b(3, 3, ch, 128))
+        ch, s = 128, s * 2
+    gen = {"fc": b(latent, 16 * 16 * 256), "ups": ups, "rgb": b(3, 3, 128, 3)}
+    n = mesh.devices.size * images
+    photos = sds((n, side, side, 3), bf, mesh, P("d"))
+    z = sds((n, latent), bf, mesh, P("d"))
+    return discriminator_step, (disc, gen, photos, z), {"donate_argnums": (0,)}
+
+
+pair(
+    "gan_disc_f32", "v6e", "v6e:2x2",
+    "GAN discriminator step on 256x256 photos, 640 real and 640 generated per device, the discriminator "
+    "computed in f32 (weights and both batches): its f32 conv and leaky-ReLU activations for the real and "
+    "the fake batch are kept for the backward pass, beyond 31.25G.",
+    "Fixed variant of gan_disc_f32_v6e: the discriminator computed in bf16 (f32 master weights cast); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["f32_precision", "batch_too_large", "no_remat"]),
+    _gan_disc_builder, dict(images=640, side=256, latent=512, disc_dtype="float32"),
+    dict(images=640, side=256, latent=512, disc_dtype="bfloat16"),
+    dump=False,
+)
+
+
+# 23.3 a retrieval-augmented reader that concatenates every retrieved passage into one long context
+
+
+def _rag_reader_builder(mesh, questions, passages, psg_len, d_model, heads, depth, fuse_late):
+    """Extractive reader of a retrieval-augmented QA system: each question comes with `passages` retrieved
+    passages of psg_len tokens (question already prefixed to each). fuse_late=False: the passages are
+    concatenated into one [passages * psg_len] context and encoded with full self-attention; True
+    (fusion-in-decoder style): every passage encoded on its own, the span scores taken over all of them.
+    Blocks under jax.checkpoint in both."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def encoder_block(x, w):
+        q, k, v = (jnp.einsum("btd,dhe->bthe", x, w[n]) for n in ("wq", "wk", "wv"))
+        a = jax.nn.softmax(jnp.einsum("bqhe,bkhe->bhqk", q, k).astype(f32) / hd ** 0.5, -1).astype(bf)
+        x = x + jnp.einsum("bhqk,bkhe,hed->bqd", a, v, w["wo"])
+        return (x + jax.nn.gelu(x @ w["ff_in"]) @ w["ff_out"]).astype(bf), None
+
+    def reader_step(reader, ctx_ids, start, end):
+        def span_nll(reader):
+            ids = ctx_ids.reshape(-1, psg_len) if fuse_late else ctx_ids.reshape(ctx_ids.shape[0], -1)
+            x = jnp.take(reader["tok"], ids, axis=0)
+            x, _ = jax.lax.scan(jax.checkpoint(encoder_block), x, reader["layers"])
+            x = x.reshape(ctx_ids.shape[0], passages * psg_len, d_model)
+            se = (x @ reader["span"]).astype(f32)                               # [B, T, 2]
+            ls = jax.nn.log_softmax(se[..., 0], -1)
+            le = jax.nn.log_softmax(se[..., 1], -1)
+            return -jnp.mean(jnp.take_along_axis(ls, start[:, None], 1) + jnp.take_along_axis(le, end[:, None], 1))
+
+        loss, g = jax.value_and_grad(span_nll)(reader)
+        return _tm(lambda p, g: (p - 1e-5 * g).astype(p.dtype), reader, g), loss
+
+    L, D, H, E = depth, d_model, heads, hd
+    r = lambda *s: sds(s, bf, mesh, P())
+    reader = {"tok": r(32128, D), "span": r(D, 2),
+              "layers": {"wq": r(L, D, H, E), "wk": r(L, D, H, E), "wv": r(L, D, H, E), "wo": r(L, H, E, D),
+                         "ff_in": r(L, D, 4 * D), "ff_out": r(L, 4 * D, D)}}
+    n = mesh.devices.size * questions
+    ctx_ids = sds((n, passages, psg_len), jnp.int32, mesh, P("d"))
+    start = sds((n,), jnp.int32, mesh, P("d"))
+    end = sds((n,), jnp.int32, mesh, P("d"))
+    return reader_step, (reader, ctx_ids, start, end), {"donate_argnums": (0,)}
+
+
+pair(
+    "rag_concat_passages", "v5p", "v5p:2x2x1",
+    "Retrieval-augmented extractive reader (6 blocks, d_model 1024, 16 heads) trained on 4 questions per "
+    "device, each with 64 retrieved passages of 256 tokens concatenated into one 16384-token context under "
+    "full self-attention: [4,16,16384,16384] attention per block, beyond 95.74G.",
+    "Fixed variant of rag_concat_passages_v5p: every passage encoded on its own (fusion-in-decoder style, "
+    "attention [256,16,256,256]), the span scores over all passages; fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _rag_reader_builder, dict(questions=4, passages=64, psg_len=256, d_model=1024, heads=16, depth=6,
+                              fuse_late=False),
+    dict(questions=4, passages=64, psg_len=256, d_model=1024, heads=16, depth=6, fuse_late=True),
+    dump=False,
+)
+
+
+# 23.4 ZeRO-3 / FSDP weights all-gathered once, before the scan over layers
+
+
+def _zero3_upfront_builder(mesh, layers, d_model, d_ff, rows, gather_per_layer):
+    """Feed-forward stack (residual GELU MLP blocks in lax.scan, jax.checkpoint) whose stacked weights are
+    stored sharded P(None, 'd', None). gather_per_layer=False: the step all-gathers the whole stack once,
+    before the scan ('one big collective is faster'), via with_sharding_constraint(..., P()); True: each
+    layer's weights are gathered inside the scan body."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    full = NamedSharding(mesh, P())
+
+    def ffn_stack_step(stack, acts, targets):
+        def mse(stack):
+            if not gather_per_layer:
+                stack = jax.lax.with_sharding_constraint(stack, full)
+
+            def block(x, w):
+                if gather_per_layer:
+                    w = jax.lax.with_sharding_constraint(w, full)
+                return (x + jax.nn.gelu(x @ w["fc1"]) @ w["fc2"]).astype(bf), None
+
+            y, _ = jax.lax.scan(jax.checkpoint(block), acts, stack)
+            return jnp.mean((y.astype(f32) - targets) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(stack)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), stack, g), loss
+
+    stack = {"fc1": sds((layers, d_model, d_ff), bf, mesh, P(None, "d", None)),
+             "fc2": sds((layers, d_ff, d_model), bf, mesh, P(None, "d", None))}
+    n = mesh.devices.size * rows
+    acts = sds((n, d_model), bf, mesh, P("d"))
+    targets = sds((n, d_model), f32, mesh, P("d"))
+    return ffn_stack_step, (stack, acts, targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "zero3_gather_upfront", "v5e", "v5e:2x2",
+    "FSDP/ZeRO-3 stack of 48 MLP blocks (4096 -> 16384 -> 4096, bf16, 12 GiB, sharded 3 GiB per device) "
+    "whose step all-gathers the whole stack once before the layer scan: the gathered 12 GiB copy and its "
+    "full-size gradient exceed 15.75G.",
+    "Fixed variant of zero3_gather_upfront_v5e: each layer's weights gathered inside the scan body; fits.",
+    dict(category="aggregate", causes=["replicated_tensor"]),
+    _zero3_upfront_builder, dict(layers=48, d_model=4096, d_ff=16384, rows=8192, gather_per_layer=False),
+    dict(layers=48, d_model=4096, d_ff=16384, rows=8192, gather_per_layer=True),
+    dump=True,
+)
+
+
+# 23.5 a learned positional table for a 1M-token maximum length, replicated and in f32
+
+
+def _learned_pos_builder(mesh, max_len, d_model, vocab, seqs, seq, table_spec):
+    """Long-context encoder with a learned absolute position table [max_len, d_model] in f32 ('positions
+    are learned slowly, keep them in f32'), trained with plain SGD. table_spec: its PartitionSpec."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def long_ctx_step(enc, tokens, offsets, labels):
+        def nll(enc):
+            pos = offsets[:, None] + jnp.arange(seq)[None, :]
+            x = jnp.take(enc["tok_emb"], tokens, axis=0) + jnp.take(enc["pos_emb"], pos, axis=0).astype(bf)
+            h = jax.nn.gelu(x @ enc["mix"]).astype(bf)
+            logits = (h.mean(1) @ enc["cls"]).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), labels[:, None], 1))
+
+        loss, g = jax.value_and_grad(nll)(enc)
+        return _tm(lambda p, g: (p - 1e-3 * g.astype(p.dtype)).astype(p.dtype), enc, g), loss
+
+    enc = {"tok_emb": sds((vocab, d_model), bf, mesh, P("d", None)),
+           "pos_emb": sds((max_len, d_model), f32, mesh, table_spec),
+           "mix": sds((d_model, d_model), bf, mesh, P()), "cls": sds((d_model, 1024), bf, mesh, P())}
+    n = mesh.devices.size * seqs
+    tokens = sds((n, seq), jnp.int32, mesh, P("d"))
+    offsets = sds((n,), jnp.int32, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    return long_ctx_step, (enc, tokens, offsets, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "learned_pos_table_replicated", "v5e", "v5e:4x4",
+    "Long-context encoder on the 16 devices of v5e:4x4 with a learned f32 position table for a 1048576-token "
+    "maximum length (f32[1048576,4096], 16 GiB) replicated on every device: the arguments alone exceed 15.75G.",
+    "Fixed variant of learned_pos_table_replicated_v5e: the position table sharded P('d', None) over the 16 "
+    "devices (1 GiB each); fits.",
+    dict(category="arguments", category_also=["single_large_allocation"],
+         causes=["replicated_tensor", "arguments_exceed", "f32_precision"]),
+    _learned_pos_builder, dict(max_len=1048576, d_model=4096, vocab=65536, seqs=4, seq=4096, table_spec=_P()),
+    dict(max_len=1048576, d_model=4096, vocab=65536, seqs=4, seq=4096, table_spec=_P("d", None)),
+    dump=False,
+)
+
+
+# 23.6 the global batch size of the config used as the per-device batch
+
+
+def _global_as_local_builder(mesh, global_batch, per_device, seq, d_model, heads, depth, classes):
+    """Sentence-pair classifier (BERT-style encoder, `depth` blocks under jax.checkpoint in lax.scan). The
+    input pipeline builds arrays of [global rows, seq] sharded over the devices; per_device=True: the
+    config's global_batch is taken as the per-device batch (global rows = devices * global_batch), as a
+    port from a one-device script did; False: global rows = global_batch."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def block(x, w):
+        q, k, v = (jnp.einsum("btd,dhe->bthe", x, w[n]) for n in ("query", "key", "value"))
+        a = jax.nn.softmax(jnp.einsum("bqhe,bkhe->bhqk", q, k).astype(f32) / hd ** 0.5, -1).astype(bf)
+        x = x + jnp.einsum("bhqk,bkhe,hed->bqd", a, v, w["attn_out"])
+        return (x + jax.nn.gelu(x @ w["inter"]) @ w["output"]).astype(bf), None
+
+    def pair_cls_step(bert, input_ids, label):
+        def xent(bert):
+            x = jnp.take(bert["word_emb"], input_ids, axis=0)
+            x, _ = jax.lax.scan(jax.checkpoint(block), x, bert["encoder"])
+            logits = (x[:, 0] @ bert["classifier"]).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), label[:, None], 1))
+
+        loss, g = jax.value_and_grad(xent)(bert)
+        return _tm(lambda p, g: (p - 2e-5 * g).astype(p.dtype), bert, g), loss
+
+    L, D, H, E = depth, d_model, heads, hd
+    r = lambda *s: sds(s, bf, mesh, P())
+    bert = {"word_emb": r(30522, D), "classifier": r(D, classes),
+            "encoder": {"query": r(L, D, H, E), "key": r(L, D, H, E), "value": r(L, D, H, E),
+                        "attn_out": r(L, H, E, D), "inter": r(L, D, 4 * D), "output": r(L, 4 * D, D)}}
+    n = mesh.devices.size * global_batch if per_device else global_batch
+    input_ids = sds((n, seq), jnp.int32, mesh, P("d"))
+    label = sds((n,), jnp.int32, mesh, P("d"))
+    return pair_cls_step, (bert, input_ids, label), {"donate_argnums": (0,)}
+
+
+pair(
+    "global_batch_per_device", "v5p", "v5p:2x2x1",
+    "BERT-style sentence-pair classifier (16 blocks, d_model 2048, checkpointed) whose config global_batch "
+    "2048 is used as the per-device batch on the 4 devices of v5p:2x2x1 (8192 sequences of 512 tokens in "
+    "all): beyond 95.74G.",
+    "Fixed variant of global_batch_per_device_v5p: 2048 sequences in all, 512 per device; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["batch_too_large", "large_activation"]),
+    _global_as_local_builder, dict(global_batch=2048, per_device=True, seq=512, d_model=2048, heads=16,
+                                   depth=16, classes=3),
+    dict(global_batch=2048, per_device=False, seq=512, d_model=2048, heads=16, depth=16, classes=3),
+    dump=False,
+)
+
+
+# 23.7 a super-resolution network that upsamples the input before its conv body
+
+
+def _superres_builder(mesh, images, lr_side, scale, width, depth, upsample_first):
+    """x4 single-image super-resolution (residual conv body, L1 loss). upsample_first=True (SRCNN / VDSR
+    style): the low-resolution input is resized to the output resolution first and every conv runs at the
+    high resolution; False (ESPCN / EDSR style): the body runs at the low resolution and a final conv to
+    3*scale^2 channels is rearranged into pixels (depth-to-space)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    dn = ("NHWC", "HWIO", "NHWC")
+    conv = lambda x, k: jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=dn)
+
+    def sr_step(net, low_res, high_res):
+        def l1(net):
+            x = low_res
+            if upsample_first:
+                b, h, w, c = x.shape
+                x = jax.image.resize(x, (b, h * scale, w * scale, c), "bilinear").astype(bf)
+            f = conv(x, net["stem"])
+            for k1, k2 in net["body"]:
+                f = (f + conv(jax.nn.relu(conv(f, k1)), k2)).astype(bf)
+            if upsample_first:
+                out = conv(f, net["tail"])
+            else:
+                y = conv(f, net["tail"])
+                b, h, w, _ = y.shape
+                out = y.reshape(b, h, w, scale, scale, 3).transpose(0, 1, 3, 2, 4, 5).reshape(
+                    b, h * scale, w * scale, 3)
+            return jnp.mean(jnp.abs(out.astype(f32) - high_res.astype(f32)))
+
+        loss, g = jax.value_and_grad(l1)(net)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), net, g), loss
+
+    k = lambda i, o: sds((3, 3, i, o), bf, mesh, P())
+    net = {"stem": k(3, width), "body": [(k(width, width), k(width, width)) for _ in range(depth)],
+           "tail": k(width, 3 if upsample_first else 3 * scale * scale)}
+    n = mesh.devices.size * images
+    low_res = sds((n, lr_side, lr_side, 3), bf, mesh, P("d"))
+    high_res = sds((n, lr_side * scale, lr_side * scale, 3), bf, mesh, P("d"))
+    return sr_step, (net, low_res, high_res), {"donate_argnums": (0,)}
+
+
+pair(
+    "superres_upsample_first", "v4", "v4:2x2x1",
+    "x4 super-resolution network (8 residual blocks, 128 channels) trained on 32 crops of 128x128 per "
+    "TensorCore that resizes the input to 512x512 before the conv body: every conv activation is at the "
+    "output resolution, beyond 15.25G.",
+    "Fixed variant of superres_upsample_first_v4: the body at 128x128 and a final conv to 48 channels "
+    "rearranged into 512x512 pixels (depth-to-space); fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large", "no_remat"]),
+    _superres_builder, dict(images=32, lr_side=128, scale=4, width=128, depth=8, upsample_first=True),
+    dict(images=32, lr_side=128, scale=4, width=128, depth=8, upsample_first=False),
+    dump=False,
+)
+
+
+# 23.8 activation offloading configured with the wrong destination memory (device instead of pinned_host)
+
+
+def _offload_policy_builder(mesh, seqs, seq, d_model, d_ff, depth, offload_dst):
+    """Decoder-only LM trunk (scan over `depth` MLP-heavy blocks) whose config asks to offload each block's
+    saved residual stream to host memory: jax.checkpoint with
+    save_and_offload_only_these_names(names_which_can_be_offloaded=['resid', 'ffn_pre'], offload_src='device',
+    offload_dst=offload_dst). offload_dst='device' (the config's value): the named activations are simply
+    saved in HBM; 'pinned_host': moved to host memory between the forward and the backward pass."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.ad_checkpoint import checkpoint_name
+    bf, f32 = jnp.bfloat16, jnp.float32
+    policy = jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["resid", "ffn_pre"],
+        offload_src="device", offload_dst=offload_dst)
+
+    def block(x, w):
+        x = checkpoint_name(x, "resid")
+        h = checkpoint_name(x @ w["ffn_up"], "ffn_pre")
+        return (x + jax.nn.gelu(h) @ w["ffn_down"]).astype(bf), None
+
+    def trunk_step(trunk, hidden, target):
+        def mse(trunk):
+            y, _ = jax.lax.scan(jax.checkpoint(block, policy=policy), hidden, trunk)
+            return jnp.mean((y.astype(f32) - target.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(trunk)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), trunk, g), loss
+
+    trunk = {"ffn_up": sds((depth, d_model, d_ff), bf, mesh, P()),
+             "ffn_down": sds((depth, d_ff, d_model), bf, mesh, P())}
+    n = mesh.devices.size * seqs
+    hidden = sds((n, seq, d_model), bf, mesh, P("d"))
+    target = sds((n, seq, d_model), bf, mesh, P("d"))
+    return trunk_step, (trunk, hidden, target), {"donate_argnums": (0,)}
+
+
+pair(
+    "offload_dst_device", "v6e", "v6e:2x2",
+    "LM trunk (24 blocks, d_model 2048, d_ff 8192) on 32 sequences of 4096 tokens per device whose "
+    "activation-offload policy names offload_dst='device': the residual stream and the MLP pre-activations "
+    "of every block stay in HBM for the backward pass, beyond 31.25G.",
+    "Fixed variant of offload_dst_device_v6e: offload_dst='pinned_host', the named activations moved to host "
+    "memory until the backward pass; fits.",
+    dict(category="single_large_allocation", causes=["no_remat", "batch_too_large"]),
+    _offload_policy_builder, dict(seqs=32, seq=4096, d_model=2048, d_ff=8192, depth=24, offload_dst="device"),
+    dict(seqs=32, seq=4096, d_model=2048, d_ff=8192, depth=24, offload_dst="pinned_host"),
+    dump=False,
+)
+
+
+# 23.9 a mixture-of-experts layer whose expert capacity is computed from all tokens, not tokens per expert
+
+
+def _moe_capacity_builder(mesh, rows, d_model, d_ff, experts, capacity_factor, per_expert):
+    """Switch-style top-1 MoE feed-forward layer with dense one-hot dispatch/combine ([T, E, C]). Capacity
+    C = capacity_factor * T / E when per_expert, else capacity_factor * T (the division by the number of
+    experts forgotten). Experts sharded over the devices (expert parallelism)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    T = rows
+    cap = int(capacity_factor * T / experts) if per_expert else int(capacity_factor * T)
+
+    def switch_step(moe, tokens, target):
+        def mse(moe):
+            def route(x):                                                     # per device group [T, D]
+                probs = jax.nn.softmax((x @ moe["router"]).astype(f32), -1)
+                e = jnp.argmax(probs, -1)
+                onehot = jax.nn.one_hot(e, experts, dtype=jnp.int32)
+                slot = jnp.cumsum(onehot, 0) * onehot - 1
+                dispatch = (jax.nn.one_hot(slot, cap, dtype=bf) * onehot[..., None].astype(bf))   # [T, E, C]
+                gate = jnp.max(probs, -1).astype(bf)
+                return dispatch, gate
+
+            xs = tokens.reshape(-1, T, d_model)
+            dispatch, gate = jax.vmap(route)(xs)                              # [G, T, E, C]
+            xe = jnp.einsum("gtec,gtd->egcd", dispatch, xs)
+            h = jax.nn.gelu(jnp.einsum("egcd,edf->egcf", xe, moe["wi"]))
+            ye = jnp.einsum("egcf,efd->egcd", h, moe["wo"])
+            y = jnp.einsum("gtec,egcd->gtd", dispatch, ye) * gate[..., None]
+            return jnp.mean((y.reshape(tokens.shape).astype(f32) - target) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(moe)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), moe, g), loss
+
+    moe = {"router": sds((d_model, experts), bf, mesh, P()),
+           "wi": sds((experts, d_model, d_ff), bf, mesh, P("d", None, None)),
+           "wo": sds((experts, d_ff, d_model), bf, mesh, P("d", None, None))}
+    n = mesh.devices.size * rows
+    tokens = sds((n, d_model), bf, mesh, P("d"))
+    target = sds((n, d_model), f32, mesh, P("d"))
+    return switch_step, (moe, tokens, target), {"donate_argnums": (0,)}
+
+
+pair(
+    "moe_capacity_all_tokens", "v5e", "v5e:2x2",
+    "Switch-style MoE layer (64 experts, d_model 1024, expert parallelism) on 16384 tokens per device whose "
+    "expert capacity is 1.25 * T instead of 1.25 * T / E: every expert gets a 20480-slot buffer "
+    "(expert activations bf16[64,20480,4096], 10 GiB), beyond 15.75G.",
+    "Fixed variant of moe_capacity_all_tokens_v5e: capacity 1.25 * T / E (320 slots per expert); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _moe_capacity_builder, dict(rows=16384, d_model=1024, d_ff=4096, experts=64, capacity_factor=1.25,
+                                per_expert=False),
+    dict(rows=16384, d_model=1024, d_ff=4096, experts=64, capacity_factor=1.25, per_expert=True),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
