@@ -514,8 +514,9 @@ fn gathered_output(
     causes
 }
 
-/// A stack of layer parameters gathered whole: an all-gather along dimension 0 of a stacked
-/// array (rank 3 or more) that the program holds (a parameter or the loop's state, not an
+/// A stack of layer parameters gathered whole: an all-gather of a stacked array (rank 3 or more,
+/// 4 layers or more in its leading dimension, along the layer axis or a weight axis) that the
+/// program holds (a parameter or the loop's state, not an
 /// activation it computed), as large as a tenth of the peak. FSDP sharded along the stacked
 /// layer axis (`P('fsdp', None, None)` on `[layers, d, f]`) makes every step of the scan gather
 /// every layer's slice at once; sharded along a weight axis (`P(None, 'fsdp', None)`), each step
@@ -571,27 +572,43 @@ fn gathered_stack<'a>(
             .and_then(|(_, r)| r.split(']').next())
             .map(|d| d.split(',').filter_map(|x| x.trim().parse().ok()).collect())
             .unwrap_or_default();
-        let along0 = i
+        let along: Option<usize> = i
             .attr("dimensions")
-            .is_some_and(|d| d.trim_matches(|c| c == '{' || c == '}').trim() == "0");
+            .and_then(|d| d.trim_matches(|c| c == '{' || c == '}').trim().parse().ok());
         let layers = dims.first().copied().unwrap_or(0);
-        if dims.len() < 3 || !along0 || layers < 4 || !i.operands.first().is_some_and(|o| held(o)) {
+        if dims.len() < 3
+            || along.is_none()
+            || layers < 4
+            || !i.operands.first().is_some_and(|o| held(o))
+        {
             continue;
         }
         claimed.insert(b.name.clone());
+        // Along the layer axis: FSDP sharded the stack by layers. Along a weight axis, the whole
+        // stack still keeps its layer dimension: every layer's weights are gathered before the
+        // loop (ZeRO-3 written as one gather up front) instead of one layer per step inside it.
+        let (why, advice) = if along == Some(0) {
+            (
+                format!("a stack of {layers} layers' parameters sharded along its layer axis, so each step gathers every layer's slice at once"),
+                "shard stacked layer parameters along a weight axis, not the layer axis: P(None, 'fsdp', None) on [layers, d, f] (not P('fsdp', None, None)); the scan then gathers one layer per step",
+            )
+        } else {
+            (
+                format!("all {layers} layers of a stacked parameter gathered at once, before the loop that uses them one layer at a time"),
+                "gather one layer's weights per step inside the scan (slice the sharded stack in the scan body and constrain only that layer to be replicated), not the whole stack before it",
+            )
+        };
         let mut c = cause(
             CauseKind::ReplicatedTensor,
             None,
             format!(
-                "`{}` gathers {} whole on every device ({}, {} of the peak): a stack of {layers} layers' parameters sharded along its layer axis, so each step gathers every layer's slice at once",
+                "`{}` gathers {} whole on every device ({}, {} of the peak): {why}",
                 b.name,
                 b.shape,
                 format_size(b.size_bytes),
                 pct(b.size_bytes, s.peak_bytes)
             ),
-            vec![
-                "shard stacked layer parameters along a weight axis, not the layer axis: P(None, 'fsdp', None) on [layers, d, f] (not P('fsdp', None, None)); the scan then gathers one layer per step".into(),
-            ],
+            vec![advice.into()],
         );
         c.changes = vec![(b.name.clone(), (1000 / layers).max(1) as u32)];
         causes.push(c);
@@ -775,7 +792,10 @@ fn no_remat(input: &ModuleInput<'_>, s: &SpaceReport, claimed: &mut HashSet<Stri
         .buffers_at_peak
         .iter()
         .filter(|b| {
+            // (Not a buffer another cause explains: a parameter stack gathered whole is held
+            // state, not an activation of the forward pass.)
             b.kind == "temp"
+                && !claimed.contains(&b.name)
                 && b.op_name.as_deref().is_some_and(is_fwd)
                 && b.live.is_some_and(|(st, en)| st < first_bwd && en >= t)
         })
