@@ -98,11 +98,7 @@ pub fn categorize(e: &Event) -> Category {
             };
             // (PyTorch's `N allowed;`: a per-process fraction caps the allocator below what is
             // free on the device: the cap ran out, not a free region.)
-            let capped = e
-                .pool_setting
-                .as_deref()
-                .is_some_and(|s| s.starts_with("set_per_process_memory_fraction ("));
-            if spare && !capped {
+            if spare && !fraction_capped(e) {
                 return Category::RuntimeFragmentation;
             }
         }
@@ -118,10 +114,7 @@ pub fn categorize(e: &Event) -> Category {
             }
         }
         // (A serving engine's pool sized by `gpu_memory_utilization` is not one allocation.)
-        let pool = e
-            .pool_setting
-            .as_deref()
-            .is_some_and(|p| p.contains("memory_utilization"));
+        let pool = engine_pool(e);
         if e.allocations.iter().any(over_half)
             || (!pool
                 && e.requested_bytes
@@ -842,6 +835,22 @@ const LARGEST_DEVICE: u64 = 288_000_000_000;
 /// shape must be wrong): an intermediate such as an N x N distance matrix, a [B, S, V] logits tensor
 /// or an attention score tensor, computed whole where it has to be computed in blocks. No batch
 /// tweak of a few percent closes it, and the rest of the program is not what fills the device.
+/// A serving engine's pool sized by `gpu_memory_utilization` (vLLM's, either spelling) is named
+/// around the failure.
+fn engine_pool(e: &Event) -> bool {
+    e.pool_setting
+        .as_deref()
+        .is_some_and(|p| p.contains("memory_utilization") || p.contains("memory-utilization"))
+}
+
+/// PyTorch's own message stated a per-process fraction's cap (`N allowed;`, read as
+/// `set_per_process_memory_fraction (N allowed)`).
+fn fraction_capped(e: &Event) -> bool {
+    e.pool_setting.as_deref().is_some_and(|s| {
+        s.starts_with("set_per_process_memory_fraction (") && s.ends_with("allowed)")
+    })
+}
+
 fn intermediate_beyond_device(ctx: &Ctx<'_>) -> Option<Cause> {
     const FLOOR: u64 = 512 << 20;
     let e = ctx.e;
@@ -851,9 +860,7 @@ fn intermediate_beyond_device(ctx: &Ctx<'_>) -> Option<Cause> {
         || e.memory_space == Some(MemorySpace::Host)
         || e.family == Family::VllmKvCache
         || matches!(e.stage, Some(Stage::Init | Stage::Restore))
-        || e.pool_setting
-            .as_deref()
-            .is_some_and(|p| p.contains("memory_utilization") || p.contains("memory-utilization"))
+        || engine_pool(e)
     {
         return None;
     }
@@ -2886,7 +2893,7 @@ fn pool_named(ctx: &Ctx<'_>) -> Option<Cause> {
     }
     let knob = setting.split(['=', ' ']).next().unwrap_or(setting);
     let advice = match knob {
-        "set_per_process_memory_fraction" if setting.ends_with("allowed)") => "PyTorch's caching allocator is capped by torch.cuda.set_per_process_memory_fraction (the message's `allowed` figure), far below what the device has free: raise the fraction, or remove the call (a test harness or launcher may set it for you).",
+        "set_per_process_memory_fraction" if fraction_capped(e) => "PyTorch's caching allocator is capped by torch.cuda.set_per_process_memory_fraction (the message's `allowed` figure), far below what the device has free: raise the fraction, or remove the call (a test harness or launcher may set it for you).",
         "gpu_memory_utilization" | "gpu-memory-utilization" => "vLLM reserves gpu_memory_utilization x the device for weights and the KV cache up front: lower it to leave room for programs loaded later (or raise it when the KV cache is what does not fit); keep max_model_len no larger than you serve.",
         "XLA_PYTHON_CLIENT_MEM_FRACTION" | "XLA_PYTHON_CLIENT_PREALLOCATE" | "set_per_process_memory_fraction" | "per_process_gpu_memory_fraction" => "The pool fraction caps what the process may use: give it more of the device (XLA_PYTHON_CLIENT_MEM_FRACTION=.95) when nothing else shares it, or XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand.",
         "TF_FORCE_UNIFIED_MEMORY" => "With unified memory the pool may grow past the GPU into host RAM, but only up to XLA_PYTHON_CLIENT_MEM_FRACTION x the GPU's memory (AlphaFold sets 4.0): a request larger than that needs a larger fraction, and runs at host-memory speed.",
