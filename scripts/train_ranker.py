@@ -187,6 +187,8 @@ def main():
     ap.add_argument("--cases", help="a dump already written (skips the harness run)")
     ap.add_argument("--lam", type=float, nargs="*", default=[1.0, 3.0, 10.0])
     ap.add_argument("--hand-lam", type=float, default=10.0)
+    ap.add_argument("--split", type=int, nargs="*", default=[29],
+                    help="score each later set of batches, fitted on the batches before it")
     args = ap.parse_args()
     rows = load(args.cases) if args.cases else dump_cases()
     print("cases: %d explained, %d with label causes, %d with a label cause among the candidates" % (
@@ -205,11 +207,12 @@ def main():
         if best is None or posts[1] > best[1][1]:
             best = (lam, posts)
     lam = best[0]
-    early = [r for r in rows if (batch_no(r["group"]) or 0) < 29]
-    late = [r for r in rows if (batch_no(r["group"]) or 0) >= 29]
-    print("\nsplit by time (fit before posts29, score posts29 on), lambda=%g" % lam)
-    print("  hand   %s" % fmt(score(late, None)["posts"]))
-    print("  fitted %s" % fmt(score(late, fit(early, lam, args.hand_lam))["posts"]))
+    for cut in args.split:
+        early = [r for r in rows if (batch_no(r["group"]) or 0) < cut]
+        late = [r for r in rows if (batch_no(r["group"]) or 0) >= cut]
+        print("\nsplit by time (fit before posts%d, score posts%d on), lambda=%g" % (cut, cut, lam))
+        print("  hand   %s" % fmt(score(late, None)["posts"]))
+        print("  fitted %s" % fmt(score(late, fit(early, lam, args.hand_lam))["posts"]))
     if not args.write:
         return
     model = fit(rows, lam, args.hand_lam)

@@ -690,6 +690,128 @@ fn report(cases: &[Case], scores: &BTreeMap<&'static str, Score>) -> String {
     out
 }
 
+/// One posted memory series of tests/corpus/trend/MANIFEST.toml whose `thread` field says what its
+/// thread settled (`leak` or `not_leak`): the real-series set.
+#[derive(Deserialize)]
+struct SeriesLabel {
+    file: String,
+    #[serde(default)]
+    thread: Option<String>,
+    #[serde(default)]
+    samples: Option<u64>,
+    #[serde(default)]
+    shape: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SeriesManifest {
+    case: Vec<SeriesLabel>,
+}
+
+/// How `trend` does on the real series: is a leak called (`verdict` leak, or `leak_suspected` on a
+/// series too short to judge) exactly where the thread settled one, and are all the readings read.
+#[derive(Default)]
+struct SeriesScore {
+    n: usize,
+    right: usize,
+    leaks: usize,
+    leaks_found: usize,
+    false_alarms: usize,
+    with_samples: usize,
+    samples_exact: usize,
+    misses: Vec<String>,
+}
+
+impl SeriesScore {
+    fn figures(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("leak_call", Score::rate(self.right, self.n)),
+            ("readings", Score::rate(self.samples_exact, self.with_samples)),
+        ]
+    }
+}
+
+fn series_score() -> SeriesScore {
+    let dir = root().join("tests/corpus/trend");
+    let text = std::fs::read_to_string(dir.join("MANIFEST.toml")).expect("accuracy harness input");
+    let manifest: SeriesManifest = toml::from_str(&text).expect("tests/corpus/trend/MANIFEST.toml");
+    let mut s = SeriesScore::default();
+    for c in manifest.case {
+        let Some(thread) = c.thread.as_deref() else {
+            continue;
+        };
+        let bytes = std::fs::read(dir.join(&c.file)).expect("accuracy harness input");
+        let mut col = hbm_doctor_trend::reader::Collected::default();
+        let name = Path::new(&c.file)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        hbm_doctor_trend::read_all(&mut col, "", &name, &bytes);
+        let rep = hbm_doctor_trend::report::report(&col, &hbm_doctor_trend::detect::Params::default());
+        let v = serde_json::to_value(&rep).expect("trend report");
+        let series = v["series"].as_array().cloned().unwrap_or_default();
+        let called = series
+            .iter()
+            .any(|x| x["verdict"] == "leak" || x["leak_suspected"] == true);
+        let read: Vec<u64> = series.iter().filter_map(|x| x["samples"].as_u64()).collect();
+        let leak = thread == "leak";
+        s.n += 1;
+        s.leaks += usize::from(leak);
+        s.leaks_found += usize::from(leak && called);
+        s.false_alarms += usize::from(!leak && called);
+        let ok = leak == called;
+        s.right += usize::from(ok);
+        if let Some(want) = c.samples {
+            s.with_samples += 1;
+            s.samples_exact += usize::from(read.contains(&want));
+        }
+        let verdicts: Vec<String> = series
+            .iter()
+            .map(|x| {
+                format!(
+                    "{}{}",
+                    x["verdict"].as_str().unwrap_or("?"),
+                    if x["leak_suspected"] == true { "+suspected" } else { "" }
+                )
+            })
+            .collect();
+        if !ok || c.samples.is_some_and(|w| !read.contains(&w)) {
+            s.misses.push(format!(
+                "  series {:<45} want {} ({}, {} readings) got [{}] read {:?}",
+                c.file,
+                thread,
+                c.shape.as_deref().unwrap_or("?"),
+                c.samples.map_or("?".into(), |n| n.to_string()),
+                verdicts.join(","),
+                read
+            ));
+        }
+    }
+    s
+}
+
+fn series_report(s: &SeriesScore) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nReal memory series (tests/corpus/trend/MANIFEST.toml, thread settled): {} series, leak called right {}/{} ({:.1}%); leaks found {}/{}, false alarms {}/{}; readings read exactly {}/{}",
+        s.n,
+        s.right,
+        s.n,
+        Score::rate(s.right, s.n) * 100.0,
+        s.leaks_found,
+        s.leaks,
+        s.false_alarms,
+        s.n - s.leaks,
+        s.samples_exact,
+        s.with_samples
+    );
+    for m in &s.misses {
+        let _ = writeln!(out, "{m}");
+    }
+    out
+}
+
 /// `set.figure value` lines between `<!-- ratchet -->` and `<!-- /ratchet -->` in ACCURACY.md.
 fn ratchet() -> Vec<(String, f64)> {
     let text = std::fs::read_to_string(root().join("ACCURACY.md")).unwrap_or_default();
@@ -734,7 +856,9 @@ fn accuracy_on_every_labelled_case() {
         }
         std::fs::write(&path, out).expect("HBM_DOCTOR_RANK_DUMP is writable");
     }
-    let text = report(&cases, &scores);
+    let series = series_score();
+    let mut text = report(&cases, &scores);
+    text.push_str(&series_report(&series));
     println!("{text}");
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("accuracy.txt");
     let _ = std::fs::write(&out, &text);
@@ -746,19 +870,24 @@ fn accuracy_on_every_labelled_case() {
             }
         }
     }
+    if series.n > 0 {
+        for (name, value) in series.figures() {
+            let _ = writeln!(block, "series.{name} {value:.3}");
+        }
+    }
     println!("ratchet block for ACCURACY.md (bash scripts/accuracy.sh):\n{block}");
     let mut fell = Vec::new();
     for (key, recorded) in ratchet() {
         let (set, name) = key.split_once('.').expect("accuracy harness input");
-        let now = scores
-            .get(set)
-            .map(|s| {
-                s.figures()
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map_or(0.0, |(_, v)| *v)
-            })
-            .unwrap_or(0.0);
+        let figures = if set == "series" {
+            series.figures()
+        } else {
+            scores.get(set).map(Score::figures).unwrap_or_default()
+        };
+        let now = figures
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0.0, |(_, v)| *v);
         if now + 0.0005 < recorded {
             fell.push(format!("{key}: {now:.3} < {recorded:.3} recorded"));
         }

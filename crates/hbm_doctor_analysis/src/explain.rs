@@ -127,7 +127,13 @@ pub fn categorize(e: &Event) -> Category {
         if e.arguments_bytes.zip(limit).is_some_and(|(a, l)| a >= l) {
             return Category::Arguments;
         }
-        if e.family == Family::Unrecognized && e.requested_bytes.is_none() {
+        // A failure with no message the readers know says nothing of which memory ran out,
+        // unless the text names the device's (a GPU, CUDA, VRAM): labelling.md makes every
+        // run-time device OOM `runtime_allocation`.
+        if e.family == Family::Unrecognized
+            && e.requested_bytes.is_none()
+            && e.memory_space != Some(MemorySpace::Device)
+        {
             return Category::Unknown;
         }
         return Category::RuntimeAllocation;
