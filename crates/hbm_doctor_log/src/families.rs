@@ -115,10 +115,11 @@ fn p() -> &'static Patterns {
             r"(?i)(?:(?:CUDA|HIP|XPU|NPU)\s+out\s+of\s+memory\s*[.,]?\s*)?Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*(?:GPU|NPU)\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;(?:\s*\d[\d.,]*\s*[KMGTP]i?B\s*current\s*active\s*;)?\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
         )),
         // The older message cut after its capacity (`CUDA out of memory. Tried to allocate 28.27
-        // GiB (GPU 0; 15.77 GiB total capacity; 47.02 MiB already allocated;` and no more): what
-        // it states.
+        // GiB (GPU 0; 15.77 GiB total capacity; 47.02 MiB already allocated;` and no more), or
+        // retyped in a title without its request (`CUDA out of memory.(GPU 1; 14.76 GiB total
+        // capacity;)`): what it states.
         torch_old_cut: re(&format!(
-            r"(?i)(?:CUDA|HIP|XPU)\s+out\s+of\s+memory\s*[.,]?\s*Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity(?:\s*;\s*{SZ}\s*already\s*allocated)?"
+            r"(?i)(?:CUDA|HIP|XPU)\s+out\s+of\s+memory\s*[.,]?\s*(?:Tried\s+to\s+allocate\s*{SZ}\s*)?\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity(?:\s*;\s*{SZ}\s*already\s*allocated)?"
         )),
         // PyTorch on the host: `DefaultCPUAllocator: can't allocate memory: you tried to allocate
         // 64597662208 bytes. Error code 12 (Cannot allocate memory)`.
@@ -339,7 +340,9 @@ fn p() -> &'static Patterns {
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
         // (the pool's total, not read as a figure).
-        cupy: re(r"[Oo]ut of memory (?:allocating|to allocate) ([\d,]+) bytes \((?:allocated so far: ([\d,]+) bytes\)|total [\d,]+ bytes\))"),
+        // With a pool limit set (`mempool.set_limit`): "... (allocated so far: 536,870,912 bytes,
+        // limit set to: 1,073,741,824 bytes)."
+        cupy: re(r"[Oo]ut of memory (?:allocating|to allocate) ([\d,]+) bytes \((?:allocated so far: ([\d,]+) bytes(?:, limit set to: ([\d,]+) bytes)?\)|total [\d,]+ bytes\))"),
         vllm_cache: re(r"No available memory for the cache blocks"),
         // SGLang's scheduler, its KV pool counted in tokens: `Decode out of memory. Try to lower
         // your batch size.` (the figures that follow are tokens, not bytes).
@@ -842,6 +845,11 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         let mut e = gpu_event(line, Family::CudaOom, flat);
         e.requested_bytes = bytes(&c, 1);
         e.used_bytes = bytes(&c, 2);
+        // The pool's limit, set by the program: the allocator's wall, not the device's.
+        if let Some(l) = bytes(&c, 3) {
+            e.limit_bytes = Some(l);
+            e.pool_setting = Some(format!("mempool.set_limit({l})"));
+        }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.numpy_host) {
