@@ -554,7 +554,14 @@ pub fn scan_unwrapped(input: &[u8]) -> Option<(Vec<Event>, Vec<WarningSummary>)>
 
 /// A small text with no printed failure may tell one in words
 /// ([`crate::parse::told_failure`]); it joins the events when nothing printed was found.
+///
+/// A pull request's description ([`crate::parse::pull_request`]) quotes messages as examples of
+/// its change: it holds no failure.
 pub fn with_told_failure(events: &mut Vec<Event>, input: &[u8]) {
+    if crate::parse::pull_request(input) {
+        events.clear();
+        return;
+    }
     if events.iter().any(|e| e.fatal) {
         return;
     }
