@@ -33,6 +33,7 @@ struct Patterns {
     figures_told: Regex,
     mlx: Regex,
     mlc_insufficient: Regex,
+    trt_scratch: Regex,
     metal_buffer: Regex,
     sophgo: Regex,
     rknn: Regex,
@@ -183,6 +184,10 @@ fn p() -> &'static Patterns {
         // MLC LLM's memory plan: `Insufficient GPU memory error: The available single GPU memory
         // is 20584.716 MB, which is less than the sum of model weight size (5977.188 MB) and
         // temporary buffer size (15013.765 MB).` (the KV cache comes after both).
+        // TensorRT's builder (TensorRT-LLM's plugins): `plugin node ... requires 210571452800
+        // bytes of scratch space, but only 47697362944 is available. Try increasing the workspace
+        // size with IBuilderConfig::setMemoryPoolLimit().`
+        trt_scratch: re(r"requires (\d+) bytes of scratch space, but only (\d+) is available"),
         mlc_insufficient: re(&format!(
             r"Insufficient GPU memory error:\s*The available single GPU memory is\s*{SZ},\s*which is less than the sum of model weight size\s*\({SZ}\)\s*and temporary buffer size\s*\({SZ}\)"
         )),
@@ -452,6 +457,15 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.device = Some("mlx".into());
         e.requested_bytes = c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok());
         e.limit_bytes = c.get(3).and_then(|m| m.as_str().parse().ok());
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.trt_scratch) {
+        // The engine is being built: the builder's workspace (its memory pool limit) is short.
+        let mut e = gpu_event(line, Family::CudaOom, flat);
+        e.phase = Phase::Compile;
+        e.requested_bytes = c[1].parse().ok();
+        e.free_bytes = c[2].parse().ok();
+        e.pool_setting = Some("IBuilderConfig::setMemoryPoolLimit".into());
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.mlc_insufficient) {

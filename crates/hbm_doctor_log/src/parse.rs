@@ -318,6 +318,7 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             // allocation, a Rust server's error enum, launchers reporting a child killed by
             // signal 9 (the kernel's OOM killer), Kaggle's notice.
             b"Insufficient GPU memory error",
+            b"bytes of scratch space",
             b"must not exceed",
             b"bm_alloc_gmem",
             b"== (nil)",
