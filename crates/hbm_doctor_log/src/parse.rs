@@ -4177,6 +4177,23 @@ fn read_stage(e: &mut Event, before: &[Line], after: &[Line]) {
             found = Some(Stage::Init);
         }
     }
+    // The library's own frames say it where the user's do not: PyTorch's `Module.to` / `.cuda()`
+    // moving the model's parameters to the device (`return t.to(device, dtype if
+    // t.is_floating_point() or t.is_complex() else None, non_blocking)`, `param_applied =
+    // fn(param)`, `return self._apply(lambda t: t.cuda(device))`), or Hugging Face's progress
+    // bar of the weights being loaded (`Loading checkpoint shards:`) just before the failure.
+    if found.is_none() {
+        let lines = &before[before.len().saturating_sub(12)..];
+        let has = |k: &str| lines.iter().any(|l| l.text.contains(k));
+        if has("t.is_floating_point() or t.is_complex()")
+            || has("param_applied = fn(param)")
+            || has("lambda t: t.cuda(")
+        {
+            found = Some(Stage::Init);
+        } else if has("Loading checkpoint shards") {
+            found = Some(Stage::Restore);
+        }
+    }
     // No frame says it: the user's own words may ("I am not able to load the 2.7B model",
     // "crashes when loading the checkpoint").
     if found.is_none() {
