@@ -6810,6 +6810,473 @@ pair(
 )
 
 
+# ---- 24. more broken/fixed pairs (batch tpu13): other models, other names ---------------------
+#
+# Programs of kinds sections 13-23 do not have (a mixture of LoRA adapters whose per-sequence delta W
+# is materialized, a serving KV cache preallocated for a maximum batch far above the served one,
+# jax.checkpoint around the whole loss instead of the scanned block, a PPO step holding the policy,
+# reference, reward and value models replicated, an Evoformer-style pair stack in f32, a speech encoder
+# attending over 10 ms frames without subsampling, a GCN that scatters its edges into a dense [N, N]
+# adjacency, log-domain Sinkhorn iterations differentiated without rematerialization). The same
+# conventions: the fixed twin changes exactly the first cause. Only the KV-cache, GCN and Sinkhorn pairs keep
+# their dumps (the other modules are over 160 KB).
+
+
+# 24.1 a mixture of LoRA adapters whose per-sequence delta W is materialized
+
+
+def _lora_mix_builder(mesh, seqs, seq_len, d_model, depth, adapters, rank, low_rank_path):
+    """Frozen bf16 base projections (scanned over `depth` layers) with `adapters` LoRA adapters per layer,
+    mixed per sequence by a router on the mean-pooled input. low_rank_path=False: every adapter's delta
+    B_e @ A_e is formed and the per-sequence weight W0 + sum_e g[b, e] dW_e ([B, D, D]) is built and applied;
+    True: y = x W0 + sum_e g[b, e] (x B_e) A_e. Only the adapters and the router are trained."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def layer(carry, xs):
+        h, gates = carry
+        w0, down, up = xs                                            # [D,D], [E,D,r], [E,r,D]
+        if low_rank_path:
+            z = jnp.einsum("bsd,edr->bser", h, down)
+            y = h @ w0 + jnp.einsum("be,bser,erk->bsk", gates, z, up)
+        else:
+            delta = jnp.einsum("edr,erk->edk", down, up)             # every adapter's full delta W
+            w_seq = w0[None] + jnp.einsum("be,edk->bdk", gates, delta)   # [B, D, D]
+            y = jnp.einsum("bsd,bdk->bsk", h, w_seq)
+        return (jax.nn.gelu(y).astype(bf), gates), None
+
+    def adapter_step(lora, frozen, feats, target):
+        def mse(lora):
+            gates = jax.nn.softmax((feats.mean(1) @ lora["router"]).astype(f32), -1).astype(bf)
+            (h, _), _ = jax.lax.scan(layer, (feats, gates), (frozen["w0"], lora["down"], lora["up"]))
+            return jnp.mean((h.astype(f32) - target) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(lora)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), lora, g), loss
+
+    L, D, E, r = depth, d_model, adapters, rank
+    lora = {"router": sds((D, E), bf, mesh, P()),
+            "down": sds((L, E, D, r), bf, mesh, P()), "up": sds((L, E, r, D), bf, mesh, P())}
+    frozen = {"w0": sds((L, D, D), bf, mesh, P())}
+    n = mesh.devices.size * seqs
+    feats = sds((n, seq_len, D), bf, mesh, P("d"))
+    target = sds((n, seq_len, D), bf, mesh, P("d"))
+    return adapter_step, (lora, frozen, feats, target), {"donate_argnums": (0,)}
+
+
+pair(
+    "lora_mixture_delta", "v5e", "v5e:2x2",
+    "Mixture of 16 rank-16 LoRA adapters on 8 frozen d=4096 projections, routed per sequence (128 sequences "
+    "of 256 tokens per device): each layer forms every adapter's delta W and a per-sequence weight "
+    "bf16[128,4096,4096] (4 GiB), kept with its gradient for the backward pass, beyond 15.75G.",
+    "Fixed variant of lora_mixture_delta_v5e: the adapters applied on the low-rank path, x W0 + sum_e "
+    "g_e (x B_e) A_e, no delta W formed; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large", "no_remat"]),
+    _lora_mix_builder, dict(seqs=128, seq_len=256, d_model=4096, depth=8, adapters=16, rank=16,
+                            low_rank_path=False),
+    dict(seqs=128, seq_len=256, d_model=4096, depth=8, adapters=16, rank=16, low_rank_path=True),
+    dump=False,
+)
+
+
+# 24.2 a decode step whose KV cache is preallocated for a maximum batch far above the served batch
+
+
+def _kv_slots_builder(mesh, max_batch, max_len, d_model, heads, kv_heads, d_ff, depth):
+    """One greedy decode step of a GQA decoder over a preallocated KV cache [L, max_batch, max_len, Hkv, hd]
+    (slots sharded over the devices); every slot is decoded. The cache is donated and updated per layer in
+    the scan over layers."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    grp = heads // kv_heads
+
+    def decode_step(slots_k, slots_v, lm, tok, pos):
+        x = jnp.take(lm["embed"], tok, axis=0)                        # [B, D]
+
+        def block(x, xs):
+            w, ck, cv = xs
+            q = (x @ w["q"]).reshape(-1, kv_heads, grp, hd)
+            k = (x @ w["k"]).reshape(-1, 1, kv_heads, hd)
+            v = (x @ w["v"]).reshape(-1, 1, kv_heads, hd)
+            ck = jax.lax.dynamic_update_slice_in_dim(ck, k, pos, 1)
+            cv = jax.lax.dynamic_update_slice_in_dim(cv, v, pos, 1)
+            s = jnp.einsum("bhgd,bthd->bhgt", q, ck).astype(f32) / hd ** 0.5
+            s = jnp.where(jnp.arange(max_len) <= pos, s, -1e9)
+            a = jax.nn.softmax(s, -1).astype(bf)
+            o = jnp.einsum("bhgt,bthd->bhgd", a, cv).reshape(-1, d_model)
+            x = x + o @ w["o"]
+            x = (x + jax.nn.gelu(x @ w["up"]) @ w["down"]).astype(bf)
+            return x, (ck, cv)
+
+        x, (nk, nv) = jax.lax.scan(block, x, (lm["layers"], slots_k, slots_v))
+        nxt = jnp.argmax((x @ lm["embed"].T).astype(f32), -1)
+        return nk, nv, nxt
+
+    L, D, F = depth, d_model, d_ff
+    kvd = kv_heads * hd
+    w = lambda *s: sds(s, bf, mesh, P())
+    lm = {"embed": w(32000, D),
+          "layers": {"q": w(L, D, D), "k": w(L, D, kvd), "v": w(L, D, kvd), "o": w(L, D, D),
+                     "up": w(L, D, F), "down": w(L, F, D)}}
+    cache = sds((L, max_batch, max_len, kv_heads, hd), bf, mesh, P(None, "d"))
+    tok = sds((max_batch,), jnp.int32, mesh, P("d"))
+    pos = sds((), jnp.int32, mesh, P())
+    return decode_step, (cache, cache, lm, tok, pos), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "kv_slots_max_batch", "v5p", "v5p:2x2x1",
+    "Serving decode step (16-layer GQA decoder, d=2048, 8 KV heads) whose KV cache is preallocated for "
+    "max_batch=512 sequences of 16384 tokens (the engine serves 128): 128 slots per device, 64 GiB of "
+    "keys and 64 GiB of values per device before any compute, beyond 95.74G.",
+    "Fixed variant of kv_slots_max_batch_v5p: max_batch=128, the served batch (32 slots per device); fits.",
+    dict(category="arguments", category_also=["single_large_allocation"], causes=["batch_too_large", "arguments_exceed"]),
+    _kv_slots_builder, dict(max_batch=512, max_len=16384, d_model=2048, heads=16, kv_heads=8, d_ff=8192,
+                            depth=16),
+    dict(max_batch=128, max_len=16384, d_model=2048, heads=16, kv_heads=8, d_ff=8192, depth=16),
+    dump=True,
+)
+
+
+# 24.3 jax.checkpoint wrapped around the whole loss, not around the scanned block
+
+
+def _remat_outer_builder(mesh, rows, d_model, d_ff, depth, where):
+    """Residual GELU-MLP stack (scanned over `depth` blocks, bf16). where='loss': jax.checkpoint wraps the
+    whole loss function (the backward pass recomputes the forward and keeps every block's activations);
+    where='block': jax.checkpoint on the scanned block."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def mlp_block(x, w):
+        return (x + jax.nn.gelu(x @ w["fc_in"]) @ w["fc_out"]).astype(bf), None
+
+    body = jax.checkpoint(mlp_block) if where == "block" else mlp_block
+
+    def objective(net, x, y):
+        h, _ = jax.lax.scan(body, x, net["blocks"])
+        return jnp.mean((h.astype(f32) - y) ** 2)
+
+    loss_fn = jax.checkpoint(objective) if where == "loss" else objective
+
+    def regress_step(net, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(net, x, y)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), net, g), loss
+
+    net = {"blocks": {"fc_in": sds((depth, d_model, d_ff), bf, mesh, P()),
+                      "fc_out": sds((depth, d_ff, d_model), bf, mesh, P())}}
+    n = mesh.devices.size * rows
+    x = sds((n, d_model), bf, mesh, P("d"))
+    y = sds((n, d_model), bf, mesh, P("d"))
+    return regress_step, (net, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "remat_whole_loss", "v6e", "v6e:2x2",
+    "24 residual MLP blocks (d=2048, 4x expansion, bf16, lax.scan) on 65536 rows per device with "
+    "jax.checkpoint around the whole loss function: the backward pass recomputes the forward and keeps "
+    "every block's activations anyway (about 2.25 GiB per block), beyond 31.25G.",
+    "Fixed variant of remat_whole_loss_v6e: jax.checkpoint on the scanned block instead; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["no_remat", "batch_too_large"]),
+    _remat_outer_builder, dict(rows=65536, d_model=2048, d_ff=8192, depth=24, where="loss"),
+    dict(rows=65536, d_model=2048, d_ff=8192, depth=24, where="block"),
+    dump=False,
+)
+
+
+# 24.4 a PPO step holding the policy, reference, reward and value models, all replicated
+
+
+def _ppo_four_builder(mesh, seqs, seq_len, d_model, d_ff, depth, fsdp):
+    """PPO update of an RLHF pipeline with four transformer-MLP towers of the same size: the policy and the
+    value model are trained (SGD), the reference policy and the reward model are frozen. fsdp=False: all
+    four stacks replicated (P()); True: every stack's d_model axis sharded over the devices."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def tower(params, h):
+        def blk(h, w):
+            return (h + jax.nn.gelu(h @ w["wi"]) @ w["wo"]).astype(bf), None
+
+        h, _ = jax.lax.scan(jax.checkpoint(blk), h, params)
+        return h
+
+    def ppo_step(actor, critic, sft_ref, scorer, embeds, actions):
+        ref_h = jax.lax.stop_gradient(tower(sft_ref, embeds))
+        reward = jax.lax.stop_gradient(tower(scorer, embeds).astype(f32).mean((1, 2)))
+
+        def objective(actor, critic):
+            pol_h = tower(actor, embeds).astype(f32)
+            value = tower(critic, embeds).astype(f32).mean((1, 2))
+            logp = jax.nn.log_softmax(pol_h, -1)
+            ref_lp = jax.nn.log_softmax(ref_h.astype(f32), -1)
+            lp = jnp.take_along_axis(logp, actions[..., None], -1)[..., 0].sum(-1)
+            rl = jnp.take_along_axis(ref_lp, actions[..., None], -1)[..., 0].sum(-1)
+            ratio = jnp.exp(lp - jax.lax.stop_gradient(lp))
+            adv = jax.lax.stop_gradient(reward - 0.05 * (lp - rl) - value)
+            pg = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 0.8, 1.2) * adv))
+            return pg + 0.5 * jnp.mean((value - reward) ** 2)
+
+        loss, (ga, gc) = jax.value_and_grad(objective, argnums=(0, 1))(actor, critic)
+        upd = lambda p, g: (p - 1e-6 * g).astype(p.dtype)
+        return _tm(upd, actor, ga), _tm(upd, critic, gc), loss
+
+    spec = P(None, "d", None) if fsdp else P()
+    model = lambda: {"wi": sds((depth, d_model, d_ff), bf, mesh, spec),
+                     "wo": sds((depth, d_ff, d_model), bf, mesh, P(None, None, "d") if fsdp else P())}
+    n = mesh.devices.size * seqs
+    embeds = sds((n, seq_len, d_model), bf, mesh, P("d"))
+    actions = sds((n, seq_len), jnp.int32, mesh, P("d"))
+    return ppo_step, (model(), model(), model(), model(), embeds, actions), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "ppo_four_models_replicated", "v4", "v4:2x2x1",
+    "RLHF PPO step with four equal towers (18 MLP blocks of d=4096, 4x expansion, bf16: 4.5 GiB each) - "
+    "policy, value, frozen reference and frozen reward model - all replicated on each of the 8 "
+    "TensorCores: 18 GiB of weights per TensorCore before any activation, beyond 15.25G.",
+    "Fixed variant of ppo_four_models_replicated_v4: the four stacks sharded over the 8 TensorCores along "
+    "d_model (FSDP); fits.",
+    dict(category="arguments", causes=["replicated_tensor", "arguments_exceed"]),
+    _ppo_four_builder, dict(seqs=4, seq_len=512, d_model=4096, d_ff=16384, depth=18, fsdp=False),
+    dict(seqs=4, seq_len=512, d_model=4096, d_ff=16384, depth=18, fsdp=True),
+    dump=False,
+)
+
+
+# 24.5 an Evoformer-style pair stack computed and stored in f32
+
+
+def _pair_stack_builder(mesh, crops, residues, channels, depth, pair_dtype):
+    """Pair-representation trunk of a protein structure model: `depth` blocks of triangle multiplicative
+    update (outgoing edges) + pair transition (4x) on z [B, N, N, C], scanned under jax.checkpoint, and a
+    distogram head (64 bins) trained with cross-entropy. pair_dtype: dtype of z and the trunk weights."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    dt = jnp.dtype(pair_dtype)
+
+    def ln(x):
+        x32 = x.astype(f32)
+        m = x32.mean(-1, keepdims=True)
+        return ((x32 - m) * jax.lax.rsqrt(((x32 - m) ** 2).mean(-1, keepdims=True) + 1e-5)).astype(dt)
+
+    def tri_block(z, w):
+        zn = ln(z)
+        a = jax.nn.sigmoid(zn @ w["ga"]) * (zn @ w["pa"])
+        b = jax.nn.sigmoid(zn @ w["gb"]) * (zn @ w["pb"])
+        t = jnp.einsum("bikc,bjkc->bijc", a, b)
+        z = z + jax.nn.sigmoid(zn @ w["g"]) * (ln(t) @ w["o"])
+        zn = ln(z)
+        z = z + jax.nn.relu(zn @ w["t1"]) @ w["t2"]
+        return z.astype(dt), None
+
+    def trunk_step(trunk, pair0, bins):
+        def distogram_nll(trunk):
+            z, _ = jax.lax.scan(jax.checkpoint(tri_block), pair0.astype(dt), trunk["blocks"])
+            logits = (z @ trunk["head"]).astype(f32)
+            lp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(lp, bins[..., None], -1))
+
+        loss, g = jax.value_and_grad(distogram_nll)(trunk)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), trunk, g), loss
+
+    C, L = channels, depth
+    w = lambda *s: sds(s, dt, mesh, P())
+    trunk = {"blocks": {"ga": w(L, C, C), "pa": w(L, C, C), "gb": w(L, C, C), "pb": w(L, C, C),
+                        "g": w(L, C, C), "o": w(L, C, C), "t1": w(L, C, 4 * C), "t2": w(L, 4 * C, C)},
+             "head": w(C, 64)}
+    n = mesh.devices.size * crops
+    pair0 = sds((n, residues, residues, C), jnp.bfloat16, mesh, P("d"))
+    bins = sds((n, residues, residues), jnp.int32, mesh, P("d"))
+    return trunk_step, (trunk, pair0, bins), {"donate_argnums": (0,)}
+
+
+pair(
+    "pair_trunk_f32", "v5p", "v5p:2x2x1",
+    "Evoformer-style pair trunk (48 blocks of triangle multiplicative update + transition, C=128, "
+    "jax.checkpoint per block) on 4 crops of 1024 residues per device, the pair representation and the "
+    "trunk in f32: the saved block inputs f32[48,4,1024,1024,128] alone are 96 GiB, beyond 95.74G.",
+    "Fixed variant of pair_trunk_f32_v5p: the pair representation and the trunk in bf16; fits.",
+    dict(category="single_large_allocation", causes=["f32_precision", "batch_too_large", "large_activation"]),
+    _pair_stack_builder, dict(crops=4, residues=1024, channels=128, depth=48, pair_dtype="float32"),
+    dict(crops=4, residues=1024, channels=128, depth=48, pair_dtype="bfloat16"),
+    dump=False,
+)
+
+
+# 24.6 a speech encoder attending over raw 10 ms frames (no subsampling front end)
+
+
+def _asr_frames_builder(mesh, utts, frames, mels, d_model, heads, depth, subsample):
+    """Transformer speech encoder with a CTC head on 30 s utterances of 10 ms log-mel frames. subsample=1:
+    the frames are projected straight to d_model and attended over at 3000 positions; 4: two stride-2
+    convolutions (a conv front end) first, 750 positions. Blocks scanned under jax.checkpoint."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    dn = ("NHWC", "HWIO", "NHWC")
+
+    def enc_block(x, w):
+        q, k, v = (jnp.einsum("btd,dhe->bthe", x, w[n]) for n in ("wq", "wk", "wv"))
+        a = jax.nn.softmax(jnp.einsum("bqhe,bkhe->bhqk", q, k).astype(f32) / hd ** 0.5, -1).astype(bf)
+        x = x + jnp.einsum("bhqk,bkhe,hed->bqd", a, v, w["wo"])
+        return (x + jax.nn.gelu(x @ w["ff1"]) @ w["ff2"]).astype(bf), None
+
+    def ctc_step(enc, logmel, targets):
+        def frame_nll(enc):
+            if subsample == 1:
+                x = (logmel @ enc["proj"]).astype(bf)
+            else:
+                h = logmel[..., None]
+                for kern in enc["front"]:
+                    h = jax.nn.relu(jax.lax.conv_general_dilated(h, kern, (2, 2), "SAME",
+                                                                 dimension_numbers=dn))
+                x = (h.reshape(h.shape[0], h.shape[1], -1) @ enc["proj"]).astype(bf)
+            x, _ = jax.lax.scan(jax.checkpoint(enc_block), x, enc["blocks"])
+            lp = jax.nn.log_softmax((x @ enc["ctc"]).astype(f32), -1)
+            t = targets[:, : x.shape[1]]
+            return -jnp.mean(jnp.take_along_axis(lp, t[..., None], -1))
+
+        loss, g = jax.value_and_grad(frame_nll)(enc)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), enc, g), loss
+
+    D, H, E, L = d_model, heads, hd, depth
+    w = lambda *s: sds(s, bf, mesh, P())
+    enc = {"blocks": {"wq": w(L, D, H, E), "wk": w(L, D, H, E), "wv": w(L, D, H, E), "wo": w(L, H, E, D),
+                      "ff1": w(L, D, 4 * D), "ff2": w(L, 4 * D, D)}, "ctc": w(D, 1024)}
+    if subsample == 1:
+        enc["proj"] = w(mels, D)
+    else:
+        enc["front"] = [w(3, 3, 1, 32), w(3, 3, 32, 32)]
+        enc["proj"] = w(32 * (mels // 4), D)
+    n = mesh.devices.size * utts
+    logmel = sds((n, frames, mels), bf, mesh, P("d"))
+    targets = sds((n, frames), jnp.int32, mesh, P("d"))
+    return ctc_step, (enc, logmel, targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "asr_no_subsampling", "v5e", "v5e:2x2",
+    "Speech encoder (12 blocks, d=512, 8 heads, CTC head) on 96 utterances of 30 s per device at a 10 ms "
+    "frame rate with no subsampling front end: self-attention over 3000 frames, "
+    "probabilities bf16[96,8,3000,3000] (12.9 GiB) in the backward pass, beyond 15.75G.",
+    "Fixed variant of asr_no_subsampling_v5e: a conv front end (two stride-2 3x3 convolutions) subsamples "
+    "to 750 positions before attention; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _asr_frames_builder, dict(utts=96, frames=3000, mels=80, d_model=512, heads=8, depth=12, subsample=1),
+    dict(utts=96, frames=3000, mels=80, d_model=512, heads=8, depth=12, subsample=4),
+    dump=False,
+)
+
+
+# 24.7 a GCN that scatters its edge list into a dense [N, N] adjacency
+
+
+def _gcn_adj_builder(mesh, nodes, edges, feat, hidden, classes, dense):
+    """Two-layer GCN (symmetric degree normalisation) for node classification, one graph per device (the
+    graphs of a batch sharded over the devices). dense=True: the edge list is scattered into a dense f32
+    [N, N] adjacency, normalised and multiplied; False: messages gathered along the edges and summed per
+    node with jax.ops.segment_sum."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def propagate(h, src, dst):
+        deg = jax.ops.segment_sum(jnp.ones_like(src, f32), dst, nodes) + 1.0
+        norm = jax.lax.rsqrt(deg)
+        if dense:
+            adj = jnp.zeros((nodes, nodes), f32).at[dst, src].add(1.0) + jnp.eye(nodes, dtype=f32)
+            a_hat = norm[:, None] * adj * norm[None, :]
+            return (a_hat @ h.astype(f32)).astype(bf)
+        msg = h[src] * (norm[src] * norm[dst])[:, None].astype(bf)
+        return (jax.ops.segment_sum(msg, dst, nodes) + h * (norm * norm)[:, None].astype(bf)).astype(bf)
+
+    def graph_loss(gcn, x, src, dst, y):
+        h = jax.nn.relu(propagate(x @ gcn["w1"], src, dst))
+        logits = propagate(h @ gcn["w2"], src, dst).astype(f32)
+        lp = jax.nn.log_softmax(logits, -1)
+        return -jnp.mean(jnp.take_along_axis(lp, y[:, None], -1))
+
+    def node_cls_step(gcn, x, src, dst, y):
+        def batch_loss(gcn):
+            return jnp.mean(jax.vmap(graph_loss, in_axes=(None, 0, 0, 0, 0))(gcn, x, src, dst, y))
+
+        loss, g = jax.value_and_grad(batch_loss)(gcn)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), gcn, g), loss
+
+    gcn = {"w1": sds((feat, hidden), bf, mesh, P()), "w2": sds((hidden, classes), bf, mesh, P())}
+    g = mesh.devices.size
+    x = sds((g, nodes, feat), bf, mesh, P("d"))
+    src = sds((g, edges), jnp.int32, mesh, P("d"))
+    dst = sds((g, edges), jnp.int32, mesh, P("d"))
+    y = sds((g, nodes), jnp.int32, mesh, P("d"))
+    return node_cls_step, (gcn, x, src, dst, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "gcn_dense_adjacency", "v5e", "v5e:2x2",
+    "Two-layer GCN on one graph of 65536 nodes and 1M edges per device, the edge list scattered into a "
+    "dense normalised adjacency f32[65536,65536] (16 GiB) for each propagation, beyond 15.75G.",
+    "Fixed variant of gcn_dense_adjacency_v5e: messages gathered along the edges and summed per node with "
+    "jax.ops.segment_sum, no dense adjacency; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _gcn_adj_builder, dict(nodes=65536, edges=1 << 20, feat=256, hidden=256, classes=64, dense=True),
+    dict(nodes=65536, edges=1 << 20, feat=256, hidden=256, classes=64, dense=False),
+    dump=True,
+)
+
+
+# 24.8 log-domain Sinkhorn iterations differentiated through, without rematerialization
+
+
+def _sinkhorn_builder(mesh, pairs, points, dim, iters, remat):
+    """Entropic optimal-transport loss between predicted and target point sets (a learned point embedding
+    f32[dim, dim]), log-domain Sinkhorn for `iters` iterations in lax.scan, differentiated through the
+    iterations. remat=True: each iteration under jax.checkpoint."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    eps = 0.05
+
+    def ot_cost(proj, a_pts, b_pts):
+        a = a_pts @ proj
+        cost = jnp.sum(a * a, -1)[:, None] + jnp.sum(b_pts * b_pts, -1)[None, :] - 2 * a @ b_pts.T
+        logw = -jnp.log(points)
+
+        def half_steps(fg, _):
+            f, g = fg
+            f = -eps * jax.nn.logsumexp((g[None, :] - cost) / eps + logw, 1)
+            g = -eps * jax.nn.logsumexp((f[:, None] - cost) / eps + logw, 0)
+            return (f, g), None
+
+        body = jax.checkpoint(half_steps) if remat else half_steps
+        (f, g), _ = jax.lax.scan(body, (jnp.zeros(points, f32), jnp.zeros(points, f32)), None, length=iters)
+        return jnp.mean(f) + jnp.mean(g)
+
+    def transport_step(proj, clouds, goals):
+        loss, gr = jax.value_and_grad(
+            lambda p: jnp.mean(jax.vmap(ot_cost, in_axes=(None, 0, 0))(p, clouds, goals)))(proj)
+        return proj - 1e-3 * gr, loss
+
+    proj = sds((dim, dim), f32, mesh, P())
+    n = mesh.devices.size * pairs
+    clouds = sds((n, points, dim), f32, mesh, P("d"))
+    goals = sds((n, points, dim), f32, mesh, P("d"))
+    return transport_step, (proj, clouds, goals), {"donate_argnums": (0,)}
+
+
+pair(
+    "sinkhorn_unrolled_grad", "v6e", "v6e:2x2",
+    "Entropic OT loss between 2 pairs of 8192-point clouds per device, 100 log-domain Sinkhorn iterations "
+    "in lax.scan differentiated through without rematerialization: every iteration keeps its f32[8192,8192] "
+    "softmax weights for the backward pass, beyond 31.25G.",
+    "Fixed variant of sinkhorn_unrolled_grad_v6e: each Sinkhorn iteration under jax.checkpoint; fits.",
+    dict(category="single_large_allocation", causes=["no_remat", "large_activation"]),
+    _sinkhorn_builder, dict(pairs=2, points=8192, dim=64, iters=100, remat=False),
+    dict(pairs=2, points=8192, dim=64, iters=100, remat=True),
+    dump=True,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
