@@ -47,6 +47,17 @@ fn same_dims(a: &str, b: &str) -> bool {
     }
 }
 
+/// The same value in another shape: as many elements (of at least a million), whatever the
+/// dimensions (a scatter into a flat `f32[4294967296]` reshaped to `f32[1,65536,65536]`, a
+/// transposed or merged-heads copy).
+fn same_value_reshaped(a: &str, b: &str) -> bool {
+    let count = |s: &Shape| s.dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+    match (Shape::parse(a), Shape::parse(b)) {
+        (Some(x), Some(y)) => count(&x).is_some_and(|n| n >= 1 << 20 && Some(n) == count(&y)),
+        _ => false,
+    }
+}
+
 /// A cause whose savings are below this share of the peak is not reported (immaterial).
 pub const MATERIAL_SHARE: f64 = 0.05;
 
@@ -876,12 +887,17 @@ fn large_activation(s: &SpaceReport, claimed: &HashSet<String>) -> Vec<Cause> {
         actions,
     );
     // Computed in chunks (8 here), the activation and the values of its shape that come with it
-    // (its softmax, its gradient, its copy in another precision) are live one chunk at a time.
+    // (its softmax, its gradient, its copy in another precision, the same values reshaped) are
+    // live one chunk at a time.
     c.changes = s
         .largest_buffers
         .iter()
         .chain(&s.buffers_at_peak)
-        .filter(|x| x.kind == "temp" && same_dims(&x.layout_shape, &b.layout_shape))
+        .filter(|x| {
+            x.kind == "temp"
+                && (same_dims(&x.layout_shape, &b.layout_shape)
+                    || same_value_reshaped(&x.layout_shape, &b.layout_shape))
+        })
         .map(|x| (x.name.clone(), 125))
         .collect();
     vec![c]
