@@ -77,13 +77,16 @@ pub fn join_dump(report: &mut ExplainReport, dump: &AnalyzeReport) -> Option<Str
             _ => c.sufficient,
         };
     }
-    // Measured causes that close the gap first, then by savings; the order is otherwise kept.
+    // Measured causes that close the gap first, then the other measured ones by savings; the
+    // log's order is kept for the rest. (A cause the dump did not measure "closes the gap" by
+    // construction: the device's or the batch's savings are the overshoot itself.)
     let measured: Vec<crate::model::CauseKind> = module.causes.iter().map(|c| c.cause).collect();
     let key = |c: &Cause| {
+        let m = measured.contains(&c.cause);
         (
-            c.sufficient != Some(true),
-            !measured.contains(&c.cause),
-            std::cmp::Reverse(c.savings_bytes.unwrap_or(0)),
+            !(m && c.sufficient == Some(true)),
+            !m,
+            std::cmp::Reverse(if m { c.savings_bytes.unwrap_or(0) } else { 0 }),
         )
     };
     // Causes about the situation rather than the program's buffers (a shape bug, a capped
