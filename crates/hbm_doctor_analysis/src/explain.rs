@@ -530,10 +530,13 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         // Unless the listing shows the arguments a small share of the device (under a fifth):
         // then the overshoot is the program's temporaries, and the program, not the chip, is
         // what the fix changes (in the compiled cases: remat, a shape, an activation).
+        // (libtpu's `the total memory required for HLO temporaries (X) exceeds available HBM
+        // (Y)` says it in words: its figure is the temporaries alone.)
         let temporaries_over = e
             .arguments_bytes
             .zip(ctx.limit)
-            .is_some_and(|(a, l)| a.saturating_mul(5) < l);
+            .is_some_and(|(a, l)| a.saturating_mul(5) < l)
+            || e.family == Family::TpuHloTemporaries;
         let prior = match (far_over, temporaries_over) {
             (true, false) => 1.9,
             (true, true) => 0.6,
