@@ -113,7 +113,7 @@ fn p() -> &'static Patterns {
         // totalcapacity;1.33GiB ...` or re-wrapped without the parentheses; or pasted from its
         // `Tried to allocate` on (the headline's first words left out).
         torch_old: re(&format!(
-            r"(?i)(?:(?:CUDA|HIP|XPU|NPU)\s+out\s+of\s+memory\s*[.,]?\s*)?Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*(?:GPU|NPU)\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;(?:\s*\d[\d.,]*\s*[KMGTP]i?B\s*current\s*active\s*;)?\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s+PyTorch)"
+            r"(?i)(?:(?:CUDA|HIP|XPU|NPU)\s+out\s+of\s+memory\s*[.,]?\s*)?Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*(?:GPU|NPU)\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;(?:\s*\d[\d.,]*\s*[KMGTP]i?B\s*current\s*active\s*;)?\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s*PyTorch)"
         )),
         // The older message cut after its capacity (`CUDA out of memory. Tried to allocate 28.27
         // GiB (GPU 0; 15.77 GiB total capacity; 47.02 MiB already allocated;` and no more), or
