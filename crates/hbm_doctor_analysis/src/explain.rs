@@ -431,7 +431,16 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             if e.growth_said.is_some() { 2.7 } else { 2.5 },
             runtime_growth(&ctx)
         );
-        rank!(2.6, runtime_spike(&ctx));
+        // One request of half the device or more is its own story (an activation computed
+        // whole), whatever else the evaluation or the checkpoint loaded beside it.
+        rank!(
+            if category == Category::SingleLargeAllocation {
+                1.5
+            } else {
+                2.6
+            },
+            runtime_spike(&ctx)
+        );
         rank!(3.0, model_state_at_load(&ctx));
         if let Some((c, over)) = model_weights(&ctx) {
             let prior = if over { 3.2 } else { 2.4 };
