@@ -130,9 +130,11 @@ fn p() -> &'static Patterns {
         // memory)`, then one figure per line (`Currently allocated     : 21.55 GiB`,
         // `Requested : ...`, `Device limit : ...`, `Free (according to CUDA): ...`, `PyTorch
         // limit (set by user-supplied memory fraction)` and its value on the next line). The
-        // headline may be cut after `Allocation on device`.
+        // headline may be cut after `Allocation on device`, as in ComfyUI's error report
+        // (`**Exception Type:** torch.OutOfMemoryError - **Exception Message:** Allocation on
+        // device`).
         torch_async: re(
-            r"Allocation\s+on\s+device\s*(\d*)\s+would\s+exceed\s+allowed\s+memory|OutOfMemoryError:\s*Allocation\s+on\s+device\b",
+            r"Allocation\s+on\s+device\s*(\d*)\s+would\s+exceed\s+allowed\s+memory|OutOfMemoryError:\s*Allocation\s+on\s+device\b|OutOfMemoryError\W{1,12}Exception\s+Message:\W{0,4}Allocation\s+on\s+device\b",
         ),
         // PaddlePaddle's allocator: `Out of memory error on GPU 0. Cannot allocate 18.062744MB
         // memory on GPU 0, available memory is only 17.537501MB.`; newer releases name what is
@@ -145,7 +147,9 @@ fn p() -> &'static Patterns {
         pinned: re(&format!(r"failed to allocate\s+{SZ}\s+of pinned memory:\s*out of memory")),
         // NumPy's host allocation: `MemoryError: Unable to allocate 315. GiB for an array with
         // shape (10000, 100, 84480) and data type float32`.
-        numpy_host: re(r"Unable to allocate\s+(\d+(?:\.\d*)?)\s*([KMGTP]i?B)\s+for an array with shape"),
+        // Before NumPy 1.17 the size was not printed: `MemoryError: Unable to allocate array
+        // with shape (10197629, 50, 238) and data type bool` (the shape and type give it).
+        numpy_host: re(r"Unable to allocate\s+(?:(\d+(?:\.\d*)?)\s*([KMGTP]i?B)\s+for an array with shape|array with shape \(([\d,\s]+)\) and data type (\w+))"),
         // CatBoost's GPU pool: `(NCudaLib::TOutOfMemoryError) ...: Error: Out of memory.
         // Requested 1070.546387; Free 1010.952393` (megabytes, unit unprinted).
         catboost: re(r"Out of memory\. Requested ([\d.]+); Free ([\d.]+)"),
@@ -395,6 +399,24 @@ fn p() -> &'static Patterns {
             r"Out of Memory: Not enough space to allocate {SZ} (DRAM|L1) buffer(?: across (\d+) banks, where each bank needs to store {SZ}(?:, but bank size is (?:only )?{SZ}(?: \(allocated: {SZ}, free: {SZ}, largest free block: {SZ}\))?)?)?"
         ).replace(' ', r"\s+")),
     })
+}
+
+/// The bytes of a NumPy array of `shape` (`10197629, 50, 238`) and `dtype` (`bool`, `float32`),
+/// for the types whose width NumPy's name states (`None` for the others).
+fn numpy_bytes(shape: &str, dtype: &str) -> Option<u64> {
+    let width = match dtype {
+        "bool" | "int8" | "uint8" => 1,
+        "int16" | "uint16" | "float16" => 2,
+        "int32" | "uint32" | "float32" => 4,
+        "int64" | "uint64" | "float64" | "complex64" => 8,
+        "complex128" => 16,
+        _ => return None,
+    };
+    shape
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .try_fold(width, |n: u64, d| n.checked_mul(d.parse().ok()?))
 }
 
 fn bytes(c: &regex::Captures<'_>, i: usize) -> Option<u64> {
@@ -744,7 +766,26 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
             .get(1)
             .filter(|d| !d.as_str().is_empty())
             .map(|d| format!("GPU {}", d.as_str()));
-        // The figures, one per line, are read with the report (`read_async_figures`).
+        // The figures, one per line, are read with the report (`read_async_figures`); a paste
+        // that flattened them onto the headline's line is read here, key by key.
+        let rest = &flat[c.get(0)?.end()..];
+        let rest = &rest[..rest.find('\n').unwrap_or(rest.len())];
+        let mut at: Vec<usize> = [
+            "Currently allocated",
+            "Requested",
+            "Device limit",
+            "Free (according to CUDA)",
+            "PyTorch limit",
+        ]
+        .iter()
+        .filter_map(|k| rest.find(k))
+        .collect();
+        at.sort_unstable();
+        let mut pending = false;
+        for (i, &start) in at.iter().enumerate() {
+            let end = at.get(i + 1).copied().unwrap_or(rest.len());
+            read_async_figures(&mut e, rest[start..end].trim(), &mut pending);
+        }
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.torch_new) {
@@ -868,7 +909,13 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     }
     if let Some(c) = at_head(&pat.numpy_host) {
         let mut e = host_event(line, flat);
-        e.requested_bytes = parse_size(&format!("{} {}", c[1].trim_end_matches('.'), &c[2]));
+        e.requested_bytes = match (c.get(1), c.get(2), c.get(3), c.get(4)) {
+            (Some(n), Some(u), _, _) => {
+                parse_size(&format!("{} {}", n.as_str().trim_end_matches('.'), u.as_str()))
+            }
+            (_, _, Some(shape), Some(dtype)) => numpy_bytes(shape.as_str(), dtype.as_str()),
+            _ => None,
+        };
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.ggml_buffer) {

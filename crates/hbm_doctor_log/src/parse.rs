@@ -555,13 +555,13 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
     let [oom, talk, first_person, change, template, machine, got_oom, still] = built_in(
         &RES,
         [
-            r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?)|(?:ram|memory|vram)\s+(?:is|was|gets|got|becomes|became)\s+(?:completely\s+)?full|fail(?:ed|s)?\s+(?:when\s+|while\s+)?trying\s+to\s+allocate\s+[\d.]+\s*[kmgt]i?b)\b",
-            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*|overcome|solve|solves|solving|solution|need to|needs to|often|usually|frequently)\b|n't\b",
+            r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?)|(?:ram|memory|vram)\s+(?:is|was|gets|got|becomes|became)\s+(?:completely\s+)?full|fail(?:ed|s)?\s+(?:when\s+|while\s+)?trying\s+to\s+allocate\s+[\d.]+\s*[kmgt]i?b|memoryerror|memory\s+error|cannot\s+allocate\s+memory|(?:process|script|job|program|training|kernel)\s+(?:gets?|got|was|is|keeps\s+getting)\s+(?:always\s+|constantly\s+|often\s+)?killed)\b",
+            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*|overcome|solve|solves|solving|solution|need to|needs to|often|usually|frequently|in case|whenever)\b|n't\b",
             r"(?i)\b(?:i|i'm|i've|im|my|me|we|our|us)\b",
             r"(?im)this pr\b|this pull request|this change|this patch|this commit|\bmerged\b|^#+\s*(?:changes|summary|motivation|what does this)|changelog|^\s*(?:fixes|closes|resolves) #|\blgtm\b|co-authored-by",
             r"(?i)describe the bug|to reproduce|reproduction|expected behavio|system info|environment|nvidia-smi|python version|\bos:|\bgpu:|operating system|error log",
             r"^\s*(?:\[?\d{4}-\d\d-\d\d|[IWEF]\d{4} |\[\w+\]|\w+Error\b|Traceback|File \x22)|\bbytes\b|Error Code|\w+\.(?:cc|py|cpp|h):\d+",
-            r"(?i)\b(?:got|gets|hit|hits|did|do|does|shows|showed|gives|gave|throws|threw|raises|raised|reports|reported|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith|(?:crash(?:es|ed)?|fail(?:s|ed)?|dies|died|stops|stopped|aborts|aborted)\b[^.;:]{0,60}?\b(?:due\s+to|because\s+of))\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:(?:cuda|gpu|cpu|tpu|hbm)\s+)?(?:oom|ooms|out[- ]of[- ]memory|resource exhaustion)\b",
+            r"(?i)\b(?:got|gets|hit|hits|did|do|does|shows|showed|gives|gave|throws|threw|raises|raised|reports|reported|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith|(?:crash(?:es|ed)?|fail(?:s|ed)?|dies|died|stops|stopped|aborts|aborted)\b[^.;:]{0,60}?\b(?:due\s+to|because\s+of))\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:(?:cuda|gpu|cpu|tpu|hbm)\s+)?(?:oom|ooms|out[- ]of[- ]memory|resource exhaustion|memoryerror|memory error)\b",
             r"(?i)\b(?:tried|try|trying|reduced|reducing|lowered|lowering|decreased|decreasing|set|setting|changed|used|using|even\s+with|even\s+after)\b[^.?!]{0,120}?\b(?:but|and|yet)\s+(?:it|that|this|training|inference|the\s+\w+\s+)?\s*(?:still|again)\b[^.?!]{0,24}?\b(?:oom|ooms|oomed|out[- ]of[- ]memory|out of (?:gpu |cuda |v)?(?:ram|memory))\b|\b(?:oom|ooms|oomed|out[- ]of[- ]memory|out of (?:gpu |cuda |v)?(?:ram|memory))\b[^.?!]{0,40}?\beven\s+(?:if|when|after|with|though)\s+(?:i|we)\b",
         ],
     );
@@ -664,7 +664,7 @@ fn cjk_failure(line: &str) -> Option<&str> {
     let [said, talk] = built_in(
         &RE,
         [
-            r"(?:出现|出現|报|報|遇到|碰到|发生|發生|会|會|爆|提示|导致|導致|直到)了?\s*(?:(?i:cuda|gpu|npu)\s*)?(?:OOM|oom|内存不足|显存不足|顯存不足|記憶體不足|显存溢出|内存溢出|out of memory|Out of memory|out-of-memory)",
+            r"(?:出现|出現|报|報|遇到|碰到|发生|發生|会|會|爆|提示|导致|導致|直到)了?\s*(?:(?i:cuda|gpu|npu)\s*)?(?:OOM|oom|内存不足|显存不足|顯存不足|記憶體不足|显存溢出|内存溢出|out of memory|Out of memory|out-of-memory|(?i:cannot allocate memory|memoryerror))",
             r"避免|解决|解決|如何|怎么|怎樣|修复|修復|可能|如果|是否|为什么|為什麼|防止|减少|減少|降低",
         ],
     );
@@ -696,6 +696,9 @@ fn told_memory(words: &str) -> (Family, Option<Backend>, Option<MemorySpace>) {
         )
     } else if !has(&["tpu memory", "hbm"]) && has_word(&["ram", "cpu", "host", "killed", "laptop"])
         || has(&["system memory", "my system", "my machine", "my computer"])
+        // Python's `MemoryError` and the kernel's ENOMEM (`Cannot allocate memory`) are the
+        // host's.
+        || has(&["memoryerror", "cannot allocate memory"])
     {
         (Family::HostOom, None, Some(MemorySpace::Host))
     } else if has(&["tpu", "hbm"]) {
