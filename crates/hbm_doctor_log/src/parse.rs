@@ -174,12 +174,14 @@ fn p() -> &'static Patterns {
             host_killed: re(r"(?:Out\s+of\s+memory:\s+Killed\s+process|oom-kill:.*?task=|Killed\s+process)\s*(\d+)?\s*\(?([\w.\-]*)\)?"),
             // The shell's word for a process the kernel killed (`Killed`, `./run.sh: line 3: 812
             // Killed  python train.py`, `zsh: killed  python`), the same word quoted as the output
-            // a user got, or SIGKILL said with memory; a worker of torch.multiprocessing killed
+            // a user got, or printed at the end of a progress bar the process was drawing
+            // (`Loading checkpoint shards:  38%|███▊    | 3/8 [00:02<00:03,  1.28it/s]Killed`), or
+            // SIGKILL said with memory; a worker of torch.multiprocessing killed
             // (`ProcessExitedException: process 1 terminated with signal SIGKILL`: xmp.spawn's
             // TPU workers, the kernel's OOM killer's signal; `DataLoader worker (pid 19597) is
             // killed by signal: Killed.`); Colab's `Your session crashed after
             // using all available RAM`.
-            shell_killed: re(r#"^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+[Kk]illed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|(?:ProcessExitedException:\s*|exception:\s*)?process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|\bOOMKilled\b|已杀死|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated|Bus\s+error)|interrupted\s+by\s+signal\s+9\s*:\s*SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM|Your\s+notebook\s+tried\s+to\s+allocate\s+more\s+memory\s+than\s+is\s+available|exits\s+with\s+return\s+code\s*=\s*-9\b|\bexitcode\s*:\s*-9\b|died\s+with\s+<Signals\.SIGKILL:\s*9>|Signal\s+9\s+\(SIGKILL\)\s+received\s+by\s+PID|Detected\s+\d+\s+oom-kill\s+events?(?:\(s\))?\s+in\s+(?:StepId=|step\s)"#),
+            shell_killed: re(r#"(?:it/s|s/it)\]\s*[Kk]illed\s*$|^\s*(?:[Kk]illed\s*$|(?:\S+:\s+line\s+\d+:\s+\d+\s+|zsh:\s+|\[\d+\][+-]?\s+\d+\s+)[Kk]illed\b.*$|\d+\s+[Kk]illed\s{2,}\S.*$)|["'`][Kk]illed["'`]|(?i:\bSIGKILL\b.*(?:out[- ]of[- ]memory|\boom\b|\bram\b)|(?:out[- ]of[- ]memory|\boom\b)\S*.*\bSIGKILL\b)|(?:ProcessExitedException:\s*|exception:\s*)?process\s+\d+\s+terminated\s+with\s+signal\s+SIGKILL|\bOOMKilled\b|已杀死|DataLoader\s+worker\s+\(pid\s+\d+\)\s+is\s+killed\s+by\s+signal:\s+(?:Killed|Terminated|Bus\s+error)|interrupted\s+by\s+signal\s+9\s*:\s*SIGKILL|Your\s+session\s+crashed\s+after\s+using\s+all\s+available\s+RAM|Your\s+notebook\s+tried\s+to\s+allocate\s+more\s+memory\s+than\s+is\s+available|exits\s+with\s+return\s+code\s*=\s*-9\b|\bexitcode\s*:\s*-9\b|died\s+with\s+<Signals\.SIGKILL:\s*9>|Signal\s+9\s+\(SIGKILL\)\s+received\s+by\s+PID|Detected\s+\d+\s+oom-kill\s+events?(?:\(s\))?\s+in\s+(?:StepId=|step\s)"#),
             generic: re(r"RESOURCE_EXHAUSTED|Resource\s+exhausted|ResourceExhausted|Ran\s+out\s+of\s+memory|[Oo]ut\s+of\s+memory|OOM\s+when|ScopedVmemOom|out\s+of\s+memory"),
             notebook_exception: re(r"^\s*(?:tensorflow\.python\.framework\.errors_impl\.)?ResourceExhaustedError\s+Traceback\s+\(most\s+recent\s+call\s+last\)"),
             not_memory: re(r"(?i)\b(?:not|n't|never)\s+(?:\w+\s+){0,2}out\s+of\s+memory|message\s+larger\s+than\s+max|quota|rate\s+limit|too\s+many\s+(?:requests|open\s+files)|grpc|file\s+descriptors|disk\s+space|no\s+space\s+left|not\s+a\s+failure|Garbage\s+collection|could\s+be\s+performance\s+gains|tf\.data|could\s+not\s+be\s+rematerialized\s+because"),
@@ -413,6 +415,10 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             }
         }
     }
+    if let Some((number, mut e)) = interrupted_while_loading(input) {
+        with_context(&mut e, input, number, pat);
+        return Some(e);
+    }
     if let Some((number, mut e)) = told {
         with_context(&mut e, input, number, pat);
         return Some(*e);
@@ -420,6 +426,30 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
     let (number, mut e) = prose_failure(input)?;
     with_context(&mut e, input, number, pat);
     Some(e)
+}
+
+/// Colab's notebook output when the runtime's RAM ran out under a `!python` command: the
+/// process is killed and the cell prints `^C`, here as the last line, right after the model's
+/// weights began to load (`Loading checkpoint shards:   0% 0/2 [00:00<?, ?it/s]^C`, `Loading
+/// weights [6569e224] from .../x.ckpt` then `^C`). A `^C` elsewhere is a user's interrupt.
+/// (In the labelled posts every such ending is the host's memory, settled by the maintainers.)
+fn interrupted_while_loading(input: &[u8]) -> Option<(u64, Event)> {
+    // Cleaned as any pasted text is (quotes, rank and service prefixes).
+    let cleaned = crate::clean::clean_block(input, 1);
+    let mut lines = cleaned
+        .iter()
+        .map(|l| (l.number, l.text.trim().to_string()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with("```"));
+    let (number, text) = lines.next_back()?;
+    let loading = |l: &str| l.to_ascii_lowercase().contains("loading");
+    let at_end = text == "^C" && lines.next_back().is_some_and(|(_, prev)| loading(&prev));
+    let on_bar = text.ends_with("]^C") && loading(&text);
+    if !(at_end || on_bar) {
+        return None;
+    }
+    let mut e = new_event(number, Family::HostOom, Phase::Runtime, &text);
+    e.memory_space = Some(MemorySpace::Host);
+    Some((number, e))
 }
 
 /// XLA:GPU's peak buffers pasted without the error line and without their `Peak buffers:` line
