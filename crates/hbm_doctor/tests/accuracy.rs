@@ -726,7 +726,10 @@ impl SeriesScore {
     fn figures(&self) -> Vec<(&'static str, f64)> {
         vec![
             ("leak_call", Score::rate(self.right, self.n)),
-            ("readings", Score::rate(self.samples_exact, self.with_samples)),
+            (
+                "readings",
+                Score::rate(self.samples_exact, self.with_samples),
+            ),
         ]
     }
 }
@@ -747,13 +750,17 @@ fn series_score() -> SeriesScore {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         hbm_doctor_trend::read_all(&mut col, "", &name, &bytes);
-        let rep = hbm_doctor_trend::report::report(&col, &hbm_doctor_trend::detect::Params::default());
+        let rep =
+            hbm_doctor_trend::report::report(&col, &hbm_doctor_trend::detect::Params::default());
         let v = serde_json::to_value(&rep).expect("trend report");
         let series = v["series"].as_array().cloned().unwrap_or_default();
         let called = series
             .iter()
             .any(|x| x["verdict"] == "leak" || x["leak_suspected"] == true);
-        let read: Vec<u64> = series.iter().filter_map(|x| x["samples"].as_u64()).collect();
+        let read: Vec<u64> = series
+            .iter()
+            .filter_map(|x| x["samples"].as_u64())
+            .collect();
         let leak = thread == "leak";
         s.n += 1;
         s.leaks += usize::from(leak);
@@ -771,7 +778,11 @@ fn series_score() -> SeriesScore {
                 format!(
                     "{}{}",
                     x["verdict"].as_str().unwrap_or("?"),
-                    if x["leak_suspected"] == true { "+suspected" } else { "" }
+                    if x["leak_suspected"] == true {
+                        "+suspected"
+                    } else {
+                        ""
+                    }
                 )
             })
             .collect();

@@ -631,10 +631,13 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
     // length 4, a JAX pool 4, the batch 2, both where several samples were drawn per input). An
     // image upscaler or restorer works one image: its size is the story, tiling the fix (the
     // labelled posts naming one: the image's size 7, the card 2, the host 1).
-    let one_input = (e.structure_predictor.is_some() || e.image_upscaler.is_some())
-        && e.phase == Phase::Runtime
-        && !matches!(category, Category::Vmem | Category::HostMemory)
-        && common_batch(&e.allocations).is_none();
+    // A diffusion model's VAE decoding the latents: the whole image or video at full resolution
+    // at once (the labelled posts showing it: the decoder's activations 4, a fragmented cache 1).
+    let one_input =
+        (e.structure_predictor.is_some() || e.image_upscaler.is_some() || e.vae_decode.is_some())
+            && e.phase == Phase::Runtime
+            && !matches!(category, Category::Vmem | Category::HostMemory)
+            && common_batch(&e.allocations).is_none();
     if one_input {
         for (score, _, c) in causes.iter_mut() {
             if c.cause == CauseKind::BatchTooLarge {
@@ -643,6 +646,11 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         }
         let (rule, found) = if e.structure_predictor.is_some() {
             ("structure_prediction", structure_prediction(&ctx))
+        } else if e.image_upscaler.is_none() {
+            (
+                "vae_decoding",
+                vae_decoding(&ctx).map(|c| (2.2, c)).into_iter().collect(),
+            )
         } else {
             (
                 "image_upscaling",
@@ -1039,6 +1047,25 @@ fn image_upscaling(ctx: &Ctx<'_>) -> Option<Cause> {
         vec![
             "Process the image in tiles (Real-ESRGAN/GFPGAN: --tile 256 or 400 with --tile_pad 10; webui upscalers: a tile size), or downscale it first.".into(),
             "Run the model in half precision (--fp16 / --half where offered), and free other models from the GPU before upscaling.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
+fn vae_decoding(ctx: &Ctx<'_>) -> Option<Cause> {
+    let said = ctx.e.vae_decode.as_deref()?;
+    let request = ctx
+        .e
+        .requested_bytes
+        .map(|r| format!(" ({} requested at once)", fmt(r)))
+        .unwrap_or_default();
+    Some(ctx.cause(
+        CauseKind::LargeActivation,
+        ctx.e.requested_bytes.map(|r| r / 4 * 3),
+        format!("the failure came while the VAE decoded the latents to pixels (`{said}`): the decoder's activations hold the whole image or video at full resolution at once{request}"),
+        vec![
+            "Decode in tiles or slices: diffusers pipe.enable_vae_tiling() / pipe.vae.enable_tiling() and enable_vae_slicing(); ComfyUI's VAE Decode (Tiled); a smaller tile or frame chunk if it still fails.".into(),
+            "Or lower the resolution or the number of frames, and offload the denoiser before decoding (enable_model_cpu_offload).".into(),
         ],
         Vec::new(),
     ))

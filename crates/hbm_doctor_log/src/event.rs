@@ -388,6 +388,11 @@ pub struct Event {
     /// size sets the activations; tiling, not a batch, is the knob.
     #[serde(default)]
     pub image_upscaler: Option<String>,
+    /// Extension: the words that show a diffusion model's VAE decoding the latents to pixels when
+    /// it failed (`vae.decode(`, `decode_first_stage`, `VAEDecode`, `decoding latents`, `VAE
+    /// decode`): the whole image or video decoded at once at full resolution; tiling is the knob.
+    #[serde(default)]
+    pub vae_decode: Option<String>,
     /// Extension: the operation the failure happened in, where the text shows it: TensorFlow's
     /// node (`[[Node: transformer/softmax_cross_entropy_with_logits = ...`) or the code line of
     /// the traceback's last frame (`return torch._C._nn.cross_entropy_loss(input, target, ...)`).

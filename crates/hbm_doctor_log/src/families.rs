@@ -910,9 +910,11 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
     if let Some(c) = at_head(&pat.numpy_host) {
         let mut e = host_event(line, flat);
         e.requested_bytes = match (c.get(1), c.get(2), c.get(3), c.get(4)) {
-            (Some(n), Some(u), _, _) => {
-                parse_size(&format!("{} {}", n.as_str().trim_end_matches('.'), u.as_str()))
-            }
+            (Some(n), Some(u), _, _) => parse_size(&format!(
+                "{} {}",
+                n.as_str().trim_end_matches('.'),
+                u.as_str()
+            )),
             (_, _, Some(shape), Some(dtype)) => numpy_bytes(shape.as_str(), dtype.as_str()),
             _ => None,
         };

@@ -437,6 +437,7 @@ fn absorb(into: &mut Event, from: Event) {
         growth_said,
         structure_predictor,
         image_upscaler,
+        vae_decode,
         failing_op,
         device_named_bytes
     );

@@ -937,6 +937,7 @@ struct Hints {
     device_named_bytes: Option<u64>,
     structure_predictor: Option<String>,
     image_upscaler: Option<String>,
+    vae_decode: Option<String>,
     /// The text shows an LLM serving or generation engine sizing its KV cache or context
     /// (`llama_new_context_with_model`, `n_ctx`, `KV self size`, `max_model_len`, a `.gguf`
     /// model): a failure with no traceback of its own is the engine's generation.
@@ -976,6 +977,30 @@ fn structure_predictor(t: &str) -> Option<String> {
 
 /// An image upscaler or restorer the text names (`realesrgan/utils.py`, `SwinIR`, `GFPGAN`,
 /// `waifu2x`, `super-resolution`): one image per call, its size the memory.
+/// A diffusion model's VAE decoding latents to pixels, as a traceback frame or code line
+/// (`vae.decode(`, `decode_first_stage`, `tiled_decode`, ComfyUI's `VAEDecode`) or a sentence
+/// (`out of memory during decoding latents`, `in the video decoder step`, `VAE decode`): the
+/// words as written.
+fn vae_decode(t: &str) -> Option<String> {
+    let l = t.to_ascii_lowercase();
+    if !(l.contains("decod")) {
+        return None;
+    }
+    const KEYS: &[&str] = &[
+        "vae.decode",
+        "vae_decode",
+        "vaedecode",
+        "decode_first_stage",
+        "decode_latents",
+        "decoding latents",
+        "decoding the latents",
+        "vae decod",
+        "video decoder step",
+    ];
+    KEYS.iter()
+        .find_map(|k| l.find(k).map(|i| t[i..].chars().take(60).collect()))
+}
+
 fn image_upscaler(t: &str) -> Option<String> {
     const NAMES: &[(&str, &str)] = &[
         ("realesrgan", "Real-ESRGAN"),
@@ -2112,6 +2137,9 @@ impl Hints {
             if h.image_upscaler.is_none() {
                 h.image_upscaler = image_upscaler(t);
             }
+            if h.vae_decode.is_none() {
+                h.vae_decode = vae_decode(t);
+            }
             if h.program.is_none() {
                 if let Some(c) = p().exec_name.captures(t) {
                     h.program = Some(c[1].to_string());
@@ -2209,6 +2237,9 @@ impl Hints {
         }
         if event.image_upscaler.is_none() {
             event.image_upscaler.clone_from(&self.image_upscaler);
+        }
+        if event.vae_decode.is_none() {
+            event.vae_decode.clone_from(&self.vae_decode);
         }
         if event.batch_tried.is_none() {
             event.batch_tried.clone_from(&self.batch_tried);
