@@ -34,6 +34,7 @@ struct Patterns {
     mlx: Regex,
     mlc_insufficient: Regex,
     trt_scratch: Regex,
+    xla_collective: Regex,
     metal_buffer: Regex,
     sophgo: Regex,
     rknn: Regex,
@@ -113,7 +114,7 @@ fn p() -> &'static Patterns {
         // totalcapacity;1.33GiB ...` or re-wrapped without the parentheses; or pasted from its
         // `Tried to allocate` on (the headline's first words left out).
         torch_old: re(&format!(
-            r"(?i)(?:(?:CUDA|HIP|XPU|NPU)\s+out\s+of\s+memory\s*[.,]?\s*)?Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*(?:GPU|NPU)\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;(?:\s*\d[\d.,]*\s*[KMGTP]i?B\s*current\s*active\s*;)?\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total\s+by\s*PyTorch)"
+            r"(?i)(?:(?:CUDA|HIP|XPU|NPU)\s+out\s+of\s+memory\s*[.,]?\s*)?Tried\s+to\s+allocate\s*{SZ}\s*\(?\s*(?:GPU|NPU)\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity\s*;\s*{SZ}\s*already\s*allocated\s*;(?:\s*\d[\d.,]*\s*[KMGTP]i?B\s*current\s*active\s*;)?\s*{SZ}\s*free\s*;\s*(?:{SZ}\s*cached|{SZ}\s*reserved\s+in\s+total(?:\s+by\s*PyTorch)?)"
         )),
         // The older message cut after its capacity (`CUDA out of memory. Tried to allocate 28.27
         // GiB (GPU 0; 15.77 GiB total capacity; 47.02 MiB already allocated;` and no more), or
@@ -192,6 +193,10 @@ fn p() -> &'static Patterns {
         // bytes of scratch space, but only 47697362944 is available. Try increasing the workspace
         // size with IBuilderConfig::setMemoryPoolLimit().`
         trt_scratch: re(r"requires (\d+) bytes of scratch space, but only (\d+) is available"),
+        // XLA:GPU's stream executor allocator refusing a collective's buffer (NCCL's `Cuda
+        // failure 2 'out of memory'` printed beside it): `could not allocate collective of size:
+        // 20289079296`.
+        xla_collective: re(r"could not allocate collective of size:\s*(\d+)"),
         mlc_insufficient: re(&format!(
             r"Insufficient GPU memory error:\s*The available single GPU memory is\s*{SZ},\s*which is less than the sum of model weight size\s*\({SZ}\)\s*and temporary buffer size\s*\({SZ}\)"
         )),
@@ -344,7 +349,7 @@ fn p() -> &'static Patterns {
         // of memory`; Faiss's `Faiss assertion err == cudaSuccess failed in char*
         // faiss::gpu::StackDeviceMemory::Stack::getAlloc` (its temporary memory's cudaMalloc).
         cuda_driver: re(
-            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|Cuda Error in [\w:]+: 2 \(out of memory\)|Error while calling \w+[^\n]{0,240}?code: 2, reason: out of memory|Error Code \d+: OutOfMemory|Cuda Runtime \(out of memory\)|RMM failure at[^\n]{0,240}?(?:Maximum pool size exceeded|out of memory)|Runtime error: out of memory [^\s]+\.(?:hpp|cpp|cu|h):\d+|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|CUBLAS_STATUS_NOT_INITIALIZED when calling `?cublasCreate|Failed to determine best cudnn convolution algorithm|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize|cuSolver has not been initialized|GetBlasGemmAlgorithms|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|CUDA failed with error out of memory|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory|Faiss assertion '?err == cudaSuccess'? failed in [^\n]{0,160}?::(?:getAlloc|allocMemory)\b",
+            r"(?i:CUDA\s+(?:runtime\s+)?error(?:\s*\(2\))?\s*:\s*out\s+of\s+memory)|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|Cuda Error in [\w:]+: 2 \(out of memory\)|Error while calling \w+[^\n]{0,240}?code: 2, reason: out of memory|Error Code \d+: OutOfMemory|Cuda Runtime \(out of memory\)|RMM failure at[^\n]{0,240}?(?:Maximum pool size exceeded|out of memory)|Runtime error: out of memory [^\s]+\.(?:hpp|cpp|cu|h):\d+|CUDA\s+(?:runtime\s+)?error(?:\s+2\s+at|\s+in)\s[^\n]{0,240}?:\s*out of memory|THCudaCheck FAIL[^\n]{0,200}?error=2\s*:\s*out of memory|CUBLAS_STATUS_ALLOC_FAILED|failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED|CUBLAS_STATUS_NOT_INITIALIZED when calling `?cublasCreate|Failed to determine best cudnn convolution algorithm|Failed to get convolution algorithm\. This is probably because cuDNN failed to initialize|cuSolver has not been initialized|GetBlasGemmAlgorithms|(?i:cannot|could\s+not|couldn't|unable\s+to)\s+create\s+(?i:cublas)\s+handle|cuMemAlloc[A-Za-z_]* (?:failed|results in)|(?i:CUDA failed with error out of memory)|out of memory\s+cudaMalloc|cudaMalloc[A-Za-z_]*\b[^\n]{0,160}?(?:failed|error)[^\n]{0,40}?out of memory|(?:cudaLaunch|cudaMemcpy\w*|cudaFree|cudaDeviceSynchronize|cudaFuncSetAttribute)\b[^\n]{0,120}?:\s*out of memory|Faiss assertion '?err == cudaSuccess'? failed in [^\n]{0,160}?::(?:getAlloc|allocMemory)\b",
         ),
         // CuPy: "Out of memory allocating 1,073,741,824 bytes (allocated so far: 3,221,225,472 bytes)."
         // CuPy before v6: "out of memory to allocate 1073741824 bytes (total 12373894656 bytes)"
@@ -479,6 +484,11 @@ pub(crate) fn headline(flat: &str, first: usize, line: u64) -> Option<(Piece, us
         e.device = Some("mlx".into());
         e.requested_bytes = c.get(1).or(c.get(2)).and_then(|m| m.as_str().parse().ok());
         e.limit_bytes = c.get(3).and_then(|m| m.as_str().parse().ok());
+        return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
+    }
+    if let Some(c) = at_head(&pat.xla_collective) {
+        let mut e = gpu_event(line, Family::CudaOom, flat);
+        e.requested_bytes = c[1].parse().ok();
         return Some((Piece::Event(Box::new(e)), c.get(0)?.end()));
     }
     if let Some(c) = at_head(&pat.trt_scratch) {

@@ -321,6 +321,7 @@ pub fn told_failure(input: &[u8]) -> Option<Event> {
             // signal 9 (the kernel's OOM killer), Kaggle's notice.
             b"Insufficient GPU memory error",
             b"bytes of scratch space",
+            b"could not allocate collective",
             b"must not exceed",
             b"bm_alloc_gmem",
             b"== (nil)",
@@ -586,12 +587,12 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
         &RES,
         [
             r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?)|(?:ram|memory|vram)\s+(?:is|was|gets|got|becomes|became)\s+(?:completely\s+)?full|fail(?:ed|s)?\s+(?:when\s+|while\s+)?trying\s+to\s+allocate\s+[\d.]+\s*[kmgt]i?b|memoryerror|memory\s+error|cannot\s+allocate\s+memory|(?:process|script|job|program|training|kernel)\s+(?:gets?|got|was|is|keeps\s+getting)\s+(?:always\s+|constantly\s+|often\s+)?killed)\b",
-            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*|overcome|solve|solves|solving|solution|need to|needs to|often|usually|frequently|in case|whenever)\b|n't\b",
+            r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*|overcome|solve|solves|solving|solution|need to|needs to|often|usually|frequently|in case|whenever|can\s+(?:fail|crash|run\s+out|oom|hit|throw|raise|cause))\b|n't\b",
             r"(?i)\b(?:i|i'm|i've|im|my|me|we|our|us)\b",
             r"(?im)this pr\b|this pull request|this change|this patch|this commit|\bmerged\b|^#+\s*(?:changes|summary|motivation|what does this)|changelog|^\s*(?:fixes|closes|resolves) #|\blgtm\b|co-authored-by",
             r"(?i)describe the bug|to reproduce|reproduction|expected behavio|system info|environment|nvidia-smi|python version|\bos:|\bgpu:|operating system|error log",
             r"^\s*(?:\[?\d{4}-\d\d-\d\d|[IWEF]\d{4} |\[\w+\]|\w+Error\b|Traceback|File \x22)|\bbytes\b|Error Code|\w+\.(?:cc|py|cpp|h):\d+",
-            r"(?i)\b(?:got|gets|hit|hits|did|do|does|shows|showed|gives|gave|throws|threw|raises|raised|reports|reported|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith|(?:crash(?:es|ed)?|fail(?:s|ed)?|dies|died|stops|stopped|aborts|aborted)\b[^.;:]{0,60}?\b(?:due\s+to|because\s+of))\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:(?:cuda|gpu|cpu|tpu|hbm)\s+)?(?:oom|ooms|out[- ]of[- ]memory|resource exhaustion|memoryerror|memory error)\b",
+            r"(?i)\b(?:got|gets|hit|hits|did|do|does|shows|showed|gives|gave|throws|threw|raises|raised|reports|reported|produces?|produced|fail(?:s|ed)?\b[^.;:]{0,60}?\bwith|(?:crash(?:es|ed)?|fail(?:s|ed)?|dies|died|stops|stopped|aborts|aborted)\b[^.;:]{0,60}?\b(?:due\s+to|because\s+of))\s+(?:with\s+)?(?:an?\s+|the\s+)?(?:(?:cuda|gpu|cpu|tpu|hbm)\s+)?(?:oom|ooms|out[- ]of[- ]memory|outofmemory\w*|resource exhaustion|memoryerror|memory error)\b",
             r"(?i)\b(?:tried|try|trying|reduced|reducing|lowered|lowering|decreased|decreasing|set|setting|changed|used|using|even\s+with|even\s+after)\b[^.?!]{0,120}?\b(?:but|and|yet)\s+(?:it|that|this|training|inference|the\s+\w+\s+)?\s*(?:still|again)\b[^.?!]{0,24}?\b(?:oom|ooms|oomed|out[- ]of[- ]memory|out of (?:gpu |cuda |v)?(?:ram|memory))\b|\b(?:oom|ooms|oomed|out[- ]of[- ]memory|out of (?:gpu |cuda |v)?(?:ram|memory))\b[^.?!]{0,40}?\beven\s+(?:if|when|after|with|though)\s+(?:i|we)\b",
         ],
     );
@@ -3402,11 +3403,31 @@ fn generic(h: &Headline<'_>) -> Read {
     // it decides (`ResourceExhaustedError: ...; Too many open files` is not memory).
     // The phrase quoted alone in a sentence (`should observe an 'out of memory' (OOM) error`)
     // names the message; a pasted message carries its text on (`"Out of memory while ..."`).
+    // (Also with a word or three inside the quotes, in a sentence about a remedy: `This
+    // modified code may be able to mitigate 'CUDA Out of memory error' in case of ...`; a
+    // user's `I got this error"RuntimeError: CUDA out of memory"` is a report.)
     let quotes = ['\'', '"', '`'];
-    if first[..m.start()].ends_with(quotes)
-        && first[m.end()..].starts_with(quotes)
-        && first.split_whitespace().count() >= 8
-    {
+    let (before, after) = (&first[..m.start()], &first[m.end()..]);
+    let alone = before.ends_with(quotes) && after.starts_with(quotes);
+    let quoted = match (before.rfind(quotes), after.find(quotes)) {
+        (Some(a), Some(b)) => {
+            before[a..].chars().next() == after[b..].chars().next()
+                && before[a + 1..].split_whitespace().count()
+                    + after[..b].split_whitespace().count()
+                    <= 3
+        }
+        _ => false,
+    };
+    let remedy = || {
+        // (The sentence around the phrase, not the whole paragraph.)
+        let start = before.rfind(". ").map_or(0, |i| i + 2);
+        let end = after.find(". ").map_or(first.len(), |i| m.end() + i);
+        let l = first[start..end].to_ascii_lowercase();
+        [" may ", " might ", " could ", "mitigat", " avoid ", " in case "]
+            .iter()
+            .any(|k| l.contains(k))
+    };
+    if (alone || quoted && remedy()) && first.split_whitespace().count() >= 8 {
         return Read::Stop;
     }
     // The status word used as a noun inside a long sentence (`instead of the clean
