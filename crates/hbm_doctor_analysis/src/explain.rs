@@ -471,7 +471,13 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         // A card of 2.5 GiB or less fits few current models at all; one of up to 4.5 GiB (a
         // laptop's) is a candidate next to the batch: in the labelled posts on such cards, the
         // threads' answers were the card 4 times, the batch 5 times.
-        let tiny_card = e.limit_bytes.is_some_and(|l| l <= 5 << 29);
+        // On a card of up to 4.5 GiB, a request under 1% of it failing says the card was already
+        // full of what the program holds before the step (the labelled posts of that kind: the
+        // card 7 times, the batch 4).
+        let tiny_card = e.limit_bytes.is_some_and(|l| {
+            l <= 5 << 29
+                || l <= 9 << 29 && e.requested_bytes.is_some_and(|r| r.saturating_mul(100) < l)
+        });
         rank!(if tiny_card { 2.6 } else { 0.85 }, small_gpu(&ctx));
         rank!(2.8, sliver_pool(&ctx));
         if category != Category::RuntimeFragmentation {
