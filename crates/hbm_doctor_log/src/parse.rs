@@ -727,9 +727,9 @@ fn told_memory(words: &str) -> (Family, Option<Backend>, Option<MemorySpace>) {
         )
     } else if !has(&["tpu memory", "hbm"]) && has_word(&["ram", "cpu", "host", "killed", "laptop"])
         || has(&["system memory", "my system", "my machine", "my computer"])
-        // Python's `MemoryError` and the kernel's ENOMEM (`Cannot allocate memory`) are the
-        // host's.
-        || has(&["memoryerror", "cannot allocate memory"])
+        // Python's `MemoryError` and the kernel's ENOMEM (`Cannot allocate
+        // memory`) are the host's, and so is what `htop` shows.
+        || has(&["memoryerror", "cannot allocate memory", "htop"])
     {
         (Family::HostOom, None, Some(MemorySpace::Host))
     } else if has(&["tpu", "hbm"]) {
