@@ -7277,6 +7277,435 @@ pair(
 )
 
 
+# ---- 25. more broken/fixed pairs (batch tpu14): other models, other names ---------------------
+#
+# Programs of kinds sections 13-24 do not have (a tensor-parallel MLP stack whose hidden activations are
+# pinned replicated after every matmul, a two-tower retrieval model that runs its item tower over
+# per-row sampled negatives, a WaveNet-style dilated causal stack over raw audio in f32, an importance-
+# weighted autoencoder with too many images per device, a sparse embedding-table update without
+# donation, a transformer whose jax.checkpoint covers only the attention sub-layer, second-order
+# (covariance) pooling over 130 channels, a Lion optimizer whose f32 momentum is replicated while the
+# params are FSDP-sharded). The same conventions: the fixed twin changes exactly the
+# first cause. The tensor-parallel, two-tower, IWAE, sparse-table and covariance pairs keep their dumps
+# (each file < 160 KB); the WaveNet, attention-only-remat and Lion pairs keep none.
+
+
+# 25.1 tensor-parallel MLP stack whose hidden activations are constrained to be replicated
+
+
+def _tp_hidden_builder(mesh, tokens, d_model, d_ff, depth, hidden_spec):
+    """Megatron-style tensor parallelism over the 1-D mesh: up-projections column-sharded [L, D, F/n],
+    down-projections row-sharded [L, F/n, D], tokens replicated (one data-parallel replica). The block
+    pins the hidden activation with with_sharding_constraint(hidden, hidden_spec): P() gathers the whole
+    [T, F] hidden onto every device after the up-projection; P(None, 'd') keeps it column-sharded."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hidden_spec = P(*hidden_spec)
+
+    def ffn_block(x, w):
+        hid = jax.lax.with_sharding_constraint(x @ w["col"], NamedSharding(mesh, hidden_spec))
+        act = jax.lax.with_sharding_constraint(jax.nn.gelu(hid), NamedSharding(mesh, hidden_spec))
+        return (x + act @ w["row"]).astype(bf), None
+
+    def tp_train_step(stack, x, y):
+        def mse(stack):
+            h, _ = jax.lax.scan(ffn_block, x, stack)
+            return jnp.mean((h.astype(f32) - y) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(stack)
+        return _tm(lambda p, g: (p - 3e-4 * g).astype(p.dtype), stack, g), loss
+
+    stack = {"col": sds((depth, d_model, d_ff), bf, mesh, P(None, None, "d")),
+             "row": sds((depth, d_ff, d_model), bf, mesh, P(None, "d", None))}
+    x = sds((tokens, d_model), bf, mesh, P())
+    y = sds((tokens, d_model), bf, mesh, P())
+    return tp_train_step, (stack, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "tp_hidden_replicated", "v5e", "v5e:2x2",
+    "Tensor-parallel MLP stack (8 blocks, d=4096, d_ff=16384, bf16) over the 4 devices, 16384 tokens, "
+    "whose hidden activations are pinned with with_sharding_constraint(..., P()) after the column-parallel "
+    "matmul: every device holds the whole bf16[16384,16384] hidden and its GELU (512 MiB each) per block for "
+    "the backward pass, beyond 15.75G.",
+    "Fixed variant of tp_hidden_replicated_v5e: the hidden pinned with P(None, 'd') (column-sharded, as the "
+    "weights are); fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "no_remat"]),
+    _tp_hidden_builder, dict(tokens=16384, d_model=4096, d_ff=16384, depth=8, hidden_spec=()),
+    dict(tokens=16384, d_model=4096, d_ff=16384, depth=8, hidden_spec=(None, "d")),
+    dump=True,
+)
+
+
+# 25.2 a two-tower retrieval model whose item tower runs over per-row sampled negatives
+
+
+def _two_tower_builder(mesh, queries, negatives, feat, hidden, out_dim, shared):
+    """Sampled-softmax two-tower retrieval: a query tower and an item tower (2-layer MLPs, bf16) over
+    item feature rows f32->bf16 [items, feat]. shared=False: each query row draws its own `negatives`
+    items (ids [B, K]) and the item tower runs on the gathered [B, K, feat] rows; shared=True: one set of
+    K negatives per step (ids [K]) is encoded once and scored against every query ([B, K] logits)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def tower(w, h):
+        return jax.nn.relu(h @ w["w1"]) @ w["w2"]
+
+    def retrieval_step(towers, catalog, qfeat, pos_ids, neg_ids):
+        def sampled_softmax(towers):
+            q = tower(towers["query"], qfeat)                                     # [B, E]
+            pos = tower(towers["item"], jnp.take(catalog, pos_ids, axis=0))       # [B, E]
+            negf = jnp.take(catalog, neg_ids, axis=0)                             # [B, K, F] or [K, F]
+            neg = tower(towers["item"], negf)
+            if shared:
+                neg_logit = (q @ neg.T).astype(f32)                               # [B, K]
+            else:
+                neg_logit = jnp.einsum("be,bke->bk", q, neg).astype(f32)
+            pos_logit = jnp.sum(q * pos, -1).astype(f32)
+            logits = jnp.concatenate([pos_logit[:, None], neg_logit], 1)
+            return -jnp.mean(jax.nn.log_softmax(logits, -1)[:, 0])
+
+        loss, g = jax.value_and_grad(sampled_softmax)(towers)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), towers, g), loss
+
+    mlp = lambda: {"w1": sds((feat, hidden), bf, mesh, P()), "w2": sds((hidden, out_dim), bf, mesh, P())}
+    towers = {"query": mlp(), "item": mlp()}
+    catalog = sds((1 << 20, feat), bf, mesh, P())
+    n = mesh.devices.size * queries
+    qfeat = sds((n, feat), bf, mesh, P("d"))
+    pos_ids = sds((n,), jnp.int32, mesh, P("d"))
+    neg_ids = (sds((negatives,), jnp.int32, mesh, P()) if shared
+               else sds((n, negatives), jnp.int32, mesh, P("d")))
+    return retrieval_step, (towers, catalog, qfeat, pos_ids, neg_ids), {"donate_argnums": (0,)}
+
+
+pair(
+    "per_row_negatives_tower", "v6e", "v6e:2x2",
+    "Two-tower retrieval with sampled softmax: 16384 queries per device, each with its own 512 sampled "
+    "negative items run through the item tower (256 features -> 2048 -> 256, bf16): 8M item rows per device, "
+    "bf16[16384,512,2048] hidden activations (16 GiB) kept for the backward pass, beyond 31.25G.",
+    "Fixed variant of per_row_negatives_tower_v6e: one set of 512 negatives per step, encoded once and "
+    "shared by every query; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _two_tower_builder, dict(queries=16384, negatives=512, feat=256, hidden=2048, out_dim=256, shared=False),
+    dict(queries=16384, negatives=512, feat=256, hidden=2048, out_dim=256, shared=True),
+    dump=True,
+)
+
+
+# 25.3 a WaveNet-style dilated causal stack over raw audio, computed in f32
+
+
+def _wavenet_builder(mesh, clips, samples, channels, depth, dtype):
+    """WaveNet-style stack: `depth` gated residual layers with dilations 1, 2, ..., 512 (repeated),
+    each y = x W_now + shift(x, d) W_past -> tanh * sigmoid -> residual and skip 1x1 projections; a
+    256-way mu-law softmax head on the summed skips. Params and activations in `dtype`."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    dt = getattr(jnp, dtype)
+    C = channels
+
+    def waveform_step(net, audio, target):
+        def nll(net):
+            x = (audio[..., None] * net["inp"]).astype(dt)                         # [B, T, C]
+            skip = jnp.zeros(x.shape, dt)
+            for i in range(depth):
+                w = _tm(lambda a: a[i], net["layers"])
+                d = 2 ** (i % 10)
+                past = jnp.pad(x, ((0, 0), (d, 0), (0, 0)))[:, :-d]
+                pre = x @ w["now"] + past @ w["past"]                              # [B, T, 2C]
+                z = jnp.tanh(pre[..., :C]) * jax.nn.sigmoid(pre[..., C:])
+                x = (x + z @ w["res"]).astype(dt)
+                skip = (skip + z @ w["skip"]).astype(dt)
+            logits = (jax.nn.relu(skip) @ net["head"]).astype(f32)                 # [B, T, 256]
+            lp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(lp, target[..., None], -1))
+
+        loss, g = jax.value_and_grad(nll)(net)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), net, g), loss
+
+    L = depth
+    net = {"inp": sds((C,), dt, mesh, P()), "head": sds((C, 256), dt, mesh, P()),
+           "layers": {"now": sds((L, C, 2 * C), dt, mesh, P()), "past": sds((L, C, 2 * C), dt, mesh, P()),
+                      "res": sds((L, C, C), dt, mesh, P()), "skip": sds((L, C, C), dt, mesh, P())}}
+    n = mesh.devices.size * clips
+    audio = sds((n, samples), dt, mesh, P("d"))
+    target = sds((n, samples), jnp.int32, mesh, P("d"))
+    return waveform_step, (net, audio, target), {"donate_argnums": (0,)}
+
+
+pair(
+    "wavenet_f32", "v4", "v4:2x2x1",
+    "WaveNet-style vocoder (32 gated dilated layers, 256 residual channels) trained on 4 clips of 40960 "
+    "samples per TensorCore with params and activations in f32: every layer keeps f32[4,40960,512] "
+    "pre-activations and f32[4,40960,256] gates for the backward pass, beyond 15.25G.",
+    "Fixed variant of wavenet_f32_v4: params, audio and activations in bf16 (the loss in f32); fits.",
+    dict(category="aggregate", causes=["f32_precision", "batch_too_large", "no_remat"]),
+    _wavenet_builder, dict(clips=4, samples=40960, channels=256, depth=32, dtype="float32"),
+    dict(clips=4, samples=40960, channels=256, depth=32, dtype="bfloat16"),
+    dump=False,
+)
+
+
+# 25.4 an importance-weighted autoencoder with too many images per device
+
+
+def _iwae_builder(mesh, images, k_samples, pixels, latent, hidden):
+    """IWAE: an MLP encoder q(z|x), k_samples reparameterized latents per image, an MLP decoder p(x|z)
+    with a Bernoulli likelihood over `pixels`, the importance-weighted bound (logsumexp over samples).
+    bf16 matmuls, f32 likelihood."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def iwae_step(vae, pics, eps):
+        def neg_bound(vae):
+            h = jax.nn.relu(pics @ vae["enc1"])
+            stats = (h @ vae["enc2"]).astype(f32)
+            mu, logvar = stats[:, :latent], stats[:, latent:]
+            z = (mu[:, None] + jnp.exp(0.5 * logvar)[:, None] * eps).astype(bf)      # [B, K, Z]
+            d1 = jax.nn.relu(z @ vae["dec1"])
+            d2 = jax.nn.relu(d1 @ vae["dec2"])
+            logits = (d2 @ vae["dec3"]).astype(f32)                                  # [B, K, pixels]
+            x = pics.astype(f32)[:, None]
+            ll = jnp.sum(x * jax.nn.log_sigmoid(logits) + (1 - x) * jax.nn.log_sigmoid(-logits), -1)
+            e = eps.astype(f32)
+            lw = ll - 0.5 * jnp.sum(z.astype(f32) ** 2, -1) + 0.5 * jnp.sum(e ** 2 + logvar[:, None], -1)
+            return -jnp.mean(jax.nn.logsumexp(lw, 1) - jnp.log(k_samples))
+
+        loss, g = jax.value_and_grad(neg_bound)(vae)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), vae, g), loss
+
+    w = lambda *s: sds(s, bf, mesh, P())
+    vae = {"enc1": w(pixels, hidden), "enc2": w(hidden, 2 * latent),
+           "dec1": w(latent, hidden), "dec2": w(hidden, hidden), "dec3": w(hidden, pixels)}
+    n = mesh.devices.size * images
+    pics = sds((n, pixels), bf, mesh, P("d"))
+    eps = sds((n, k_samples, latent), bf, mesh, P("d"))
+    return iwae_step, (vae, pics, eps), {"donate_argnums": (0,)}
+
+
+pair(
+    "iwae_images_per_device", "v5p", "v5p:2x2x1",
+    "Importance-weighted autoencoder on 32x32x3 images (3072 pixels) with 512 importance samples each, "
+    "16384 images per device: the decoder runs on 8M latent samples per device, bf16[16384,512,4096] "
+    "hidden activations (64 GiB) kept for the backward pass, beyond 95.74G.",
+    "Fixed variant of iwae_images_per_device_v5p: 2048 images per device (the same 512 samples each); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["batch_too_large", "large_activation", "no_remat"]),
+    _iwae_builder, dict(images=16384, k_samples=512, pixels=3072, latent=128, hidden=4096),
+    dict(images=2048, k_samples=512, pixels=3072, latent=128, hidden=4096),
+    dump=True,
+)
+
+
+# 25.5 a sparse embedding-table update written without donation
+
+
+def _sparse_table_builder(mesh, rows_per_device, dim, lookups, donate):
+    """Model-parallel embedding table (rows sharded over the devices, f32), trained with sparse SGD in
+    jax.shard_map: every device looks up its own (already routed) ids, a small bf16 scorer is applied,
+    the gradient w.r.t. the looked-up rows is scattered back with table.at[ids].add. donate=True:
+    donate_argnums=(0,), the scatter updates the table in place."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def local_update(table, probe, ids, labels):
+        def loss_rows(rows):
+            score = (rows.astype(bf) @ probe).astype(f32)[:, 0]
+            return jnp.mean(jax.nn.softplus(-labels * score))
+
+        rows = table[ids]
+        loss, g_rows = jax.value_and_grad(loss_rows)(rows)
+        table = table.at[ids].add(-0.05 * g_rows)
+        return table, jax.lax.pmean(loss, "d")
+
+    step = jax.shard_map(local_update, mesh=mesh, in_specs=(P("d", None), P(), P("d"), P("d")),
+                         out_specs=(P("d", None), P()), check_vma=False)
+
+    def sparse_sgd_step(table, probe, ids, labels):
+        return step(table, probe, ids, labels)
+
+    n = mesh.devices.size
+    table = sds((n * rows_per_device, dim), f32, mesh, P("d", None))
+    probe = sds((dim, 1), bf, mesh, P())
+    ids = sds((n * lookups,), jnp.int32, mesh, P("d"))
+    labels = sds((n * lookups,), f32, mesh, P("d"))
+    return sparse_sgd_step, (table, probe, ids, labels), ({"donate_argnums": (0,)} if donate else {})
+
+
+pair(
+    "sparse_table_no_donation", "v5e", "v5e:2x2",
+    "Sparse SGD on a model-parallel f32 embedding table (4.5M rows x 512 per device, 8.6 GiB) in "
+    "shard_map, updated with table.at[ids].add on 65536 looked-up rows per device, the step jitted without "
+    "donate_argnums: the updated table is a second 8.6 GiB buffer next to the input one, beyond 15.75G.",
+    "Fixed variant of sparse_table_no_donation_v5e: donate_argnums=(0,), the scatter updates the table in "
+    "place; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["no_donation"]),
+    _sparse_table_builder, dict(rows_per_device=4_500_000, dim=512, lookups=65536, donate=False),
+    dict(rows_per_device=4_500_000, dim=512, lookups=65536, donate=True),
+    dump=True,
+)
+
+
+# 25.6 a transformer whose jax.checkpoint covers only the attention sub-layer
+
+
+def _attn_only_remat_builder(mesh, seqs, seq, d_model, heads, d_ff, depth, remat):
+    """Pre-LN transformer encoder (bf16, scanned over `depth` blocks) with a wide GELU MLP. remat='attn':
+    jax.checkpoint wraps only the attention sub-layer (the MLP's activations are saved for the backward
+    pass); remat='block': jax.checkpoint wraps the whole block."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def norm(x):
+        x32 = x.astype(f32)
+        return ((x32 - x32.mean(-1, keepdims=True)) * jax.lax.rsqrt(x32.var(-1, keepdims=True) + 1e-6)).astype(bf)
+
+    def attention(x, w):
+        b, s, _ = x.shape
+        qkv = (norm(x) @ w["qkv"]).reshape(b, s, 3, heads, hd)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        a = jax.nn.softmax((jnp.einsum("bqhd,bkhd->bhqk", q, k) / hd ** 0.5).astype(f32), -1).astype(bf)
+        o = jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(b, s, d_model)
+        return o @ w["proj"]
+
+    def mlp(x, w):
+        return jax.nn.gelu(norm(x) @ w["up"]) @ w["down"]
+
+    attn_fn = jax.checkpoint(attention) if remat == "attn" else attention
+
+    def block(x, w):
+        x = (x + attn_fn(x, w)).astype(bf)
+        return (x + mlp(x, w)).astype(bf), None
+
+    body = jax.checkpoint(block) if remat == "block" else block
+
+    def encoder_step(enc, tokens_in, target):
+        def mse(enc):
+            h, _ = jax.lax.scan(body, tokens_in, enc)
+            return jnp.mean((h.astype(f32) - target) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(enc)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), enc, g), loss
+
+    L, D, F = depth, d_model, d_ff
+    w = lambda *s: sds(s, bf, mesh, P())
+    enc = {"qkv": w(L, D, 3 * D), "proj": w(L, D, D), "up": w(L, D, F), "down": w(L, F, D)}
+    n = mesh.devices.size * seqs
+    tokens_in = sds((n, seq, D), bf, mesh, P("d"))
+    target = sds((n, seq, D), bf, mesh, P("d"))
+    return encoder_step, (enc, tokens_in, target), {"donate_argnums": (0,)}
+
+
+pair(
+    "attn_only_remat", "v4", "v4:2x2x1",
+    "Transformer encoder (24 blocks, d=1024, 16 heads, d_ff=8192, bf16) on 64 sequences of 512 tokens per "
+    "TensorCore with jax.checkpoint around the attention sub-layer only: every block's MLP activations "
+    "bf16[64,512,8192] (512 MiB, twice) stay saved for the backward pass, beyond 15.25G.",
+    "Fixed variant of attn_only_remat_v4: jax.checkpoint around the whole scanned block; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["no_remat", "batch_too_large"]),
+    _attn_only_remat_builder, dict(seqs=64, seq=512, d_model=1024, heads=16, d_ff=8192, depth=24, remat="attn"),
+    dict(seqs=64, seq=512, d_model=1024, heads=16, d_ff=8192, depth=24, remat="block"),
+    dump=False,
+)
+
+
+# 25.7 second-order (covariance) pooling over 130 channels
+
+
+def _cov_pool_builder(mesh, images, positions, channels, classes):
+    """Bilinear / second-order pooling head on frozen backbone features [B, N, C_in]: a 1x1 reduction to
+    `channels`, the per-image covariance [B, C, C] (einsum 'bnc,bnd->bcd'), signed square root and L2
+    normalization, a linear classifier on the flattened C*C features. f32 head."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def cov_head_step(head, feats, labels):
+        def xent(head):
+            r = jax.nn.relu(feats @ head["reduce"])                                  # [B, N, C]
+            cov = jnp.einsum("bnc,bnd->bcd", r, r) / positions                      # [B, C, C]
+            cov = jnp.sign(cov) * jnp.sqrt(jnp.abs(cov) + 1e-6)
+            flat = cov.reshape(cov.shape[0], -1)
+            flat = flat * jax.lax.rsqrt(jnp.sum(flat * flat, -1, keepdims=True) + 1e-6)
+            logits = flat @ head["cls"]
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), labels[:, None], -1))
+
+        loss, g = jax.value_and_grad(xent)(head)
+        return _tm(lambda p, g: p - 1e-3 * g, head, g), loss
+
+    c_in = 512
+    head = {"reduce": sds((c_in, channels), f32, mesh, P()),
+            "cls": sds((channels * channels, classes), f32, mesh, P())}
+    n = mesh.devices.size * images
+    feats = sds((n, positions, c_in), f32, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    return cov_head_step, (head, feats, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "cov_pool_130ch", "v6e", "v6e:2x2",
+    "Second-order (covariance) pooling head over 130 reduced channels, 65536 images per device of 49 "
+    "positions: the per-image covariances f32[65536,130,130] (4.1 GiB) are tiled (8,128), the 130-wide "
+    "minor dimension padded to 256, beyond 31.25G.",
+    "Fixed variant of cov_pool_130ch_v6e: the 1x1 reduction to 128 channels, a multiple of 128; fits.",
+    dict(category="aggregate", causes=["padding", "batch_too_large"]),
+    _cov_pool_builder, dict(images=86016, positions=49, channels=130, classes=200),
+    dict(images=86016, positions=49, channels=128, classes=200),
+    dump=True,
+)
+
+
+# 25.8 a Lion optimizer whose momentum is kept replicated in f32 while the params are FSDP-sharded
+
+
+def _lion_state_builder(mesh, depth, width, rows, state_spec):
+    """Deep bf16 MLP with params FSDP-sharded (stacked [L, D, D], rows over the devices), trained with
+    Lion written out (sign of the interpolated momentum, decoupled weight decay). The momentum trace is an
+    f32 pytree placed with P(*state_spec): () replicates it on every device; ('d', None) shards it like
+    the params. Params and state donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def lion_step(weights, trace, xb, yb):
+        def mse(weights):
+            def layer(h, w):
+                return jax.nn.silu(h @ w).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(layer), xb, weights["mats"])
+            return jnp.mean((h.astype(f32) - yb) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(weights)
+        b1, b2, lr, wd = 0.9, 0.99, 1e-4, 0.1
+        upd = _tm(lambda m, g: jnp.sign(b1 * m + (1 - b1) * g.astype(f32)), trace, g)
+        new_w = _tm(lambda p, u: (p.astype(f32) * (1 - lr * wd) - lr * u).astype(p.dtype), weights, upd)
+        new_trace = _tm(lambda m, g: b2 * m + (1 - b2) * g.astype(f32), trace, g)
+        return new_w, new_trace, loss
+
+    weights = {"mats": sds((depth, width, width), bf, mesh, P(None, "d", None))}
+    trace = {"mats": sds((depth, width, width), f32, mesh, P(None, *state_spec) if state_spec else P())}
+    n = mesh.devices.size * rows
+    xb = sds((n, width), bf, mesh, P("d"))
+    yb = sds((n, width), bf, mesh, P("d"))
+    out = (_shardings(weights), _shardings(trace), NamedSharding(mesh, P()))
+    return lion_step, (weights, trace, xb, yb), {"donate_argnums": (0, 1), "out_shardings": out}
+
+
+pair(
+    "lion_trace_replicated", "v5e", "v5e:4x4",
+    "Lion optimizer on a 32-layer bf16 MLP (d=8192, 4 GiB of params FSDP-sharded over the 16 chips of a "
+    "v5e:4x4) whose f32 momentum trace is placed replicated (P()): 8 GiB of state on every chip, and its "
+    "updated f32 copy, beyond 15.75G.",
+    "Fixed variant of lion_trace_replicated_v5e: the momentum trace sharded like the params, "
+    "P(None, 'd', None); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["optimizer_state_unsharded", "replicated_tensor", "f32_precision"]),
+    _lion_state_builder, dict(depth=32, width=8192, rows=2048, state_spec=()),
+    dict(depth=32, width=8192, rows=2048, state_spec=("d", None)),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
