@@ -3423,9 +3423,16 @@ fn generic(h: &Headline<'_>) -> Read {
         let start = before.rfind(". ").map_or(0, |i| i + 2);
         let end = after.find(". ").map_or(first.len(), |i| m.end() + i);
         let l = first[start..end].to_ascii_lowercase();
-        [" may ", " might ", " could ", "mitigat", " avoid ", " in case "]
-            .iter()
-            .any(|k| l.contains(k))
+        [
+            " may ",
+            " might ",
+            " could ",
+            "mitigat",
+            " avoid ",
+            " in case ",
+        ]
+        .iter()
+        .any(|k| l.contains(k))
     };
     if (alone || quoted && remedy()) && first.split_whitespace().count() >= 8 {
         return Read::Stop;
