@@ -1034,45 +1034,53 @@ fn structure_prediction(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
     ]
 }
 
+/// One input's activations computed whole, where tiling it is the knob: the evidence sentence
+/// (given what was requested at once, or nothing), the actions, and savings of three quarters of
+/// the request (tiles of a quarter of the input cut each activation about fourfold).
+fn tiled_activation(
+    ctx: &Ctx<'_>,
+    evidence: impl FnOnce(&str) -> String,
+    actions: Vec<String>,
+) -> Cause {
+    let request = ctx
+        .e
+        .requested_bytes
+        .map(|r| format!(" ({} requested at once)", fmt(r)))
+        .unwrap_or_default();
+    ctx.cause(
+        CauseKind::LargeActivation,
+        ctx.e.requested_bytes.map(|r| r / 4 * 3),
+        evidence(&request),
+        actions,
+        Vec::new(),
+    )
+}
+
 /// An image upscaler or restorer named in the text (Real-ESRGAN, SwinIR, GFPGAN, waifu2x...): one
 /// image per call, whose activations grow with its pixels times the upscaling factor squared.
 fn image_upscaling(ctx: &Ctx<'_>) -> Option<Cause> {
     let name = ctx.e.image_upscaler.as_deref()?;
-    let request = ctx
-        .e
-        .requested_bytes
-        .map(|r| format!(" ({} requested at once)", fmt(r)))
-        .unwrap_or_default();
-    // Tiles of a quarter of the image cut each of its activations about fourfold.
-    let savings = ctx.e.requested_bytes.map(|r| r / 4 * 3);
-    Some(ctx.cause(
-        CauseKind::LargeActivation,
-        savings,
-        format!("the text names {name}, which upscales or restores one image at a time: its activations grow with the image's pixels (and the output's, at the upscaling factor squared){request}; there is no batch to cut"),
+    Some(tiled_activation(
+        ctx,
+        |request| format!("the text names {name}, which upscales or restores one image at a time: its activations grow with the image's pixels (and the output's, at the upscaling factor squared){request}; there is no batch to cut"),
         vec![
             "Process the image in tiles (Real-ESRGAN/GFPGAN: --tile 256 or 400 with --tile_pad 10; webui upscalers: a tile size), or downscale it first.".into(),
             "Run the model in half precision (--fp16 / --half where offered), and free other models from the GPU before upscaling.".into(),
         ],
-        Vec::new(),
     ))
 }
 
+/// A diffusion model's VAE decoding the latents when it failed (`vae.decode(`, `VAEDecode`,
+/// `decoding latents`): the whole image or video at full resolution at once.
 fn vae_decoding(ctx: &Ctx<'_>) -> Option<Cause> {
     let said = ctx.e.vae_decode.as_deref()?;
-    let request = ctx
-        .e
-        .requested_bytes
-        .map(|r| format!(" ({} requested at once)", fmt(r)))
-        .unwrap_or_default();
-    Some(ctx.cause(
-        CauseKind::LargeActivation,
-        ctx.e.requested_bytes.map(|r| r / 4 * 3),
-        format!("the failure came while the VAE decoded the latents to pixels (`{said}`): the decoder's activations hold the whole image or video at full resolution at once{request}"),
+    Some(tiled_activation(
+        ctx,
+        |request| format!("the failure came while the VAE decoded the latents to pixels (`{said}`): the decoder's activations hold the whole image or video at full resolution at once{request}"),
         vec![
             "Decode in tiles or slices: diffusers pipe.enable_vae_tiling() / pipe.vae.enable_tiling() and enable_vae_slicing(); ComfyUI's VAE Decode (Tiled); a smaller tile or frame chunk if it still fails.".into(),
             "Or lower the resolution or the number of frames, and offload the denoiser before decoding (enable_model_cpu_offload).".into(),
         ],
-        Vec::new(),
     ))
 }
 
