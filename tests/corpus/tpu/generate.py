@@ -7706,6 +7706,323 @@ pair(
 )
 
 
+# ---- 26. more broken/fixed pairs (batch tpu15): other models, other names ---------------------
+#
+# Programs of kinds sections 13-25 do not have (a 2-D mesh whose weights are sharded on the small
+# batch axis and the batch on the tensor axis, a diffusion U-Net's self-attention at the 64x64 latent
+# level in f32, a reward model scoring K sampled responses per prompt concatenated along the batch, a
+# streaming state-space decoder whose per-layer recurrent states travel as a tuple of f32 arrays never
+# donated, a row-sharded embedding table whose dense gradient is pinned replicated, a video-text
+# contrastive model that projects every patch of every frame before pooling). The same conventions:
+# the fixed twin changes exactly the first cause. The swapped-mesh and embedding-gradient pairs keep
+# their dumps (each file < 160 KB); the U-Net attention, reward-model, video-text and SSM pairs keep none
+# (their after-optimizations modules are 198-362 KB).
+
+
+# 26.1 a 2-D mesh whose weight and batch axes are swapped
+
+
+def _swapped_axes_builder(mesh, seqs, width, ffn, depth, weight_axis, batch_axis):
+    """A residual MLP stack trained with SGD over a (2, 8) mesh ("rep", "shard"): the weights are
+    [depth, width, ffn] / [depth, ffn, width] bf16 with the ffn dimension sharded on `weight_axis`,
+    the sequences (rows) sharded on `batch_axis`. Meant: weights on "shard" (8-way), rows on "rep"."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf, f32 = jnp.bfloat16, jnp.float32
+    grid = Mesh(mesh.devices.reshape(2, mesh.devices.size // 2), ("rep", "shard"))
+
+    def mlp_block(h, w):
+        return (h + jax.nn.gelu(h @ w["up"]) @ w["down"]).astype(bf), None
+
+    def sgd_update(mlp, rows, goal):
+        def l2(mlp):
+            h, _ = jax.lax.scan(mlp_block, rows, mlp)
+            return jnp.mean((h.astype(f32) - goal) ** 2)
+
+        loss, g = jax.value_and_grad(l2)(mlp)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), mlp, g), loss
+
+    mlp = {"up": sds((depth, width, ffn), bf, grid, P(None, None, weight_axis)),
+           "down": sds((depth, ffn, width), bf, grid, P(None, weight_axis, None))}
+    rows = sds((seqs, width), bf, grid, P(batch_axis))
+    goal = sds((seqs, width), bf, grid, P(batch_axis))
+    return sgd_update, (mlp, rows, goal), {"donate_argnums": (0,)}
+
+
+pair(
+    "mesh_axes_swapped", "v5e", "v5e:4x4",
+    "Residual MLP stack (20 blocks, d=8192, ffn=32768, bf16, 20 GiB of weights) on a (2, 8) mesh "
+    "('rep', 'shard') with the axis names swapped: the weights' ffn dimension is sharded on 'rep' (2-way, "
+    "10 GiB per device, replicated across the 8 'shard' devices) and the rows on 'shard'; weights plus "
+    "gradients exceed 15.75G.",
+    "Fixed variant of mesh_axes_swapped_v5e: weights sharded on 'shard' (8-way), rows on 'rep'; fits.",
+    dict(category="aggregate", causes=["replicated_tensor"]),
+    _swapped_axes_builder, dict(seqs=8192, width=8192, ffn=32768, depth=20, weight_axis="rep", batch_axis="shard"),
+    dict(seqs=8192, width=8192, ffn=32768, depth=20, weight_axis="shard", batch_axis="rep"),
+    dump=True,
+)
+
+
+# 26.2 a diffusion U-Net's self-attention blocks at the 64x64 latent level, in f32
+
+
+def _latent_attn_builder(mesh, images, side, channels, heads, blocks, dtype):
+    """The self-attention blocks of a latent-diffusion U-Net at the highest resolution (side x side
+    latent pixels = tokens), trained on the epsilon-prediction MSE; no remat. Params and activations in
+    `dtype`, the loss in f32."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    dt = getattr(jnp, dtype)
+    C, H = channels, heads
+    hd = C // H
+
+    def denoise_step(unet, latents, noise):
+        def eps_mse(unet):
+            b = latents.shape[0]
+            x = latents.reshape(b, side * side, C).astype(dt)
+            for i in range(blocks):
+                w = _tm(lambda a: a[i], unet)
+                qkv = (x @ w["qkv"]).reshape(b, side * side, 3, H, hd)
+                q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+                att = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(hd).astype(dt), -1)
+                o = jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, side * side, C)
+                x = (x + o @ w["proj"]).astype(dt)
+            return jnp.mean((x.astype(f32) - noise.reshape(x.shape).astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(eps_mse)(unet)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), unet, g), loss
+
+    unet = {"qkv": sds((blocks, C, 3 * C), dt, mesh, P()), "proj": sds((blocks, C, C), dt, mesh, P())}
+    n = mesh.devices.size * images
+    latents = sds((n, side, side, C), dt, mesh, P("d"))
+    noise = sds((n, side, side, C), dt, mesh, P("d"))
+    return denoise_step, (unet, latents, noise), {"donate_argnums": (0,)}
+
+
+pair(
+    "unet_latent_attn_f32", "v5e", "v5e:2x2",
+    "Latent-diffusion U-Net self-attention blocks at the 64x64 latent level (4096 tokens, 320 channels, "
+    "8 heads, 4 blocks), 16 images per device, params and activations in f32 with no remat: the "
+    "f32[16,8,4096,4096] attention scores and probabilities (8 GiB each) kept for the backward pass share "
+    "two 8 GiB slots, beyond 15.75G.",
+    "Fixed variant of unet_latent_attn_f32_v5e: params, latents and activations in bf16 (the loss in f32); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["f32_precision", "large_activation", "no_remat"]),
+    _latent_attn_builder, dict(images=16, side=64, channels=320, heads=8, blocks=4, dtype="float32"),
+    dict(images=16, side=64, channels=320, heads=8, blocks=4, dtype="bfloat16"),
+    dump=False,
+)
+
+
+# 26.3 a reward model scoring K sampled responses per prompt, concatenated along the batch
+
+
+def _reward_k_builder(mesh, prompts, k_resp, seq, d_model, depth):
+    """A reward model (scanned pre-LN transformer-ish blocks: causal single-head-group attention over
+    `seq` tokens and a 4x MLP, bf16, jax.checkpoint per block) trained with a Bradley-Terry loss over
+    K sampled responses per prompt: the [prompts * K, seq] token ids are scored in one batch."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    D = d_model
+
+    @jax.checkpoint
+    def rm_block(h, w):
+        a = jax.nn.softmax(jnp.einsum("bqd,bkd->bqk", h @ w["wq"], h @ w["wk"]).astype(f32) / 64.0
+                           + jnp.triu(jnp.full((seq, seq), -1e9, f32), 1), -1).astype(bf)
+        h = (h + jnp.einsum("bqk,bkd->bqd", a, h @ w["wv"]) @ w["wo"]).astype(bf)
+        return (h + jax.nn.gelu(h @ w["w1"]) @ w["w2"]).astype(bf), None
+
+    def preference_step(rm, tokens, rank):
+        def bt_loss(rm):
+            h = jnp.take(rm["embed"], tokens, axis=0)                           # [B*K, S, D]
+            h, _ = jax.lax.scan(rm_block, h, rm["blocks"])
+            r = (h[:, -1] @ rm["head"]).astype(f32).reshape(-1, k_resp)          # [B, K]
+            diff = r[:, :, None] - r[:, None, :]
+            better = (rank[:, :, None] < rank[:, None, :]).astype(f32)
+            return -jnp.sum(better * jax.nn.log_sigmoid(diff)) / jnp.maximum(jnp.sum(better), 1.0)
+
+        loss, g = jax.value_and_grad(bt_loss)(rm)
+        return _tm(lambda p, g: (p - 1e-5 * g).astype(p.dtype), rm, g), loss
+
+    L = depth
+    blk = lambda *s: sds((L,) + s, bf, mesh, P())
+    rm = {"embed": sds((32768, D), bf, mesh, P()), "head": sds((D,), bf, mesh, P()),
+          "blocks": {"wq": blk(D, D), "wk": blk(D, D), "wv": blk(D, D), "wo": blk(D, D),
+                     "w1": blk(D, 4 * D), "w2": blk(4 * D, D)}}
+    n = mesh.devices.size * prompts
+    tokens = sds((n * k_resp, seq), jnp.int32, mesh, P("d"))
+    rank = sds((n, k_resp), jnp.int32, mesh, P("d"))
+    return preference_step, (rm, tokens, rank), {"donate_argnums": (0,)}
+
+
+pair(
+    "reward_k_responses", "v5p", "v5p:2x2x1",
+    "Reward model (24 checkpointed blocks, d=2048, bf16) trained with a Bradley-Terry loss on 64 prompts "
+    "per device, each with 16 sampled responses of 1024 tokens concatenated along the batch: 1M tokens per "
+    "device, the per-block residuals bf16[24,1024,1024,2048] (96 GiB) kept for the backward pass, beyond 95.74G.",
+    "Fixed variant of reward_k_responses_v5p: 16 prompts per device (the same 16 responses each); fits.",
+    dict(category="single_large_allocation", causes=["batch_too_large", "large_activation"]),
+    _reward_k_builder, dict(prompts=64, k_resp=16, seq=1024, d_model=2048, depth=24),
+    dict(prompts=16, k_resp=16, seq=1024, d_model=2048, depth=24),
+    dump=False,
+)
+
+
+# 26.4 a streaming state-space decoder whose recurrent states are never donated
+
+
+def _ssm_stream_builder(mesh, streams, d_model, d_inner, d_state, layers, donate):
+    """One decoding step of a Mamba-style stacked selective-SSM language model: the per-layer
+    recurrent state is a Python tuple of (f32[B, d_inner, d_state] ssm state, f32[B, d_inner, 4] conv
+    window), passed in and returned every step. donate=True: donate_argnums=(1,), the new states reuse
+    the old buffers."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def stream_decode(lm, carry, tok):
+        x = jnp.take(lm["embed"], tok, axis=0)                                       # [B, D]
+        out = []
+        for i in range(layers):
+            ssm, conv = carry[i]
+            w = _tm(lambda a: a[i], lm["layers"])
+            xz = (x @ w["inp"]).astype(f32)
+            u, z = xz[:, :d_inner], xz[:, d_inner:]
+            conv = jnp.concatenate([conv[:, :, 1:], u[:, :, None]], -1)
+            u = jax.nn.silu(jnp.sum(conv * w["conv"].astype(f32), -1))
+            bc = (u.astype(bf) @ w["bc"]).astype(f32)                                 # [B, 2N]
+            dt = jax.nn.softplus(u)[:, :, None]
+            ssm = jnp.exp(-dt * jnp.exp(w["a_log"].astype(f32))) * ssm + dt * u[:, :, None] * bc[:, None, :d_state]
+            y = jnp.sum(ssm * bc[:, None, d_state:], -1) * jax.nn.silu(z)
+            x = (x + y.astype(bf) @ w["out"]).astype(bf)
+            out.append((ssm, conv))
+        logits = (x @ lm["embed"].T).astype(f32)
+        return jnp.argmax(logits, -1).astype(jnp.int32), tuple(out)
+
+    L = layers
+    lw = lambda *s: sds((L,) + s, bf, mesh, P())
+    lm = {"embed": sds((32000, d_model), bf, mesh, P()),
+          "layers": {"inp": lw(d_model, 2 * d_inner), "conv": lw(d_inner, 4), "bc": lw(d_inner, 2 * d_state),
+                     "a_log": lw(d_inner, d_state), "out": lw(d_inner, d_model)}}
+    n = mesh.devices.size * streams
+    carry = tuple((sds((n, d_inner, d_state), f32, mesh, P("d")), sds((n, d_inner, 4), f32, mesh, P("d")))
+                  for _ in range(L))
+    tok = sds((n,), jnp.int32, mesh, P("d"))
+    return stream_decode, (lm, carry, tok), ({"donate_argnums": (1,)} if donate else {})
+
+
+pair(
+    "ssm_stream_states_undonated", "v4", "v4:2x2x1",
+    "Streaming decode step of a Mamba-style SSM language model (32 layers, d_inner=4096, d_state=16) "
+    "serving 1024 streams per TensorCore: the per-layer f32 recurrent states (a tuple of 32 "
+    "f32[1024,4096,16] ssm states and f32[1024,4096,4] conv windows, 10 GiB) are passed in and returned without donation, "
+    "so old and new states are both live, beyond 15.25G.",
+    "Fixed variant of ssm_stream_states_undonated_v4: donate_argnums=(1,), the new states reuse the old "
+    "buffers; fits.",
+    dict(category="aggregate", causes=["no_donation"]),
+    _ssm_stream_builder, dict(streams=1024, d_model=2048, d_inner=4096, d_state=16, layers=32, donate=False),
+    dict(streams=1024, d_model=2048, d_inner=4096, d_state=16, layers=32, donate=True),
+    dump=False,
+)
+
+
+# 26.5 a video-text contrastive model that projects every patch of every frame before pooling
+
+
+def _video_text_builder(mesh, clips, frames, patches, vis_dim, proj_hidden, embed, captions_len, pool_first):
+    """Video-text contrastive training on frozen per-frame patch features [B, T, P, C] (bf16, an
+    argument): a 2-layer projection MLP (C -> hidden -> E) and mean pooling to one clip embedding, a
+    small caption encoder (token embeddings, mean), InfoNCE over the per-device batch.
+    pool_first=False: the MLP runs on every patch of every frame, then pools; True: patches are
+    mean-pooled per frame, the MLP runs on [B, T, C], then frames are pooled."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def clip_text_step(proj, feats, caption):
+        def info_nce(proj):
+            f = jnp.mean(feats, 2) if pool_first else feats                             # [B,T,C] / [B,T,P,C]
+            e = jax.nn.gelu(f @ proj["v1"]) @ proj["v2"]
+            v = jnp.mean(e.reshape(e.shape[0], -1, e.shape[-1]), 1).astype(f32)        # [B, E]
+            t = jnp.mean(jnp.take(proj["tok"], caption, axis=0), 1).astype(f32)          # [B, E]
+            v = v / jnp.linalg.norm(v, axis=-1, keepdims=True)
+            t = t / jnp.linalg.norm(t, axis=-1, keepdims=True)
+            logits = v @ t.T / 0.07
+            lab = jnp.arange(logits.shape[0])
+            return -0.5 * (jnp.mean(jax.nn.log_softmax(logits, 1)[lab, lab])
+                           + jnp.mean(jax.nn.log_softmax(logits, 0)[lab, lab]))
+
+        loss, g = jax.value_and_grad(info_nce)(proj)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), proj, g), loss
+
+    proj = {"v1": sds((vis_dim, proj_hidden), bf, mesh, P()), "v2": sds((proj_hidden, embed), bf, mesh, P()),
+            "tok": sds((49408, embed), bf, mesh, P())}
+    n = mesh.devices.size * clips
+    feats = sds((n, frames, patches, vis_dim), bf, mesh, P("d"))
+    caption = sds((n, captions_len), jnp.int32, mesh, P("d"))
+    return clip_text_step, (proj, feats, caption), {"donate_argnums": (0,)}
+
+
+pair(
+    "video_patch_proj_before_pool", "v6e", "v6e:2x2",
+    "Video-text contrastive model on frozen ViT patch features, 512 clips per device x 16 frames x 256 "
+    "patches x 1024 channels: the projection MLP (1024 -> 8192 -> 512) runs on all 2M patch rows per "
+    "device before pooling, keeping bf16[512,16,256,8192] hidden activations (32 GiB each) for the "
+    "backward pass, beyond 31.25G.",
+    "Fixed variant of video_patch_proj_before_pool_v6e: patches mean-pooled per frame before the "
+    "projection MLP; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _video_text_builder, dict(clips=512, frames=16, patches=256, vis_dim=1024, proj_hidden=8192, embed=512,
+                              captions_len=32, pool_first=False),
+    dict(clips=512, frames=16, patches=256, vis_dim=1024, proj_hidden=8192, embed=512, captions_len=32,
+         pool_first=True),
+    dump=False,
+)
+
+
+# 26.6 a row-sharded embedding table whose gradient is pinned replicated before the update
+
+
+def _bag_grad_builder(mesh, buckets, dim, bags, bag_len, classes, grad_spec):
+    """A bag-of-embeddings text classifier: an f32 table [buckets, dim] row-sharded over the devices,
+    mean-pooled lookups of [bags, bag_len] hashed ids (bags sharded), a small bf16 classifier. The table's
+    gradient (the dense scatter-add of the lookups) is pinned with with_sharding_constraint(g, grad_spec)
+    "so that every replica sees the all-reduced gradient": P() replicates the full [buckets, dim] gradient
+    on every device; P('d', None) keeps it sharded like the table."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def bag_sgd_step(emb, clf, ids, label):
+        def xent(emb, clf):
+            pooled = jnp.mean(jnp.take(emb, ids, axis=0), 1)                            # [B, D]
+            logits = (pooled.astype(bf) @ clf).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), label[:, None], -1))
+
+        loss, (g_emb, g_clf) = jax.value_and_grad(xent, argnums=(0, 1))(emb, clf)
+        g_emb = jax.lax.with_sharding_constraint(g_emb, NamedSharding(mesh, P(*grad_spec)))
+        return emb - 0.05 * g_emb, (clf - 1e-3 * g_clf).astype(bf), loss
+
+    emb = sds((buckets, dim), f32, mesh, P("d", None))
+    clf = sds((dim, classes), bf, mesh, P())
+    n = mesh.devices.size * bags
+    ids = sds((n, bag_len), jnp.int32, mesh, P("d"))
+    label = sds((n,), jnp.int32, mesh, P("d"))
+    return bag_sgd_step, (emb, clf, ids, label), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "bag_embed_grad_replicated", "v6e", "v6e:2x2",
+    "Bag-of-embeddings text classifier with an f32 hashed-feature table of 4194304 buckets x 2048 (32 GiB), "
+    "row-sharded over the 4 devices (8 GiB each), whose gradient is pinned with "
+    "with_sharding_constraint(g, P()) before the SGD update: every device holds the whole dense "
+    "f32[4194304,2048] gradient (32 GiB), beyond 31.25G.",
+    "Fixed variant of bag_embed_grad_replicated_v6e: the gradient pinned P('d', None), sharded like the "
+    "table; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor"]),
+    _bag_grad_builder, dict(buckets=4194304, dim=2048, bags=4096, bag_len=64, classes=1024, grad_spec=()),
+    dict(buckets=4194304, dim=2048, bags=4096, bag_len=64, classes=1024, grad_spec=("d", None)),
+    dump=True,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
