@@ -6,7 +6,7 @@ use crate::model::{
 };
 use crate::origin::op_name_parts;
 use hbm_doctor_hlo::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use hbm_doctor_hlo::hlo::{shape_leaves, sharding_is_replicated, HloModule, Instruction};
+use hbm_doctor_hlo::hlo::{shape_leaves, sharding_copies, HloModule, Instruction};
 use hbm_doctor_hlo::text::unescape;
 use hbm_doctor_hlo::Shape;
 use hbm_doctor_log::format_size;
@@ -166,7 +166,10 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
         .filter(|i| i.opcode == "parameter")
     {
         let Some(sh) = i.sharding() else { continue };
-        if !sharding_is_replicated(sh) {
+        // Copied on every device, or on most of them: a 2 x 8 mesh whose weights are split over
+        // the 2-way axis and copied over the 8-way one (the mesh's axes swapped) holds 8 copies.
+        let copies = sharding_copies(sh, n);
+        if copies < n && (copies < 4 || copies * 2 < n) {
             continue;
         }
         let Some(b) = s
@@ -184,9 +187,9 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
             .iter()
             .any(|k| op_name_parts(&op).iter().any(|p| p.contains(k)))
         {
-            opt_state.push(b);
+            opt_state.push((b, copies));
         } else {
-            weights.push(b);
+            weights.push((b, copies));
         }
     }
     let mut causes = Vec::new();
@@ -198,14 +201,14 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
         (opt_state, CauseKind::OptimizerStateUnsharded, 1),
         (weights, CauseKind::ReplicatedTensor, usize::MAX),
     ] {
-        let together: u64 = list.iter().map(|b| b.size_bytes).sum();
+        let together: u64 = list.iter().map(|(b, _)| b.size_bytes).sum();
         if list.is_empty() || together * 10 < s.peak_bytes {
             continue;
         }
         let mut savings = 0;
         let mut names = Vec::new();
         let mut changes: Vec<(String, u32)> = Vec::new();
-        for p in &list {
+        for &(p, copies) in &list {
             let mut taken = 0;
             // A state array's follower is its updated value (an output); gradients (temps) stay
             // whole under ZeRO-1. A weight's followers are its gradient and updated value.
@@ -222,8 +225,8 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
                     taken += 1;
                 }
                 if claimed.insert(b.name.clone()) {
-                    savings += b.size_bytes - b.size_bytes / n;
-                    changes.push((b.name.clone(), (1000 / n) as u32));
+                    savings += b.size_bytes - b.size_bytes / copies;
+                    changes.push((b.name.clone(), (1000 / copies) as u32));
                     if b.name != p.name {
                         names.push(format!(
                             "{} ({}, {})",
@@ -235,10 +238,11 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
                 }
             }
         }
-        let first = list[0];
+        let first = list[0].0;
+        let partial = list.iter().map(|&(_, c)| c).filter(|&c| c < n).max();
         let what = list
             .iter()
-            .map(|b| {
+            .map(|(b, _)| {
                 format!(
                     "{} {} ({}{})",
                     b.name,
@@ -252,10 +256,28 @@ fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>)
             })
             .collect::<Vec<_>>()
             .join(", ");
+        let held = match partial {
+            None => format!(
+                "{} sharding={{replicated}} in a module with num_partitions={n}: each of the {n} devices holds the whole array",
+                if list.len() == 1 { "has" } else { "have" }
+            ),
+            Some(c) => format!(
+                "{} split into only {} pieces, each copied on {c} of the {n} devices (last_tile_dim_replicate): each device holds {} of it where the mesh could hold 1/{n}",
+                if list.len() == 1 { "is" } else { "are" },
+                n / c,
+                if n / c == 1 { "all".to_string() } else { format!("1/{}", n / c) }
+            ),
+        };
         let evidence = format!(
-            "{what} {} sharding={{replicated}} in a module with num_partitions={n}: each of the {n} devices holds the whole array{}",
-            if list.len() == 1 { "has" } else { "have" },
-            if names.is_empty() { String::new() } else { format!("; same-shape buffers live at the peak: {}", names.join(", ")) }
+            "{what} {held}{}",
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; same-shape buffers live at the peak: {}",
+                    names.join(", ")
+                )
+            }
         );
         let mut c = cause(
             kind,

@@ -877,6 +877,27 @@ pub fn tuple_elements(shape: &str) -> Option<Vec<&str>> {
     )
 }
 
+/// How many devices hold each element of an array with this `sharding=` value in a module of
+/// `n` partitions: `n` when it is replicated, the replicated last tile dimension of a partial
+/// tiling (`devices=[1,2,1,8]<=[16] last_tile_dim_replicate`: 8), else 1.
+pub fn sharding_copies(s: &str, n: u64) -> u64 {
+    if sharding_is_replicated(s) {
+        return n;
+    }
+    if !s.contains("last_tile_dim_replicate") {
+        return 1;
+    }
+    s.find("devices=[")
+        .and_then(|k| {
+            let rest = &s[k + 9..];
+            rest[..rest.find(']')?]
+                .rsplit(',')
+                .next()
+                .and_then(|d| d.trim().parse().ok())
+        })
+        .unwrap_or(1)
+}
+
 /// Whether a `sharding=` value leaves every element whole on each device (`{replicated}`, a
 /// tiling whose only non-trivial axis is the replicated last one, or a tuple of those).
 pub fn sharding_is_replicated(s: &str) -> bool {
@@ -1074,6 +1095,16 @@ ENTRY %main (a: f32[4], b: f32[4]) -> (f32[4], s32[]) {
         let text = "HloModule m\n\nENTRY e {\n  x = f32[] add(\u{2500}";
         let (m, _) = parse_module(text);
         assert!(m.computations.len() <= 1);
+    }
+
+    #[test]
+    fn sharding_copies_counts_the_replicated_devices() {
+        assert_eq!(sharding_copies("{replicated}", 16), 16);
+        assert_eq!(
+            sharding_copies("{devices=[1,2,1,8]<=[16] last_tile_dim_replicate}", 16),
+            8
+        );
+        assert_eq!(sharding_copies("{devices=[16,1]<=[16]}", 16), 1);
     }
 
     #[test]
