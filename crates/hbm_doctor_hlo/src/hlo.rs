@@ -887,15 +887,19 @@ pub fn sharding_copies(s: &str, n: u64) -> u64 {
     if !s.contains("last_tile_dim_replicate") {
         return 1;
     }
-    s.find("devices=[")
-        .and_then(|k| {
-            let rest = &s[k + 9..];
-            rest[..rest.find(']')?]
-                .rsplit(',')
-                .next()
-                .and_then(|d| d.trim().parse().ok())
-        })
-        .unwrap_or(1)
+    tile_dims(s).and_then(|d| d.last().copied()).unwrap_or(1)
+}
+
+/// The tile assignment's dimensions of a `sharding=` value (`devices=[1,2,1,8]<=[16]`: 1, 2, 1,
+/// 8), `None` without one.
+fn tile_dims(s: &str) -> Option<Vec<u64>> {
+    let rest = &s[s.find("devices=[")? + 9..];
+    Some(
+        rest[..rest.find(']')?]
+            .split(',')
+            .filter_map(|d| d.trim().parse().ok())
+            .collect(),
+    )
 }
 
 /// Whether a `sharding=` value leaves every element whole on each device (`{replicated}`, a
@@ -908,17 +912,9 @@ pub fn sharding_is_replicated(s: &str) -> bool {
     if s.contains("replicated") && !s.contains("devices=") {
         return true;
     }
-    let Some(k) = s.find("devices=[") else {
+    let Some(dims) = tile_dims(s) else {
         return false;
     };
-    let rest = &s[k + 9..];
-    let Some(e) = rest.find(']') else {
-        return false;
-    };
-    let dims: Vec<u64> = rest[..e]
-        .split(',')
-        .filter_map(|d| d.trim().parse().ok())
-        .collect();
     let tiled: &[u64] = if s.contains("last_tile_dim_replicate") || s.contains("last_tile_dims") {
         &dims[..dims.len().saturating_sub(1)]
     } else {
