@@ -646,7 +646,45 @@ fn gathered_stack<'a>(
         c.changes = vec![(b.name.clone(), (1000 / layers).max(1) as u32)];
         causes.push(c);
     }
-    causes
+    // One stack gathered is one fix: the other stacks gathered up front with it, and the
+    // full-size values of their shape that come with them (the gradient of the gathered stack,
+    // before its reduce-scatter), are gathered one layer at a time too.
+    let Some(mut first) = causes.first().cloned() else {
+        return causes;
+    };
+    let keep = first.changes.first().map_or(1, |c| c.1);
+    let gathered: Vec<String> = causes
+        .iter()
+        .flat_map(|c| c.changes.iter().map(|x| x.0.clone()))
+        .collect();
+    let shapes: Vec<&str> = s
+        .buffers_at_peak
+        .iter()
+        .filter(|b| gathered.contains(&b.name))
+        .map(|b| b.layout_shape.as_str())
+        .collect();
+    for x in s.buffers_at_peak.iter().filter(|x| {
+        x.kind == "temp"
+            && !gathered.contains(&x.name)
+            && !claimed.contains(&x.name)
+            && shapes.iter().any(|sh| same_dims(sh, &x.layout_shape))
+    }) {
+        first.changes.push((x.name.clone(), keep));
+    }
+    for c in causes.iter().skip(1) {
+        first.changes.extend(c.changes.iter().cloned());
+    }
+    if causes.len() > 1 {
+        first.evidence = format!(
+            "{}; {} more stack(s) gathered the same way",
+            first.evidence,
+            causes.len() - 1
+        );
+    }
+    for (n, _) in &first.changes {
+        claimed.insert(n.clone());
+    }
+    vec![first]
 }
 
 /// Entry parameters with a same-shaped output and no input_output_alias: both live at once.

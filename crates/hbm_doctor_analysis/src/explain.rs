@@ -1586,10 +1586,10 @@ fn large_activation(ctx: &Ctx<'_>) -> Option<Cause> {
         describe(first),
         first.source.as_deref().map(|s| format!(" ({s})")).unwrap_or_default()
     ));
-    // Chunked (or sharded) four ways, a quarter of each stays live.
+    // Chunked eight ways (as the dump's what-if does), an eighth of each stays live.
     Some(ctx.cause(
         CauseKind::LargeActivation,
-        Some(total - total / 4),
+        Some(total - total / 8),
         format!(
             "{} buffer(s) of at least a quarter of the limit: {}{}",
             big.len(),
