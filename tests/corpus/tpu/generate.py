@@ -8023,6 +8023,151 @@ pair(
 )
 
 
+# ---- 27. more broken/fixed pairs (batch tpu16): other models, other names ---------------------
+#
+# Programs of kinds sections 13-26 do not have (sliding-window attention written as full [L, L]
+# scores under a band mask, an S4 layer in convolution mode that builds the [H, L, L] Toeplitz matrix
+# of its kernel). The same conventions: the fixed twin changes exactly the first cause. (A reversible
+# network trained by plain autodiff and a pair potential over all [S, N, N] atom pairs were written
+# but not compiled in the batch's time; see the README.)
+
+
+# 27.1 sliding-window attention computed as full [L, L] scores with a band mask
+
+
+def _swa_builder(mesh, docs, seq_len, heads, head_dim, window, depth, chunked):
+    """A byte-level long-context LM (vocab 256) with sliding-window causal attention (each position
+    sees the previous `window` bytes) and a 4x MLP per layer, bf16, softmax in f32, no remat.
+    chunked=False: full [B, H, L, L] scores with a band mask; True: the sequence cut into blocks of
+    `window`, each block attending to itself and the block before ([B, n, H, W, 2W] scores)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    H, hd, W, L = heads, head_dim, window, seq_len
+    D = H * hd
+
+    def local_attn(q, k, v):
+        b = q.shape[0]
+        if not chunked:
+            s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) / jnp.sqrt(float(hd))
+            i = jnp.arange(L)
+            band = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < W)
+            p = jax.nn.softmax(jnp.where(band, s, -1e9), -1).astype(bf)
+            return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+        n = L // W
+        qb, kb, vb = (t.reshape(b, n, W, H, hd) for t in (q, k, v))
+        prev = lambda t: jnp.concatenate([jnp.zeros_like(t[:, :1]), t[:, :-1]], 1)
+        kk = jnp.concatenate([prev(kb), kb], 2)                                     # [b, n, 2W, H, hd]
+        vv = jnp.concatenate([prev(vb), vb], 2)
+        s = jnp.einsum("bnqhd,bnkhd->bnhqk", qb, kk).astype(f32) / jnp.sqrt(float(hd))
+        qpos = jnp.arange(W)[:, None] + W
+        kpos = jnp.arange(2 * W)[None, :]
+        band = (qpos >= kpos) & (qpos - kpos < W)
+        band = band[None] & ((jnp.arange(n)[:, None, None] > 0) | (kpos >= W)[None])  # no block before 0
+        p = jax.nn.softmax(jnp.where(band[None, :, None], s, -1e9), -1).astype(bf)
+        return jnp.einsum("bnhqk,bnkhd->bnqhd", p, vv).reshape(b, L, H, hd)
+
+    def byte_lm_step(net, seq):
+        def nll(net):
+            x = jnp.take(net["bytes"], seq[:, :-1], axis=0)                           # [B, L, D]
+            b = x.shape[0]
+            for i in range(depth):
+                lyr = _tm(lambda a: a[i], net["layers"])
+                q, k, v = ((x @ lyr[m]).reshape(b, L, H, hd) for m in ("q", "k", "v"))
+                x = (x + local_attn(q, k, v).reshape(b, L, D) @ lyr["o"]).astype(bf)
+                x = (x + jax.nn.gelu(x @ lyr["up"]) @ lyr["dn"]).astype(bf)
+            logits = (x @ net["bytes"].T).astype(f32)                                 # [B, L, 256]
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), seq[:, 1:, None], -1))
+
+        loss, g = jax.value_and_grad(nll)(net)
+        return _tm(lambda p, g: (p - 3e-4 * g).astype(p.dtype), net, g), loss
+
+    lw = lambda *s: sds((depth,) + s, bf, mesh, P())
+    net = {"bytes": sds((256, D), bf, mesh, P()),
+           "layers": {"q": lw(D, D), "k": lw(D, D), "v": lw(D, D), "o": lw(D, D),
+                      "up": lw(D, 4 * D), "dn": lw(4 * D, D)}}
+    seq = sds((mesh.devices.size * docs, L + 1), jnp.int32, mesh, P("d"))
+    return byte_lm_step, (net, seq), {"donate_argnums": (0,)}
+
+
+pair(
+    "swa_band_mask_full", "v6e", "v6e:2x2",
+    "Byte-level LM with sliding-window attention (window 512) over 16384-byte documents, 4 documents per "
+    "device, 2 layers of 8 heads: the window is applied as a band mask on the full f32[4,8,16384,16384] "
+    "scores (32 GiB each), kept with the probabilities for the backward pass, beyond 31.25G.",
+    "Fixed variant of swa_band_mask_full_v6e: the sequence cut into 512-byte blocks, each attending to "
+    "itself and the block before ([B, 32, H, 512, 1024] scores); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large", "no_remat"]),
+    _swa_builder, dict(docs=4, seq_len=16384, heads=8, head_dim=128, window=512, depth=2, chunked=False),
+    dict(docs=4, seq_len=16384, heads=8, head_dim=128, window=512, depth=2, chunked=True),
+    dump=False,
+)
+
+
+# 27.2 an S4 layer in convolution mode that materialises the [H, L, L] Toeplitz matrix of its kernel
+
+
+def _s4_conv_builder(mesh, seqs, seq_len, channels, state, depth, classes, fft):
+    """An S4D-style sequence classifier (long-range-arena shape): per layer the diagonal SSM's
+    convolution kernel K[H, L] = sum_n C*B*exp(-dt*A*l) is generated from the parameters, then applied
+    causally along the sequence, plus the skip D*u, gelu and a channel mix; mean pooling and a linear
+    head. f32 throughout. fft=False: K is expanded into the Toeplitz matrix T[h, i, j] = K[h, i-j]
+    (f32[H, L, L]) and applied with an einsum; True: the causal convolution by rfft/irfft of length 2L."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    L, Hc = seq_len, channels
+
+    def ssm_kernel(lyr):
+        dt = jnp.exp(lyr["log_dt"])[:, None, None]                                  # [H, 1, 1]
+        a = jnp.exp(lyr["log_a"])[:, :, None]                                        # [H, N, 1]
+        decay = jnp.exp(-dt * a * jnp.arange(L, dtype=f32)[None, None, :])           # [H, N, L]
+        return jnp.einsum("hn,hnl->hl", lyr["c"] * lyr["b"], decay)                  # [H, L]
+
+    def causal_conv(u, kern):                                                        # u [B, L, H]
+        if fft:
+            uf = jnp.fft.rfft(u, n=2 * L, axis=1)
+            kf = jnp.fft.rfft(kern, n=2 * L, axis=-1).T                              # [L+1, H]
+            return jnp.fft.irfft(uf * kf[None], n=2 * L, axis=1)[:, :L]
+        lag = jnp.arange(L)[:, None] - jnp.arange(L)[None, :]
+        toep = jnp.where(lag[None] >= 0, kern[:, jnp.clip(lag, 0, L - 1)], 0.0)      # [H, L, L]
+        return jnp.einsum("hij,bjh->bih", toep, u)
+
+    def lra_step(s4, signal, target):
+        def xent(s4):
+            u = signal @ s4["enc"]                                                   # [B, L, H]
+            for i in range(depth):
+                lyr = _tm(lambda a: a[i], s4["layers"])
+                y = causal_conv(u, ssm_kernel(lyr)) + lyr["skip"] * u
+                u = u + jax.nn.gelu(y) @ lyr["mix"]
+            logits = jnp.mean(u, 1) @ s4["head"]
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), target[:, None], -1))
+
+        loss, g = jax.value_and_grad(xent)(s4)
+        return _tm(lambda p, g: p - 1e-3 * g, s4, g), loss
+
+    lw = lambda *s: sds((depth,) + s, f32, mesh, P())
+    s4 = {"enc": sds((8, Hc), f32, mesh, P()), "head": sds((Hc, classes), f32, mesh, P()),
+          "layers": {"log_dt": lw(Hc), "log_a": lw(Hc, state), "b": lw(Hc, state), "c": lw(Hc, state),
+                     "skip": lw(Hc), "mix": lw(Hc, Hc)}}
+    n = mesh.devices.size * seqs
+    signal = sds((n, L, 8), f32, mesh, P("d"))
+    target = sds((n,), jnp.int32, mesh, P("d"))
+    return lra_step, (s4, signal, target), {"donate_argnums": (0,)}
+
+
+pair(
+    "s4_toeplitz_kernel", "v4", "v4:2x2x1",
+    "S4D sequence classifier (4 layers, 128 channels, state 64) on 8192-step signals, 4 sequences per "
+    "TensorCore, f32: each layer expands its generated convolution kernel into the Toeplitz matrix "
+    "f32[128,8192,8192] (32 GiB) and applies it with an einsum, beyond 15.25G.",
+    "Fixed variant of s4_toeplitz_kernel_v4: the causal convolution done by rfft/irfft of length 2L; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _s4_conv_builder, dict(seqs=4, seq_len=8192, channels=128, state=64, depth=4, classes=10, fft=False),
+    dict(seqs=4, seq_len=8192, channels=128, state=64, depth=4, classes=10, fft=True),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
