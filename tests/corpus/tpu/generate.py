@@ -8168,6 +8168,325 @@ pair(
 )
 
 
+# ---- 28. more broken/fixed pairs (batch tpu17): other models, other names ---------------------
+#
+# Programs of kinds sections 13-27 do not have (a pmap-to-jit migration whose parameters keep their
+# leading replica axis and are replicated on every device, an inference server blending the old and the
+# new checkpoint during a hot swap without donating the live weights, a LoRA fine-tune whose frozen f32
+# base is replicated while only the adapters are sharded, a two-tower retrieval model whose item tower
+# table gets PartitionSpec() by mistake, Adam on a 2-D mesh whose moments are sharded on one axis only,
+# an Adam fine-tune whose checkpoint was restored without shardings, so its f32 parameters arrive
+# replicated). The same conventions: the fixed twin changes exactly the first cause. The pmap-migration
+# and 2-D-mesh Adam pairs keep their dumps (each file < 160 KB); the others keep none (the two-tower
+# after-optimizations module is 228 KB). A mixer whose activations were pinned P() mid-network compiled
+# (see the README) and is not here.
+
+
+# 28.1 a pmap-to-jit migration: the parameters keep their leading replica axis, replicated
+
+
+def _pmap_axis_builder(mesh, depth, width, hidden, rows, replica_spec):
+    """A residual MLP written for pmap (parameters stacked [n_replicas, depth, ...] by
+    jax.device_put_replicated, gradients averaged with lax.pmean over the "replica" axis), moved to
+    jit by swapping pmap for vmap(axis_name="replica"). replica_spec P() leaves the stacked copies
+    replicated on every device (each device holds all n copies); P('d') gives each device its own."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    n = mesh.devices.size
+
+    def replica_step(net, xb, yb):
+        def sq_err(net):
+            def blk(h, w):
+                return (h + jax.nn.relu(h @ w["fc_a"]) @ w["fc_b"]).astype(bf), None
+
+            h, _ = jax.lax.scan(blk, xb, net)
+            return jnp.mean((h.astype(f32) - yb.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(sq_err)(net)
+        g = jax.lax.pmean(g, "replica")
+        return _tm(lambda p, g: (p - 3e-4 * g).astype(p.dtype), net, g), jax.lax.pmean(loss, "replica")
+
+    step = jax.vmap(replica_step, axis_name="replica")
+    rs = P(*replica_spec)
+    net = {"fc_a": sds((n, depth, width, hidden), bf, mesh, rs),
+           "fc_b": sds((n, depth, hidden, width), bf, mesh, rs)}
+    xb = sds((n, rows, width), bf, mesh, P("d"))
+    yb = sds((n, rows, width), bf, mesh, P("d"))
+    return step, (net, xb, yb), {"donate_argnums": (0,)}
+
+
+pair(
+    "pmap_replica_axis_replicated", "v5e", "v5e:2x2",
+    "Residual MLP (18 blocks, d=4096, hidden=16384, bf16, 4.5 GiB per copy) migrated from pmap to "
+    "jit(vmap(axis_name='replica')): the parameters keep their leading replica axis [4, ...] and are "
+    "placed with PartitionSpec(), so every device holds all 4 copies (18 GiB), beyond 15.75G.",
+    "Fixed variant of pmap_replica_axis_replicated_v5e: the stacked parameters placed P('d'), each device "
+    "holding its own copy as under pmap; fits.",
+    dict(category="arguments", causes=["replicated_tensor", "arguments_exceed"]),
+    _pmap_axis_builder, dict(depth=18, width=4096, hidden=16384, rows=1024, replica_spec=()),
+    dict(depth=18, width=4096, hidden=16384, rows=1024, replica_spec=("d",)),
+    dump=True,
+)
+
+
+# 28.2 an inference server blending the old and the new checkpoint, live weights not donated
+
+
+def _hot_swap_builder(mesh, layers, d_model, d_ff, canary_rows, donate):
+    """Hot swap of a tensor-parallel decoder's weights on a serving slice: the live weights and the
+    incoming checkpoint (both bf16, column/row-sharded over 'd') are blended live = (1-a)*live + a*new,
+    then a canary batch runs through the blended weights. donate=True: donate_argnums=(0,), the blended
+    weights reuse the live buffers."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def hot_swap(live, incoming, canary, mix):
+        blended = _tm(lambda o, n: ((1.0 - mix) * o.astype(f32) + mix * n.astype(f32)).astype(bf), live, incoming)
+
+        def layer(h, w):
+            a = (h @ w["attn_in"])[..., :d_model]
+            h = (h + a @ w["attn_out"]).astype(bf)
+            return (h + jax.nn.gelu(h @ w["mlp_in"]) @ w["mlp_out"]).astype(bf), None
+
+        h, _ = jax.lax.scan(layer, canary, blended)
+        return blended, jnp.mean(h.astype(f32), -1)
+
+    L, D, F = layers, d_model, d_ff
+    col = lambda *s: sds((L,) + s, bf, mesh, P(None, None, "d"))
+    row = lambda *s: sds((L,) + s, bf, mesh, P(None, "d", None))
+    mk = lambda: {"attn_in": col(D, 3 * D), "attn_out": row(D, D), "mlp_in": col(D, F), "mlp_out": row(F, D)}
+    canary = sds((canary_rows, D), bf, mesh, P())
+    mix = sds((), f32, mesh, P())
+    return hot_swap, (mk(), mk(), canary, mix), ({"donate_argnums": (0,)} if donate else {})
+
+
+pair(
+    "hot_swap_blend_undonated", "v6e", "v6e:2x2",
+    "Serving-side hot swap of a 26B-parameter tensor-parallel decoder (36 layers, d=8192, ffn=28672, bf16, "
+    "12.4 GiB per device): live and incoming checkpoints are blended (1-a)*live + a*new and a canary batch "
+    "runs on the result, with no donation, so the live, incoming and blended weights (37 GiB) are all "
+    "resident, beyond 31.25G.",
+    "Fixed variant of hot_swap_blend_undonated_v6e: donate_argnums=(0,), the blended weights reuse the "
+    "live buffers; fits.",
+    dict(category="aggregate", causes=["no_donation"]),
+    _hot_swap_builder, dict(layers=36, d_model=8192, d_ff=28672, canary_rows=64, donate=False),
+    dict(layers=36, d_model=8192, d_ff=28672, canary_rows=64, donate=True),
+    dump=False,
+)
+
+
+# 28.3 a LoRA fine-tune whose frozen base is f32 and replicated, only the adapters sharded
+
+
+def _lora_base_builder(mesh, layers, d_model, d_ff, rank, rows, base_spec):
+    """LoRA fine-tuning of a decoder's projections: the frozen base weights (f32, as loaded from the
+    checkpoint, cast to bf16 per layer inside the scan) placed with `base_spec` on their last-but-one
+    or last dimension, the rank-r adapters sharded over 'd'; jax.checkpoint per block, gradients only for the
+    adapters, SGD on them. base_spec () replicates the base on every device."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def adapter_step(frozen, adapters, x, y):
+        def mse(adapters):
+            @jax.checkpoint
+            def blk(h, ws):
+                w, a = ws
+                q = h @ w["proj_q"].astype(bf) + (h @ a["q_down"]) @ a["q_up"]
+                h = (h + q).astype(bf)
+                u = jax.nn.silu(h @ w["ffn_in"].astype(bf) + (h @ a["f_down"]) @ a["f_up"])
+                return (h + u.astype(bf) @ w["ffn_out"].astype(bf)).astype(bf), None
+
+            h, _ = jax.lax.scan(blk, x, (frozen, adapters))
+            return jnp.mean((h.astype(f32) - y.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(adapters)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), adapters, g), loss
+
+    L, D, F, R = layers, d_model, d_ff, rank
+    bs = P(*base_spec)
+    frozen = {"proj_q": sds((L, D, D), f32, mesh, bs), "ffn_in": sds((L, D, F), f32, mesh, bs),
+              "ffn_out": sds((L, F, D), f32, mesh, bs)}
+    ad = lambda *s: sds((L,) + s, bf, mesh, P(None, None, "d"))
+    adapters = {"q_down": ad(D, R), "q_up": ad(R, D), "f_down": ad(D, R), "f_up": ad(R, F)}
+    n = mesh.devices.size * rows
+    x = sds((n, D), bf, mesh, P("d"))
+    y = sds((n, D), bf, mesh, P("d"))
+    return adapter_step, (frozen, adapters, x, y), {"donate_argnums": (1,)}
+
+
+pair(
+    "lora_frozen_base_replicated", "v5p", "v5p:2x2x1",
+    "LoRA fine-tune (rank 64) of a 28B-parameter decoder (48 blocks, d=8192, ffn=28672): the frozen base "
+    "kept in f32 as loaded and placed with PartitionSpec() (105 GiB on every device) while only the "
+    "adapters are sharded, beyond 95.74G.",
+    "Fixed variant of lora_frozen_base_replicated_v5p: the frozen base sharded P(None, 'd', None) over the "
+    "4 devices (still f32); fits.",
+    dict(category="arguments", causes=["replicated_tensor", "f32_precision", "arguments_exceed"]),
+    _lora_base_builder, dict(layers=48, d_model=8192, d_ff=28672, rank=64, rows=4096, base_spec=()),
+    dict(layers=48, d_model=8192, d_ff=28672, rank=64, rows=4096, base_spec=(None, "d", None)),
+    dump=False,
+)
+
+
+# 28.4 a two-tower retrieval model whose item tower table is replicated by mistake
+
+
+def _two_tower_builder(mesh, n_users, n_items, dim, queries, item_spec):
+    """Two-tower retrieval trained with in-batch sampled softmax: a user id table and an item id table
+    (f32 [rows, dim]) each followed by a small bf16 MLP; the user table is row-sharded P('d', None), the
+    item table placed with `item_spec` (P() by mistake: the whole table and its dense gradient on every
+    device). Adagrad-free plain SGD, tables donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def retrieval_step(towers, who, what):
+        def sampled_softmax(towers):
+            u = jnp.take(towers["user_ids"], who, axis=0).astype(bf)
+            v = jnp.take(towers["item_ids"], what, axis=0).astype(bf)
+            u = jax.nn.gelu(u @ towers["user_mlp"])
+            v = jax.nn.gelu(v @ towers["item_mlp"])
+            s = (u @ v.T).astype(f32) / 0.05
+            return -jnp.mean(jnp.diagonal(jax.nn.log_softmax(s, -1)))
+
+        loss, g = jax.value_and_grad(sampled_softmax)(towers)
+        return _tm(lambda p, g: (p - 0.01 * g).astype(p.dtype), towers, g), loss
+
+    towers = {"user_ids": sds((n_users, dim), f32, mesh, P("d", None)),
+              "item_ids": sds((n_items, dim), f32, mesh, P(*item_spec)),
+              "user_mlp": sds((dim, dim), bf, mesh, P()), "item_mlp": sds((dim, dim), bf, mesh, P())}
+    n = mesh.devices.size * queries
+    who = sds((n,), jnp.int32, mesh, P("d"))
+    what = sds((n,), jnp.int32, mesh, P("d"))
+    return retrieval_step, (towers, who, what), {"donate_argnums": (0,)}
+
+
+pair(
+    "two_tower_item_table_replicated", "v4", "v4:2x2x1",
+    "Two-tower retrieval model with f32 id tables of 20M users and 10M items x 256: the user table is "
+    "row-sharded over the 8 TensorCores but the item table is placed with PartitionSpec() by mistake, so "
+    "every core holds the whole 9.5 GiB item table and its dense 9.5 GiB gradient, beyond 15.25G.",
+    "Fixed variant of two_tower_item_table_replicated_v4: the item table row-sharded P('d', None) like the "
+    "user table; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor"]),
+    _two_tower_builder, dict(n_users=20_000_000, n_items=10_000_000, dim=256, queries=4096, item_spec=()),
+    dict(n_users=20_000_000, n_items=10_000_000, dim=256, queries=4096, item_spec=("d", None)),
+    dump=False,
+)
+
+
+# 28.5 Adam on a 2-D mesh whose moments are sharded on one axis only
+
+
+def _adam_one_axis_builder(mesh, depth, width, hidden, rows, moment_axes):
+    """An MLP stack trained with Adam (written out) on a (4, 4) mesh ('data', 'model'): the f32 params
+    [depth, width, hidden] / [depth, hidden, width] sharded over both axes (16-way), the batch on 'data';
+    the f32 first and second moments placed with `moment_axes`: ('model',) shards them on 'model' only
+    (4-way, 4 copies along 'data'); ('data', 'model') shards them 16-way exactly like the params.
+    in_shardings = out_shardings (what the user asked for), weights and moments donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf, f32 = jnp.bfloat16, jnp.float32
+    grid = Mesh(mesh.devices.reshape(4, mesh.devices.size // 4), ("data", "model"))
+
+    def fit_step(weights, moments, feats, target):
+        def huber(weights):
+            def blk(h, w):
+                return (h + jax.nn.gelu(h @ w["expand"].astype(bf)) @ w["project"].astype(bf)).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(blk), feats, weights)
+            return jnp.mean(optax_huber(h.astype(f32) - target.astype(f32)))
+
+        def optax_huber(e):
+            a = jnp.abs(e)
+            return jnp.where(a < 1.0, 0.5 * e * e, a - 0.5)
+
+        loss, g = jax.value_and_grad(huber)(weights)
+        new, moments = adam_update(weights, g, moments, lr=2e-4)
+        return new, moments, loss
+
+    ax = dict(data="data" in moment_axes, model="model" in moment_axes)
+    w = {"expand": sds((depth, width, hidden), f32, grid, P(None, "data", "model")),
+         "project": sds((depth, hidden, width), f32, grid, P(None, "model", "data"))}
+    mk = lambda: {"expand": sds((depth, width, hidden), f32, grid,
+                                P(None, "data" if ax["data"] else None, "model" if ax["model"] else None)),
+                  "project": sds((depth, hidden, width), f32, grid,
+                                 P(None, "model" if ax["model"] else None, "data" if ax["data"] else None))}
+    moments = {"count": sds((), jnp.int32, grid, P()), "mu": mk(), "nu": mk()}
+    feats = sds((rows, width), bf, grid, P("data"))
+    target = sds((rows, width), bf, grid, P("data"))
+    kw = {"out_shardings": (_shardings(w), _shardings(moments), NamedSharding(grid, P())),
+          "donate_argnums": (0, 1)}
+    return fit_step, (w, moments, feats, target), kw
+
+
+pair(
+    "adam_moments_one_axis", "v5e", "v5e:4x4",
+    "MLP stack (48 blocks, d=4096, hidden=16384, f32, 6.4B parameters) trained with Adam on a (4, 4) mesh "
+    "('data', 'model'): the params are sharded over both axes (1.6 GiB per device) but the f32 moments only "
+    "over 'model', so each device holds a quarter of mu and of nu (12.9 GiB), beyond 15.75G.",
+    "Fixed variant of adam_moments_one_axis_v5e: the moments sharded over ('data', 'model') like the params; fits.",
+    dict(category="aggregate", causes=["optimizer_state_unsharded", "replicated_tensor"]),
+    _adam_one_axis_builder, dict(depth=48, width=4096, hidden=16384, rows=4096, moment_axes=("model",)),
+    dict(depth=48, width=4096, hidden=16384, rows=4096, moment_axes=("data", "model")),
+    dump=True,
+)
+
+
+# 28.6 a fine-tune whose restored checkpoint arrives replicated (restored without its shardings)
+
+
+def _restored_replicated_builder(mesh, depth, width, hidden, rows, param_spec):
+    """Fine-tuning with Adam after restoring a checkpoint: the optimizer moments are created fresh and
+    sharded FSDP-style over 'd' on their hidden dimension, but the f32 parameters were restored without
+    restore shardings (a plain restore onto the default placement, then device_put with P()), so they
+    arrive with `param_spec` () = P(): replicated on every device, and so are their gradients;
+    "like_moments" places them as the moments.
+    in_shardings = out_shardings; params and moments donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def finetune_step(ckpt, adam_state, seq_feats, seq_goal):
+        def loss_fn(ckpt):
+            @jax.checkpoint
+            def blk(h, w):
+                return (h + jax.nn.silu(h @ w["w_gate"].astype(bf)) @ w["w_proj"].astype(bf)).astype(bf), None
+
+            h, _ = jax.lax.scan(blk, seq_feats, ckpt)
+            return jnp.mean((h.astype(f32) - seq_goal.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(loss_fn)(ckpt)
+        ckpt, adam_state = adam_update(ckpt, g, adam_state, lr=1e-5)
+        return ckpt, adam_state, loss
+
+    fs = lambda: {"w_gate": sds((depth, width, hidden), f32, mesh, P(None, None, "d")),
+                  "w_proj": sds((depth, hidden, width), f32, mesh, P(None, "d", None))}
+    ckpt = fs() if param_spec == "like_moments" else {
+        "w_gate": sds((depth, width, hidden), f32, mesh, P(*param_spec)),
+        "w_proj": sds((depth, hidden, width), f32, mesh, P(*param_spec))}
+    adam_state = {"count": sds((), jnp.int32, mesh, P()), "mu": fs(), "nu": fs()}
+    n = mesh.devices.size * rows
+    seq_feats = sds((n, width), bf, mesh, P("d"))
+    seq_goal = sds((n, width), bf, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(ckpt), _shardings(adam_state), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return finetune_step, (ckpt, adam_state, seq_feats, seq_goal), kw
+
+
+pair(
+    "restored_ckpt_replicated", "v5p", "v5p:2x2x1",
+    "Adam fine-tune of a 10.7B-parameter MLP stack (40 blocks, d=8192, hidden=16384, f32) after a checkpoint "
+    "restore without shardings: the parameters (40 GiB) arrive replicated P() on every device while the "
+    "fresh Adam moments are sharded over 'd' (20 GiB per device); parameters, their replicated gradients "
+    "and the update temporaries exceed 95.74G.",
+    "Fixed variant of restored_ckpt_replicated_v5p: the checkpoint restored with the moments' shardings "
+    "(parameters P(None, None, 'd') / P(None, 'd', None)); fits.",
+    dict(category="aggregate", causes=["replicated_tensor"]),
+    _restored_replicated_builder, dict(depth=40, width=8192, hidden=16384, rows=2048, param_spec=()),
+    dict(depth=40, width=8192, hidden=16384, rows=2048, param_spec="like_moments"),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
