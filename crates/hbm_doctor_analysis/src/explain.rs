@@ -334,6 +334,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             .take(3)
             .any(|a| shape_of(a).and_then(|s| activation_kind(&s)).is_some());
         rank!(2.0, gathered_whole(&ctx));
+        rank!(2.6, held_whole_beside_shard(&ctx));
         rank!(if shaped { 1.8 } else { 1.2 }, large_activation(&ctx));
         let pad = padding(&ctx);
         let extreme = pad
@@ -2061,6 +2062,84 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
         ctx.snippets(
             "block = jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)\n# flax: nn.remat(Block, policy=...); host offload:\n# policy=jax.checkpoint_policies.offload_dot_with_no_batch_dims('device', 'pinned_host')",
             "from torch_xla.utils.checkpoint import checkpoint\nh = checkpoint(layer, h)  # per transformer layer",
+        ),
+    ))
+}
+
+/// An array the program holds whole beside one it holds split: two of the buffer allocations
+/// that the TPU memory usage report lists after its first table (one table per entry parameter
+/// or output the parameters do not alias) of the same type and rank, equal but for one
+/// dimension that is k times the other's (k >= 2). The program's state is split k ways and this
+/// array was left out: it is replicated on every device (a `PartitionSpec()` left on one table,
+/// parameters restored without their shardings, weights kept whole while their moments are
+/// sharded). Its allocations of that shape take a tenth of the limit or more.
+fn held_whole_beside_shard(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.backend == Some(Backend::Gpu) {
+        return None;
+    }
+    let limit = ctx.limit?;
+    let held: Vec<(u64, Shape)> = e
+        .held
+        .iter()
+        .filter_map(|(b, s)| Some((*b, Shape::parse(s)?)))
+        .collect();
+    let split = |w: &Shape, s: &Shape| -> Option<u64> {
+        if s.type_name != w.type_name || s.dims.len() != w.dims.len() {
+            return None;
+        }
+        let mut diff = (0..w.dims.len()).filter(|&i| w.dims[i] != s.dims[i]);
+        let i = diff.next()?;
+        if diff.next().is_some() {
+            return None;
+        }
+        let (a, b) = (w.dims[i], s.dims[i]);
+        // A mesh's axis (2 to 16 devices), and not a square weight beside a long activation
+        // (`[16384, 16384]` beside `[524288, 16384]`).
+        let square = s.dims.iter().enumerate().any(|(j, &d)| j != i && d == b);
+        (b >= 1 && a > b && a % b == 0 && matches!(a / b, 2 | 4 | 8 | 16) && !square)
+            .then_some(a / b)
+    };
+    let mut best: Option<(u64, &Shape, u64)> = None;
+    for (_, w) in &held {
+        if w.dims.len() < 2 {
+            continue;
+        }
+        let of = |sh: &Shape| -> u64 {
+            held.iter()
+                .filter(|(_, x)| x.type_name == sh.type_name && x.dims == sh.dims)
+                .map(|(b, _)| *b)
+                .sum()
+        };
+        let total = of(w);
+        // The split siblings are a real part of the state: whole, they would hold at least half
+        // as much as the whole arrays (not one small input beside the weights).
+        let Some(k) = held
+            .iter()
+            .find_map(|(_, s)| split(w, s).filter(|k| of(s).saturating_mul(k * 2) >= total))
+        else {
+            continue;
+        };
+        if best.is_none_or(|(t, _, _)| total > t) {
+            best = Some((total, w, k));
+        }
+    }
+    let (total, w, k) = best?;
+    if total.saturating_mul(10) < limit {
+        return None;
+    }
+    let name = hbm_doctor_hlo::shape::format_dims(&w.type_name, &w.dims);
+    Some(ctx.cause(
+        CauseKind::ReplicatedTensor,
+        Some(total - total / k),
+        format!(
+            "the program holds {name} whole ({} in all) beside arrays of the same type split {k} ways along one of its dimensions: its state is sharded {k} ways and this array was left out, so every device holds all of it",
+            fmt(total)
+        ),
+        vec![format!("Give {name} the sharding of the arrays beside it (its PartitionSpec, or the shardings a checkpoint is restored with): split {k} ways, it takes {} per device.", fmt(total / k))],
+        ctx.snippets(
+            "params = jax.device_put(params, NamedSharding(mesh, P(None, 'fsdp')))  # the spec its siblings use\n# restoring: ocp.args.StandardRestore(abstract_state_with_shardings)",
+            "xs.mark_sharding(t, mesh, (None, 'fsdp'))",
         ),
     ))
 }

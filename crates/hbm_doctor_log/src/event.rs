@@ -409,6 +409,12 @@ pub struct Event {
     /// pasted; any printed failure in the same text is the better event and replaces it.
     #[serde(skip)]
     pub told: bool,
+    /// Not serialized: the rows of the TPU memory usage report's tables after its first. The
+    /// compiler prints one such table per buffer allocation that is not the temporaries' (the
+    /// entry parameters, the outputs they do not alias): what the program holds whole, each as
+    /// (size, the largest shape the allocation holds).
+    #[serde(skip)]
+    pub held: Vec<(u64, String)>,
 }
 
 impl Event {

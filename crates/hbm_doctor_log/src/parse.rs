@@ -3707,6 +3707,7 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
     let mut saw_scoped = false;
     let mut usage_space: Option<String> = None;
     let mut usage_rows: Vec<Allocation> = Vec::new();
+    let mut usage_tables = 0usize;
     let mut current: Option<Allocation> = None;
     let mut in_program = false;
     let all = head.iter().chain(region.iter());
@@ -3740,10 +3741,15 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
         }
         if let Some(c) = pat.usage_space.captures(t) {
             usage_space = Some(c[1].to_string());
+            usage_tables = 0;
             in_largest = false;
             continue;
         }
         if usage_space.as_deref() == Some("default") {
+            if t.starts_with("cumulative_size;") {
+                usage_tables += 1;
+                continue;
+            }
             if let Some(c) = pat.usage_total.captures(t) {
                 let exact = c[1].parse().ok();
                 if crate::merge::agree(e.used_bytes, exact) != Some(false) {
@@ -3771,6 +3777,11 @@ fn read_report(e: &mut Event, head: &[Line], region: &[Line], pat: &Patterns) {
                             _ => Some((b, v)),
                         });
                     let unpadded = largest.map(|(b, _)| b);
+                    if usage_tables >= 2 {
+                        if let (Some(b), Some((_, v))) = (size(&c, 2), largest) {
+                            e.held.push((b, v.to_string()));
+                        }
+                    }
                     usage_rows.push(Allocation {
                         size_bytes: size(&c, 2).unwrap_or(0),
                         unpadded_bytes: unpadded,
