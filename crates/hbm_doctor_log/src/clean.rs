@@ -57,8 +57,13 @@ fn patterns() -> &'static Patterns {
                 re(r"^\((?:[\w.\-]+\s+)?pid=\d+(?:,\s*ip=[\d.]+)?\)\s?"),
                 // anything ending in a source location: vLLM `ERROR 05-12 10:11:12 [engine.py:123]`
                 re(r"^[^\]\n]{0,160}?[\w.\-/]+\.(?:cc|cpp|c|h|py|rs|go):\d+\]\s?"),
-                // bracketed or bare timestamps, kubectl --timestamps, python logging
-                re(r"^\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?\s*(?:[-|:]\s*)?(?:(?:CRITICAL|ERROR|WARNING|WARN|INFO|DEBUG)\s*[-|:]?\s*)?"),
+                // Hydra's logging: `[2024-05-01 12:00:00,123][train][ERROR] - `
+                re(r"^\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\](?:\[[^\]\n]{1,60}\]){1,3}\s*(?:-\s*)?"),
+                // Python logging's `%(asctime)s - %(name)s - %(levelname)s - `
+                re(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? - [\w.\-]+ - (?:CRITICAL|ERROR|WARNING|WARN|INFO|DEBUG) - "),
+                // bracketed or bare timestamps, kubectl --timestamps, python logging; a container
+                // runtime's log file adds the stream and a partial-line flag (`stderr F `)
+                re(r"^\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?\s*(?:(?:stdout|stderr)\s+[FP]\s+)?(?:[-|:]\s*)?(?:(?:CRITICAL|ERROR|WARNING|WARN|INFO|DEBUG)\s*[-|:]?\s*)?"),
                 // Python logging without a date: `ERROR:absl:` / `WARNING:root:`
                 re(r"^(?:CRITICAL|ERROR|WARNING|INFO|DEBUG):[\w.]+:\s?"),
             ],
@@ -132,6 +137,12 @@ pub fn clean_line(raw: &[u8]) -> String {
 pub fn clean_block(raw: &[u8], first_line: u64) -> Vec<Line> {
     let mut out: Vec<Line> = Vec::new();
     for (number, raw_line) in (first_line..).zip(raw.split(|&b| b == b'\n')) {
+        if let Some(text) = json_log_message(raw_line) {
+            for piece in text.split('\n') {
+                push_line(&mut out, number, clean_line(piece.as_bytes()), piece.len());
+            }
+            continue;
+        }
         let literal_breaks = memchr::memmem::find_iter(raw_line, b"\\n").count();
         if literal_breaks >= 2 {
             let text = String::from_utf8_lossy(raw_line)
@@ -145,6 +156,29 @@ pub fn clean_block(raw: &[u8], first_line: u64) -> Vec<Line> {
         }
     }
     out
+}
+
+/// The message of a structured log line: a JSON object with a `message`, `msg`, `log`,
+/// `textPayload` or `jsonPayload.message` string (Cloud Logging, Docker's json-file driver,
+/// structlog, a Kubernetes log shipper), with its escapes decoded.
+fn json_log_message(raw: &[u8]) -> Option<String> {
+    let t = raw.trim_ascii();
+    if t.len() < 8 || t[0] != b'{' || t[t.len() - 1] != b'}' {
+        return None;
+    }
+    const KEYS: [&str; 4] = ["message", "msg", "log", "textPayload"];
+    if !KEYS
+        .iter()
+        .any(|k| memchr::memmem::find(t, format!("\"{k}\"").as_bytes()).is_some())
+    {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(t).ok()?;
+    let field = |o: &serde_json::Value| {
+        KEYS.iter()
+            .find_map(|k| o.get(*k).and_then(|m| m.as_str()).map(str::to_string))
+    };
+    field(&v).or_else(|| v.get("jsonPayload").and_then(field))
 }
 
 /// A text a terminal hard-wrapped, joined again: the text and, for each of its lines, the
@@ -328,11 +362,34 @@ mod tests {
             ("(RayWorkerWrapper pid=1234, ip=10.0.0.1) E1121 23:09:56.211174 2507 a.cc:1] y", "y"),
             ("2024-05-01T10:00:00.123Z ERROR x", "x"),
             ("[9x] RESOURCE_EXHAUSTED: y", "RESOURCE_EXHAUSTED: y"),
+            ("2024-05-01T12:00:00.123456789Z stderr F RuntimeError: x", "RuntimeError: x"),
+            ("[2024-05-01 12:00:00,123][__main__][ERROR] - RuntimeError: x", "RuntimeError: x"),
+            ("2024-05-01 12:00:00,123 - trainer - ERROR - RuntimeError: x", "RuntimeError: x"),
             ("{{function_node __wrapped__Foo}} OOM when", "OOM when"),
         ];
         for (raw, want) in cases {
             assert_eq!(clean_line(raw.as_bytes()), want, "{raw:?}");
         }
+    }
+
+    #[test]
+    fn reads_the_message_of_structured_log_lines() {
+        let raw = br#"{"severity":"ERROR","message":"RuntimeError: CUDA out of memory.\nTried to allocate 2.00 GiB"}
+{"jsonPayload":{"message":"Total hbm usage >= 1G"},"severity":"ERROR"}
+{"not":"a log"}"#;
+        let lines = clean_block(raw, 1);
+        let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "RuntimeError: CUDA out of memory.",
+                "Tried to allocate 2.00 GiB",
+                "Total hbm usage >= 1G",
+                "{\"not\":\"a log\"}"
+            ]
+        );
+        assert_eq!(lines[1].number, 1);
+        assert_eq!(lines[2].number, 2);
     }
 
     #[test]
