@@ -8487,6 +8487,399 @@ pair(
 )
 
 
+# ---- 29. more broken/fixed pairs (batch tpu18): other models, other names ---------------------
+#
+# Programs of kinds sections 13-28 do not have (a shard_map'd MLP whose in_specs replicate weights that
+# are sharded at rest, a face-recognition model whose margin-softmax class centres are replicated, a
+# tensor-parallel server whose mesh was built (4, 1) so its 'model' axis has size 1, online hard-example
+# mining with a global quantile of per-pixel losses, a chunked LM loss whose chunks are jax.vmap'ed
+# instead of looped, greedy NMS over the pairwise IoU of all anchors, momentum SGD whose bf16 velocity is
+# promoted to f32 by the update so its donation is unusable). The same conventions: the fixed twin
+# changes exactly the first cause. The shard_map, chunked-loss and OHEM pairs keep their dumps (each
+# file < 160 KB); the others keep none. Dropped (see the README): momentum SGD whose out_shardings put the
+# weights on the other dimension (the compiler aliased the donated buffers anyway: equal byte sizes), an
+# exact Gaussian process (the Cholesky's gradient compile was killed for host memory).
+
+
+# 29.1 a shard_map'd MLP whose in_specs say P() for weights that are sharded at rest
+
+
+def _smap_inspec_builder(mesh, depth, d_model, d_ff, tokens, tp_in_specs):
+    """A residual MLP stack written by hand with jax.shard_map: the f32 weights live sharded at rest
+    (w_up P(None, None, 'd') columns, w_down P(None, 'd', None) rows), the tokens sharded over 'd'.
+    tp_in_specs=False: in_specs=(P(), P('d')), i.e. "the weights are replicated inside the kernel", so
+    jax reshards (all-gathers) the whole stack onto every device and the weight cotangent is the full
+    stack too. tp_in_specs=True: in_specs follow the at-rest shardings and the block does a Megatron
+    psum of its partial outputs (the tokens all-gathered per block instead)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def mlp_local(ws, xs):
+        def blk(h, w):
+            u = jax.nn.gelu(h @ w["w_up"].astype(bf))
+            return (h + u @ w["w_down"].astype(bf)).astype(bf), None
+
+        h, _ = jax.lax.scan(jax.checkpoint(blk), xs, ws)
+        return h
+
+    def mlp_tp(ws, xs):
+        xs = jax.lax.all_gather(xs, "d", tiled=True)
+
+        def blk(h, w):
+            u = jax.nn.gelu(h @ w["w_up"].astype(bf))
+            return (h + jax.lax.psum(u @ w["w_down"].astype(bf), "d")).astype(bf), None
+
+        h, _ = jax.lax.scan(jax.checkpoint(blk), xs, ws)
+        n = jax.lax.axis_index("d")
+        rows = xs.shape[0] // mesh.devices.size
+        return jax.lax.dynamic_slice_in_dim(h, n * rows, rows)
+
+    wspec = {"w_up": P(None, None, "d"), "w_down": P(None, "d", None)}
+    if tp_in_specs:
+        fwd = jax.shard_map(mlp_tp, mesh=mesh, in_specs=(wspec, P("d")), out_specs=P("d"), check_vma=False)
+    else:
+        fwd = jax.shard_map(mlp_local, mesh=mesh, in_specs=({"w_up": P(), "w_down": P()}, P("d")),
+                            out_specs=P("d"), check_vma=False)
+
+    def smap_train_step(ws, xs, ys):
+        def l2(ws):
+            return jnp.mean((fwd(ws, xs).astype(f32) - ys.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(l2)(ws)
+        return _tm(lambda p, g: p - 1e-3 * g, ws, g), loss
+
+    ws = {"w_up": sds((depth, d_model, d_ff), f32, mesh, wspec["w_up"]),
+          "w_down": sds((depth, d_ff, d_model), f32, mesh, wspec["w_down"])}
+    n = mesh.devices.size * tokens
+    xs = sds((n, d_model), bf, mesh, P("d"))
+    ys = sds((n, d_model), bf, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(ws), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return smap_train_step, (ws, xs, ys), kw
+
+
+pair(
+    "smap_inspec_replicated", "v5e", "v5e:2x2",
+    "Residual MLP stack (8 blocks, d=8192, ffn=32768, f32 weights, 16 GiB) trained through a hand-written "
+    "jax.shard_map whose in_specs give the weights P() while they are sharded at rest (4 GiB per device): "
+    "every device receives the whole all-gathered stack and its full cotangent, beyond 15.75G.",
+    "Fixed variant of smap_inspec_replicated_v5e: in_specs follow the at-rest shardings (columns / rows over "
+    "'d') and each block psums its partial outputs; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["replicated_tensor"]),
+    _smap_inspec_builder, dict(depth=8, d_model=8192, d_ff=32768, tokens=2048, tp_in_specs=False),
+    dict(depth=8, d_model=8192, d_ff=32768, tokens=2048, tp_in_specs=True),
+    dump=True,
+)
+
+
+# 29.2 face recognition: the margin-softmax class centres replicated
+
+
+def _margin_head_builder(mesh, identities, emb, feat, faces, centre_spec):
+    """Face recognition with an additive angular margin softmax (ArcFace-style) over `identities`
+    classes: a small bf16 embedding MLP on precomputed backbone features (data parallel), the f32 class
+    centres [emb, identities] placed with `centre_spec` (P() = replicated on every core; P(None, 'd')
+    = partial-FC, classes split over the cores). SGD, centres and embedder donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def face_id_step(model, feats, ident):
+        def margin_ce(model):
+            e = jax.nn.relu(feats @ model["embed_a"]) @ model["embed_b"]
+            e = e.astype(f32)
+            e = e / jnp.linalg.norm(e, axis=-1, keepdims=True)
+            c = model["centres"]
+            c = c / jnp.linalg.norm(c, axis=0, keepdims=True)
+            cos = e.astype(bf) @ c.astype(bf)
+            cos = cos.astype(f32)
+            tgt = jnp.take_along_axis(cos, ident[:, None], axis=1)[:, 0]
+            theta = jnp.arccos(jnp.clip(tgt, -1 + 1e-6, 1 - 1e-6))
+            lse = jax.nn.logsumexp(64.0 * cos, axis=-1)
+            return jnp.mean(lse - 64.0 * jnp.cos(theta + 0.5))
+
+        loss, g = jax.value_and_grad(margin_ce)(model)
+        return _tm(lambda p, g: (p - 0.1 * g).astype(p.dtype), model, g), loss
+
+    model = {"embed_a": sds((feat, feat), bf, mesh, P()), "embed_b": sds((feat, emb), bf, mesh, P()),
+             "centres": sds((emb, identities), f32, mesh, P(*centre_spec))}
+    n = mesh.devices.size * faces
+    feats = sds((n, feat), bf, mesh, P("d"))
+    ident = sds((n,), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(model), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return face_id_step, (model, feats, ident), kw
+
+
+pair(
+    "margin_centres_replicated", "v4", "v4:2x2x1",
+    "Face recognition with an additive angular margin softmax over 6.3M identities: the f32 class centres "
+    "[512, 6291456] (12 GiB) are placed with PartitionSpec() on every TensorCore while the faces are data "
+    "parallel (128 per core); the centres plus the logits of every core's faces against all identities and "
+    "their bf16 copies exceed 15.25G.",
+    "Fixed variant of margin_centres_replicated_v4: the class centres split over the cores, "
+    "P(None, 'd') (partial FC); fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor"]),
+    _margin_head_builder, dict(identities=6291456, emb=512, feat=1024, faces=128, centre_spec=()),
+    dict(identities=6291456, emb=512, feat=1024, faces=128, centre_spec=(None, "d")),
+    dump=False,
+)
+
+
+# 29.3 a chunked LM loss whose chunks are jax.vmap'ed (all at once) instead of looped
+
+
+def _vmapped_chunks_builder(mesh, tokens, d_model, vocab, chunk, loop):
+    """The LM-head cross-entropy 'chunked' to avoid the [tokens, vocab] logits: the final hidden states
+    are reshaped into [n_chunks, chunk, d] and a jax.checkpoint'ed per-chunk loss is applied with
+    jax.vmap (loop=False: every chunk at once, so the f32 logits of all chunks exist together, forward
+    and in the rematerialised backward) or jax.lax.map (loop=True: one chunk at a time)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    @jax.checkpoint
+    def piece_nll(hc, yc, unembed):
+        z = (hc @ unembed).astype(f32)
+        return jnp.sum(jax.nn.logsumexp(z, -1) - jnp.take_along_axis(z, yc[:, None], -1)[:, 0])
+
+    def head_loss_step(unembed, hidden, nxt):
+        def total(unembed, hidden):
+            hc = hidden.reshape(-1, chunk, d_model)
+            yc = nxt.reshape(-1, chunk)
+            if loop:
+                per = jax.lax.map(lambda a: piece_nll(a[0], a[1], unembed), (hc, yc))
+            else:
+                per = jax.vmap(piece_nll, in_axes=(0, 0, None))(hc, yc, unembed)
+            return jnp.sum(per) / nxt.size
+
+        loss, (gu, gh) = jax.value_and_grad(total, argnums=(0, 1))(unembed, hidden)
+        return (unembed - 1e-4 * gu).astype(bf), gh, loss
+
+    n = mesh.devices.size * tokens
+    unembed = sds((d_model, vocab), bf, mesh, P())
+    hidden = sds((n, d_model), bf, mesh, P("d"))
+    nxt = sds((n,), jnp.int32, mesh, P("d"))
+    return head_loss_step, (unembed, hidden, nxt), {"donate_argnums": (0,)}
+
+
+pair(
+    "loss_chunks_vmapped", "v5p", "v5p:2x2x1",
+    "LM-head cross-entropy (vocabulary 131072, d=4096, 163840 tokens per device) written in 2048-token "
+    "chunks with a jax.checkpoint'ed per-chunk loss, but the chunks are applied with jax.vmap: the f32 "
+    "logits of all 80 chunks ([80, 2048, 131072], 80 GiB) exist at once, beyond 95.74G.",
+    "Fixed variant of loss_chunks_vmapped_v5p: the chunks applied one at a time with jax.lax.map "
+    "(the same checkpointed per-chunk loss); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision", "batch_too_large"]),
+    _vmapped_chunks_builder, dict(tokens=163840, d_model=4096, vocab=131072, chunk=2048, loop=False),
+    dict(tokens=163840, d_model=4096, vocab=131072, chunk=2048, loop=True),
+    dump=True,
+)
+
+
+# 29.4 greedy NMS over the pairwise IoU of every anchor
+
+
+def _nms_builder(mesh, images, anchors, keep, pre_nms):
+    """Detection post-processing: greedy non-maximum suppression (100 boxes per image, a fori_loop that
+    takes the best remaining box and suppresses its overlaps) on the pairwise IoU matrix, vmapped over
+    the images of each device. pre_nms=None: the IoU of all `anchors` x `anchors` boxes; pre_nms=K: the
+    K best-scoring boxes are selected with lax.top_k first."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def pair_iou(b):
+        x0, y0, x1, y1 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+        area = (x1 - x0) * (y1 - y0)
+        iw = jnp.clip(jnp.minimum(x1[:, None], x1[None]) - jnp.maximum(x0[:, None], x0[None]), 0)
+        ih = jnp.clip(jnp.minimum(y1[:, None], y1[None]) - jnp.maximum(y0[:, None], y0[None]), 0)
+        inter = iw * ih
+        return inter / (area[:, None] + area[None] - inter + 1e-9)
+
+    def greedy(b, s):
+        if pre_nms:
+            s, idx = jax.lax.top_k(s, pre_nms)
+            b = b[idx]
+        ov = pair_iou(b)
+
+        def pick(i, st):
+            sc, kept = st
+            j = jnp.argmax(sc)
+            kept = kept.at[i].set(j)
+            sc = jnp.where(ov[j] > 0.5, -jnp.inf, sc).at[j].set(-jnp.inf)
+            return sc, kept
+
+        _, kept = jax.lax.fori_loop(0, keep, pick, (s, jnp.zeros((keep,), jnp.int32)))
+        return b[kept]
+
+    def postprocess(boxes, scores):
+        return jax.vmap(greedy)(boxes, scores)
+
+    n = mesh.devices.size * images
+    boxes = sds((n, anchors, 4), f32, mesh, P("d"))
+    scores = sds((n, anchors), f32, mesh, P("d"))
+    return postprocess, (boxes, scores), {}
+
+
+pair(
+    "nms_all_anchors", "v6e", "v6e:2x2",
+    "Detector post-processing: greedy NMS (100 boxes per image) over all 36864 anchors of each image, "
+    "vmapped over 8 images per device: the f32 pairwise IoU [8, 36864, 36864] (40.5 GiB) is built before "
+    "the loop, beyond 31.25G.",
+    "Fixed variant of nms_all_anchors_v6e: the 4096 best-scoring boxes per image kept with lax.top_k before "
+    "the IoU (pre-NMS top-k); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _nms_builder, dict(images=8, anchors=36864, keep=100, pre_nms=None),
+    dict(images=8, anchors=36864, keep=100, pre_nms=4096),
+    dump=False,
+)
+
+
+# 29.5 online hard-example mining with a global quantile of the per-pixel losses
+
+
+def _ohem_builder(mesh, images, classes, height, width, local):
+    """Semantic segmentation loss with online hard-example mining: the per-pixel cross-entropy of the
+    logits [B, C, H, W] (batch sharded over 'd') is thresholded at its 70% quantile and only the pixels
+    above it are averaged. local=False: jnp.quantile on the global (sharded) loss map, so the partitioner
+    gathers every device's losses to sort them; local=True: the quantile of each device's own pixels
+    in a shard_map (per-shard OHEM), then the mean over devices."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def pixel_ce(lg, lab):
+        z = lg.astype(f32)
+        return jax.nn.logsumexp(z, 1) - jnp.take_along_axis(z, lab[:, None], 1)[:, 0]
+
+    def hard_mean(ce):
+        thr = jax.lax.stop_gradient(jnp.quantile(ce, 0.7))
+        hard = ce >= thr
+        return jnp.sum(jnp.where(hard, ce, 0.0)) / jnp.maximum(jnp.sum(hard), 1)
+
+    def ohem_grad(seg_logits, seg_labels):
+        def loss(seg_logits):
+            if local:
+                per = jax.shard_map(lambda a, b: jax.lax.pmean(hard_mean(pixel_ce(a, b)), "d"), mesh=mesh,
+                                    in_specs=(P("d"), P("d")), out_specs=P(), check_vma=False)
+                return per(seg_logits, seg_labels)
+            return hard_mean(pixel_ce(seg_logits, seg_labels))
+
+        l, g = jax.value_and_grad(loss)(seg_logits)
+        return g, l
+
+    n = mesh.devices.size * images
+    seg_logits = sds((n, classes, height, width), bf, mesh, P("d"))
+    seg_labels = sds((n, height, width), jnp.int32, mesh, P("d"))
+    return ohem_grad, (seg_logits, seg_labels), {}
+
+
+pair(
+    "ohem_global_quantile", "v5e", "v5e:4x4",
+    "Segmentation loss with online hard-example mining (70% quantile of the per-pixel cross-entropy, "
+    "8 classes, 512x512, 480 images per device on 16 chips): jnp.quantile on the batch-sharded loss map "
+    "gathers all 2.01G pixel losses (7.5 GiB f32) onto every device to sort them, beyond 15.75G.",
+    "Fixed variant of ohem_global_quantile_v5e: the quantile taken on each device's own pixels in a "
+    "shard_map (per-shard OHEM) and the losses averaged with pmean; fits.",
+    dict(category="aggregate", category_also=["single_large_allocation"], causes=["replicated_tensor", "large_activation"]),
+    _ohem_builder, dict(images=480, classes=8, height=512, width=512, local=False),
+    dict(images=480, classes=8, height=512, width=512, local=True),
+    dump=True,
+)
+
+
+# 29.6 momentum SGD with a bf16 velocity that the update silently promotes to f32: donation unusable
+
+
+def _velocity_upcast_builder(mesh, depth, d_model, d_ff, rows, keep_dtype):
+    """An MLP stack trained with SGD + momentum: f32 weights, the velocity kept in bf16 to save memory,
+    both sharded P(None, 'd', None) and donated. keep_dtype=False: `0.9 * v + g` with the f32 gradient
+    promotes the new velocity to f32, so it cannot reuse its donated bf16 buffer (the limit line shows
+    aliased_output below the arguments) and the old bf16 and the new f32 velocity coexist; keep_dtype=True: the
+    new velocity cast back to v.dtype, aliased to its input."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def momentum_step(kernels, velocity, inp, tgt):
+        def mse(kernels):
+            def blk(h, k):
+                return (h + jax.nn.relu(h @ k["k_in"].astype(bf)) @ k["k_out"].astype(bf)).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(blk), inp, kernels)
+            return jnp.mean((h.astype(f32) - tgt.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(kernels)
+        if keep_dtype:
+            velocity = _tm(lambda v, g: (0.9 * v + g).astype(v.dtype), velocity, g)
+        else:
+            velocity = _tm(lambda v, g: 0.9 * v + g, velocity, g)
+        kernels = _tm(lambda k, v: k - 1e-3 * v, kernels, velocity)
+        return kernels, velocity, loss
+
+    rs = P(None, "d", None)
+    mk = lambda dt: {"k_in": sds((depth, d_model, d_ff), dt, mesh, rs),
+                     "k_out": sds((depth, d_ff, d_model), dt, mesh, rs)}
+    kernels, velocity = mk(f32), mk(bf)
+    n = mesh.devices.size * rows
+    inp = sds((n, d_model), bf, mesh, P("d"))
+    tgt = sds((n, d_model), bf, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(kernels), _shardings(velocity), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return momentum_step, (kernels, velocity, inp, tgt), kw
+
+
+pair(
+    "velocity_upcast_undonated", "v5p", "v5p:2x2x1",
+    "MLP stack (56 blocks, d=8192, ffn=32768, 30B parameters) trained with SGD + momentum: f32 weights "
+    "(28 GiB per device) and a bf16 velocity (14 GiB), donated, but `0.9 * v + g` with the f32 gradient "
+    "returns an f32 velocity that cannot reuse the donated bf16 buffer; old and new velocity coexist with "
+    "the gradient, beyond 95.74G.",
+    "Fixed variant of velocity_upcast_undonated_v5p: the new velocity cast back to bf16 (v.dtype), so it "
+    "aliases its donated input; fits.",
+    dict(category="aggregate", causes=["no_donation"]),
+    _velocity_upcast_builder, dict(depth=56, d_model=8192, d_ff=32768, rows=2048, keep_dtype=False),
+    dict(depth=56, d_model=8192, d_ff=32768, rows=2048, keep_dtype=True),
+    dump=False,
+)
+
+
+# 29.7 a tensor-parallel server whose mesh was built (4, 1): the 'model' axis has size 1
+
+
+def _tp_mesh_builder(mesh, layers, d_model, d_ff, batch, seq, grid):
+    """Prefill of a tensor-parallel decoder MLP stack on a 2-D mesh ('data', 'model') built from the
+    slice's devices with shape `grid`: weights bf16 column/row-sharded over 'model'
+    (P(None, None, 'model') / P(None, 'model', None)), the prompts over 'data'. grid=(4, 1) (the
+    create_device_mesh arguments in the wrong order) leaves 'model' of size 1, so the 'sharded'
+    weights are whole on every device; grid=(1, 4) splits them 4 ways."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf = jnp.bfloat16
+    g = Mesh(mesh.devices.reshape(grid), ("data", "model"))
+
+    def prefill(weights, prompt):
+        def blk(h, w):
+            return (h + jax.nn.gelu(h @ w["fc_up"]) @ w["fc_down"]).astype(bf), None
+
+        h, _ = jax.lax.scan(blk, prompt, weights)
+        return h[:, -1]
+
+    weights = {"fc_up": sds((layers, d_model, d_ff), bf, g, P(None, None, "model")),
+               "fc_down": sds((layers, d_ff, d_model), bf, g, P(None, "model", None))}
+    prompt = sds((batch, seq, d_model), bf, g, P("data"))
+    return prefill, (weights, prompt), {}
+
+
+pair(
+    "tp_mesh_model_axis_one", "v6e", "v6e:2x2",
+    "Prefill of a tensor-parallel 25B-parameter MLP stack (48 blocks, d=8192, ffn=32768, bf16, 48 GiB) on a "
+    "('data', 'model') mesh whose shape was given as (4, 1): the weights are written P(None, None, 'model') / "
+    "P(None, 'model', None), but 'model' has size 1, so every device holds all of them, beyond 31.25G.",
+    "Fixed variant of tp_mesh_model_axis_one_v6e: the mesh built (1, 4), the weights split 4 ways over "
+    "'model'; fits.",
+    dict(category="arguments", category_also=["single_large_allocation"], causes=["replicated_tensor", "arguments_exceed"]),
+    _tp_mesh_builder, dict(layers=48, d_model=8192, d_ff=32768, batch=8, seq=2048, grid=(4, 1)),
+    dict(layers=48, d_model=8192, d_ff=32768, batch=8, seq=2048, grid=(1, 4)),
+    dump=False,
+)
+
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
