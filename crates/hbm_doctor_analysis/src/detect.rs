@@ -6,7 +6,9 @@ use crate::model::{
 };
 use crate::origin::op_name_parts;
 use hbm_doctor_hlo::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use hbm_doctor_hlo::hlo::{shape_leaves, sharding_copies, HloModule, Instruction};
+use hbm_doctor_hlo::hlo::{
+    shape_leaves, sharding_copies, sharding_splits_inner_only, HloModule, Instruction,
+};
 use hbm_doctor_hlo::text::unescape;
 use hbm_doctor_hlo::Shape;
 use hbm_doctor_log::format_size;
@@ -585,7 +587,7 @@ fn gathered_stack<'a>(
             match i.opcode {
                 "parameter" | "get-tuple-element" => return true,
                 "all-gather" | "all-gather-start" | "all-gather-done" | "copy" | "copy-done"
-                | "copy-start" | "bitcast" | "reshape" => match i.operands.first() {
+                | "convert" | "copy-start" | "bitcast" | "reshape" => match i.operands.first() {
                     Some(next) => cur = next,
                     None => return false,
                 },
@@ -1103,9 +1105,11 @@ fn batch_too_large(
         .iter()
         .any(|k| op.contains(k))
     };
+    // Split along its weight axes but not its leading one: model state, whatever its name.
+    let split_as_state = |i: &Instruction<'_>| i.sharding().is_some_and(sharding_splits_inner_only);
     let mut candidates: Vec<u64> = params
         .iter()
-        .filter(|(i, sh)| !is_state(i) && !stacked(sh.dims[0]))
+        .filter(|(i, sh)| !is_state(i) && !split_as_state(i) && !stacked(sh.dims[0]))
         .map(|(_, sh)| sh.dims[0])
         .filter(|&d| d >= 8)
         .collect();

@@ -890,6 +890,21 @@ pub fn sharding_copies(s: &str, n: u64) -> u64 {
     tile_dims(s).and_then(|d| d.last().copied()).unwrap_or(1)
 }
 
+/// Whether a `sharding=` value splits an array along some dimension but not its leading one
+/// (`devices=[1,4,1]<=[4]`): model state split along its weight axes (FSDP, tensor parallelism).
+/// A data batch is split along its leading (batch) dimension.
+pub fn sharding_splits_inner_only(s: &str) -> bool {
+    let Some(dims) = tile_dims(s) else {
+        return false;
+    };
+    let tiled: &[u64] = if s.contains("last_tile_dim_replicate") || s.contains("last_tile_dims") {
+        &dims[..dims.len().saturating_sub(1)]
+    } else {
+        &dims
+    };
+    tiled.len() >= 2 && tiled[0] == 1 && tiled[1..].iter().any(|&d| d > 1)
+}
+
 /// The tile assignment's dimensions of a `sharding=` value (`devices=[1,2,1,8]<=[16]`: 1, 2, 1,
 /// 8), `None` without one.
 fn tile_dims(s: &str) -> Option<Vec<u64>> {
@@ -1086,6 +1101,19 @@ ENTRY %main (a: f32[4], b: f32[4]) -> (f32[4], s32[]) {
 
     /// Found by the whole-dump fuzz target: a truncated instruction ending inside a multi-byte
     /// character sliced the text off a character boundary.
+    #[test]
+    fn inner_only_splits() {
+        assert!(sharding_splits_inner_only("{devices=[1,4,1]<=[4]}"));
+        assert!(!sharding_splits_inner_only("{devices=[4,1]<=[4]}"));
+        assert!(!sharding_splits_inner_only("{replicated}"));
+        assert!(sharding_splits_inner_only(
+            "{devices=[1,2,8]<=[16] last_tile_dim_replicate}"
+        ));
+        assert!(!sharding_splits_inner_only(
+            "{devices=[1,1,8]<=[8] last_tile_dim_replicate}"
+        ));
+    }
+
     #[test]
     fn truncated_operands_ending_in_a_multibyte_character() {
         let text = "HloModule m\n\nENTRY e {\n  x = f32[] add(\u{2500}";
