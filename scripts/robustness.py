@@ -35,6 +35,9 @@ WRAPPERS = {
     "json": lambda t: "".join(
         json.dumps({"severity": "ERROR", "message": l.rstrip("\n")}) + "\n" for l in t.splitlines(True)
     ),
+    "tqdm": lambda t: "".join(
+        " 45%|\u2588\u2588\u2588\u2588\u258c     | 450/1000 [00:12<00:15, 36.1it/s]\r" + l for l in t.splitlines(True)
+    ),
     "html": lambda t: html.escape(t, quote=False),
     "bare_ansi": lambda t: re.sub(r"(\w*Error)", lambda m: "[31m" + m.group(1) + "[0m", t),
     "quote": lambda t: "".join("> " + l for l in t.splitlines(True)),

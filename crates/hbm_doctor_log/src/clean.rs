@@ -77,7 +77,15 @@ fn patterns() -> &'static Patterns {
 pub fn clean_line(raw: &[u8]) -> String {
     let text = String::from_utf8_lossy(raw);
     let p = patterns();
-    let mut s: String = text.trim_end_matches(['\r', '\n']).replace('\t', " ");
+    let mut text: &str = text.trim_end_matches(['\r', '\n']);
+    // A carriage return inside a line is a terminal's overwrite (tqdm's progress bar, then the
+    // error printed over it): what the terminal shows is the text after the last one.
+    if let Some(k) = text.rfind('\r') {
+        if !text[k + 1..].trim().is_empty() {
+            text = &text[k + 1..];
+        }
+    }
+    let mut s: String = text.replace('\t', " ");
     if s.contains('\x1b') {
         s = p.ansi.replace_all(&s, "").into_owned();
     }
@@ -362,6 +370,7 @@ mod tests {
             ("(RayWorkerWrapper pid=1234, ip=10.0.0.1) E1121 23:09:56.211174 2507 a.cc:1] y", "y"),
             ("2024-05-01T10:00:00.123Z ERROR x", "x"),
             ("[9x] RESOURCE_EXHAUSTED: y", "RESOURCE_EXHAUSTED: y"),
+            (" 45%|####5     | 450/1000 [00:12<00:15, 36.1it/s]\rRuntimeError: x\r", "RuntimeError: x"),
             ("2024-05-01T12:00:00.123456789Z stderr F RuntimeError: x", "RuntimeError: x"),
             ("[2024-05-01 12:00:00,123][__main__][ERROR] - RuntimeError: x", "RuntimeError: x"),
             ("2024-05-01 12:00:00,123 - trainer - ERROR - RuntimeError: x", "RuntimeError: x"),
