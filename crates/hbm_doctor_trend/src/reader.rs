@@ -230,8 +230,12 @@ struct Csv {
     limit: Option<usize>,
     peak: Option<usize>,
     pid: Option<usize>,
-    /// TensorBoard: values in a unit from the file name.
+    /// TensorBoard: values in a unit from the file name; nvidia-smi: the header's unit.
     scale: f64,
+    /// The limit's unit (nvidia-smi's `memory.total [MiB]`), else bytes.
+    limit_scale: f64,
+    /// `tensorboard` for a scalar export, else `csv`.
+    source: &'static str,
     cols: usize,
 }
 
@@ -302,7 +306,7 @@ fn pats() -> &'static Patterns {
         let unit_in_key = r"(?:[_ ]?\(?(gib|gb|mib|mb|kib|kb|bytes)\)?)?";
         Patterns {
             step: r(r#"(?i)\b(?:global_step|step|iteration|iter|it)\b['"]?\s*[:=#]?\s*\[?(\d+)"#),
-            time: r(r"^\s*\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?\s*(Z|[+-]\d{2}:?\d{2})?"),
+            time: r(r"^\s*\[?(\d{4})[-/](\d{2})[-/](\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?\s*(Z|[+-]\d{2}:?\d{2})?"),
             dict: r(r"\{[^{}]*\}"),
             kv: r#"['"]?([A-Za-z_]\w*)['"]?\s*:\s*(-?\d+)"#.parse::<String>().map(|s| r(&s)).expect("pattern"),
             dev_in_prefix: r(r#"(?i)(?:\bid=|TPU_|\b(?:xla|cuda|gpu|tpu):|\bdevice[ _=:]*)(\d+)|(\d+)['"]?\s*:\s*$"#),
@@ -365,6 +369,15 @@ pub fn format_time(t: f64) -> String {
 /// Bytes per unit (`gb`, `MiB`, `k`, `bytes`): `hbm_doctor_units::size::unit_bytes`.
 fn unit_scale(u: &str) -> Option<f64> {
     hbm_doctor_units::size::unit_bytes(u).map(|m| m as f64)
+}
+
+/// A CSV cell's size: a number in the column's unit (`scale` bytes), or a number with its own
+/// unit (nvidia-smi's `1234 MiB`).
+fn sized(s: &str, scale: f64) -> Option<f64> {
+    match s.trim().split_once(' ') {
+        Some((n, u)) => Some(number(n)? * unit_scale(u.trim())?),
+        None => Some(number(s)? * scale),
+    }
 }
 
 fn number(s: &str) -> Option<f64> {
@@ -747,27 +760,58 @@ impl Reader {
             .map(|s| s.trim().trim_matches('"').to_ascii_lowercase())
             .collect();
         let find = |names: &[&str]| cols.iter().position(|c| names.contains(&c.as_str()));
+        // nvidia-smi --query-gpu=...,memory.used,memory.total --format=csv: `memory.used [MiB]`
+        // (the unit in brackets; MiB without one).
+        let smi = |name: &str| {
+            cols.iter().position(|c| c.starts_with(name)).map(|i| {
+                let unit = cols[i]
+                    .split_once('[')
+                    .and_then(|(_, u)| u.strip_suffix(']'))
+                    .and_then(unit_scale);
+                (i, unit.unwrap_or((1u64 << 20) as f64))
+            })
+        };
         let mut scale = 1.0;
+        let mut source = "csv";
+        let mut limit = find(&["bytes_limit", "limit_bytes"]);
+        let mut limit_scale = 1.0;
         let used = match find(&["bytes_in_use", "used_bytes"]) {
             Some(u) => u,
             None => {
-                // TensorBoard scalar export: Wall time,Step,Value.
-                let v = find(&["value"])?;
-                find(&["step"])?;
-                scale = self.tb_scale();
-                v
+                if let Some((u, sc)) = smi("memory.used") {
+                    scale = sc;
+                    if let Some((l, lsc)) = smi("memory.total") {
+                        limit = Some(l);
+                        limit_scale = lsc;
+                    }
+                    u
+                } else if let Some(u) = cols.iter().position(|c| {
+                    // A Weights & Biases export: `run - system/gpu.0.memoryAllocatedBytes`.
+                    c.ends_with("memoryallocatedbytes") && c.contains("gpu.")
+                }) {
+                    u
+                } else {
+                    // TensorBoard scalar export: Wall time,Step,Value.
+                    let v = find(&["value"])?;
+                    find(&["step"])?;
+                    scale = self.tb_scale();
+                    source = "tensorboard";
+                    v
+                }
             }
         };
         Some(Csv {
-            step: find(&["step"]),
-            time: find(&["time", "wall time", "wall_time", "timestamp"]),
+            step: find(&["step", "_step"]),
+            time: find(&["time", "wall time", "wall_time", "timestamp", "_timestamp"]),
             used,
-            device: find(&["device", "device_id", "id"]),
+            device: find(&["device", "device_id", "id", "index"]),
             host: find(&["host", "hostname"]),
-            limit: find(&["bytes_limit", "limit_bytes"]),
+            limit,
             peak: find(&["peak_bytes_in_use", "peak_bytes"]),
             pid: find(&["pid", "process_id"]),
             scale,
+            limit_scale,
+            source,
             cols: cols.len(),
         })
     }
@@ -786,22 +830,19 @@ impl Reader {
         let host = g(h.host).map_or_else(|| self.host.clone(), str::to_string);
         let dev = g(h.device).unwrap_or("0").to_string();
         let limit = g(h.limit)
-            .and_then(number)
+            .and_then(|v| sized(v, h.limit_scale))
             .filter(|v| valid_bytes(*v, None) && *v > 0.0);
         let peak = g(h.peak)
             .and_then(number)
             .filter(|v| valid_bytes(*v, limit))
             .map(|v| v as u64);
         let limit = limit.map(|v| v as u64);
-        let source = if h.scale != 1.0 { "tensorboard" } else { "csv" };
+        let source = h.source;
         // A value that is no size a device can hold (NaN, inf, negative, 1e30, empty) is
         // skipped and counted; the row is still a row of this CSV.
-        let used = f.get(h.used).and_then(|v| number(v));
+        let used = f.get(h.used).and_then(|v| sized(v, h.scale));
         let d = c.device(&host, &dev, source);
-        let Some(used) = used
-            .map(|u| u * h.scale)
-            .filter(|u| valid_bytes(*u, limit.map(|l| l as f64)))
-        else {
+        let Some(used) = used.filter(|u| valid_bytes(*u, limit.map(|l| l as f64))) else {
             d.series.invalid += 1;
             self.csv_invalid += 1;
             return true;
@@ -1242,5 +1283,32 @@ mod tests {
             Some(200)
         );
         assert_eq!(c.hosts[""].rss.total_samples, 1);
+    }
+
+    #[test]
+    fn nvidia_smi_and_wandb_exports() {
+        let mut c = Collected::default();
+        let mut r = Reader::new("", "gpu.csv");
+        let text = "timestamp, index, name, memory.used [MiB], memory.total [MiB]\n\
+                    2024/05/01 12:00:00.000, 0, NVIDIA H100 80GB HBM3, 1000 MiB, 81559 MiB\n\
+                    2024/05/01 12:00:01.000, 1, NVIDIA H100 80GB HBM3, 2000 MiB, 81559 MiB\n";
+        r.feed(&mut c, text.as_bytes());
+        r.finish(&mut c);
+        let d1 = &c.devices[&(String::new(), "1".to_string())];
+        assert_eq!(
+            d1.series.settled().current().map(|s| s.last_used),
+            Some(2000 << 20)
+        );
+        assert_eq!(
+            parse_time("2024/05/01 12:00:01.000"),
+            parse_time("2024-05-01T12:00:01Z")
+        );
+        let mut c = Collected::default();
+        let mut r = Reader::new("", "export.csv");
+        let text = "\"Step\",\"run-1 - system/gpu.0.memoryAllocatedBytes\"\n\"10\",\"1000000\"\n\"20\",\"2000000\"\n";
+        r.feed(&mut c, text.as_bytes());
+        r.finish(&mut c);
+        let d0 = &c.devices[&(String::new(), "0".to_string())];
+        assert_eq!(d0.series.total_samples, 2);
     }
 }
