@@ -267,6 +267,8 @@ pub struct Reader {
     csv_valid: u64,
     csv_invalid: u64,
     pid: Option<u64>,
+    /// nvidia-smi's table: the GPU of the row above (`|   0  NVIDIA H100 ... | 00000000:18:00.0 |`).
+    smi_gpu: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -277,6 +279,9 @@ struct TbJson {
 }
 
 struct Patterns {
+    smi_gpu: Regex,
+    smi_mem: Regex,
+    ctime: Regex,
     step: Regex,
     time: Regex,
     dict: Regex,
@@ -312,6 +317,9 @@ fn pats() -> &'static Patterns {
             dev_in_prefix: r(r#"(?i)(?:\bid=|TPU_|\b(?:xla|cuda|gpu|tpu):|\bdevice[ _=:]*)(\d+)|(\d+)['"]?\s*:\s*$"#),
             dev_in_line: r(r"(?i)(?:\bTPU_|\b(?:xla|cuda|gpu|tpu):|\b(?:device|dev|chip|core)\b\s*[ _=:#]?\s*)(\d+)\b"),
             host_in_line: r(r"(?i)\b(rank|worker|host|vm)[ :=_-]?(\d+)\b"),
+            smi_gpu: r(r"^\|\s+(\d{1,2})\s+\S.*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"),
+            smi_mem: r(r"^\|[^|]*\|\s*(\d+)\s*MiB\s*/\s*(\d+)\s*MiB\s*\|"),
+            ctime: r(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d{2}:\d{2}:\d{2}) (\d{4})\s*$"),
             mem: r(&format!(r"(?i)\b(hbm(?:[_ ](?:used|usage|in[_ ]use))?|(?:tpu|gpu|device|accelerator)[_ ]?mem(?:ory)?(?:[_ ](?:used|usage|in[_ ]use|allocated))?|mem(?:ory)?(?:[_ ](?:used|usage|in[_ ]use|allocated))?|used[_ ]mem(?:ory)?|usage|bytes_in_use|bytes_used|memory_allocated|max_memory_allocated|memory_reserved){unit_in_key}\s*[:=]?\s*{size}(?:\s*(?:/|of)\s*{size})?")),
             rss: r(&format!(r"(?i)\b(rss|vmrss|maxrss|host[_ ]?mem(?:ory)?(?:[_ ]used)?|cpu[_ ]?mem(?:ory)?(?:[_ ]used)?|ram(?:[_ ]used)?){unit_in_key}\s*[:=]?\s*{size}")),
             eval: r(r"(?i)\b(eval(?:uat\w*)?|validat\w*|val_loss)\b"),
@@ -423,6 +431,7 @@ impl Reader {
             csv_valid: 0,
             csv_invalid: 0,
             pid: None,
+            smi_gpu: None,
         }
     }
 
@@ -1044,6 +1053,40 @@ impl Reader {
         {
             return;
         }
+        // nvidia-smi's table, printed again and again (`nvidia-smi -l`, `watch nvidia-smi`): the
+        // date line above it, the GPU's row, then its memory cell `12345MiB / 81559MiB`.
+        if let Some(m) = p.ctime.captures(line) {
+            const MONTHS: [&str; 12] = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ];
+            let mo = MONTHS.iter().position(|x| *x == &m[1]).unwrap_or(0) + 1;
+            let day: u32 = m[2].parse().unwrap_or(1);
+            self.ts = parse_time(&format!("{}-{mo:02}-{day:02}T{}Z", &m[4], &m[3])).or(self.ts);
+            return;
+        }
+        let row = line.trim_start();
+        if row.starts_with('|') {
+            if let Some(m) = p.smi_gpu.captures(row) {
+                self.smi_gpu = Some(m[1].to_string());
+                return;
+            }
+            if let (Some(m), Some(dev)) = (p.smi_mem.captures(row), self.smi_gpu.take()) {
+                let mib = |i: usize| m[i].parse::<u64>().ok().map(|v| v << 20);
+                if let Some(used) = mib(1) {
+                    c.device(&host, &dev, "log").series.push_from(
+                        Sample {
+                            step: self.step,
+                            ts: self.ts,
+                            used,
+                            limit: mib(2).filter(|&l| l > 0),
+                            peak: None,
+                        },
+                        self.pid,
+                    );
+                }
+                return;
+            }
+        }
         // Host RSS, then device memory.
         let mut rss_spans = Vec::new();
         for m in p.rss.captures_iter(line) {
@@ -1310,5 +1353,32 @@ mod tests {
         r.finish(&mut c);
         let d0 = &c.devices[&(String::new(), "0".to_string())];
         assert_eq!(d0.series.total_samples, 2);
+    }
+
+    #[test]
+    fn nvidia_smi_tables() {
+        let mut c = Collected::default();
+        let mut r = Reader::new("", "watch.log");
+        let table = |t: &str, used: u32| {
+            format!(
+                "{t}\n\
++-----------------------------------------------------------------------------------------+\n\
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n\
+|=========================================+========================+======================|\n\
+|   1  NVIDIA H100 80GB HBM3          On  |   00000000:19:00.0 Off |                    0 |\n\
+| N/A   34C    P0             70W /  700W |   {used}MiB /  81559MiB |      0%      Default |\n\
+|    1   N/A  N/A     4242      C   python                                    {used}MiB |\n"
+            )
+        };
+        let text =
+            table("Wed Nov 27 09:00:00 2024", 1000) + &table("Wed Nov 27 09:00:05 2024", 3000);
+        r.feed(&mut c, text.as_bytes());
+        r.finish(&mut c);
+        let d = &c.devices[&(String::new(), "1".to_string())];
+        assert_eq!(d.series.total_samples, 2);
+        assert_eq!(
+            d.series.settled().current().map(|s| s.last_used),
+            Some(3000 << 20)
+        );
     }
 }
