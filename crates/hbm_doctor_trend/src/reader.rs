@@ -279,6 +279,10 @@ struct TbJson {
 }
 
 struct Patterns {
+    /// Training frameworks' own memory lines: (pattern whose group 1 is the number, group 2 the
+    /// unit when printed, the unit when not).
+    framework_mem: Vec<(Regex, &'static str)>,
+    mm_epoch: Regex,
     smi_gpu: Regex,
     smi_mem: Regex,
     ctime: Regex,
@@ -317,6 +321,18 @@ fn pats() -> &'static Patterns {
             dev_in_prefix: r(r#"(?i)(?:\bid=|TPU_|\b(?:xla|cuda|gpu|tpu):|\bdevice[ _=:]*)(\d+)|(\d+)['"]?\s*:\s*$"#),
             dev_in_line: r(r"(?i)(?:\bTPU_|\b(?:xla|cuda|gpu|tpu):|\b(?:device|dev|chip|core)\b\s*[ _=:#]?\s*)(\d+)\b"),
             host_in_line: r(r"(?i)\b(rank|worker|host|vm)[ :=_-]?(\d+)\b"),
+            framework_mem: vec![
+                // OpenMMLab (mmcv's TextLoggerHook, mmengine): `eta: 1:23:45, time: 0.345,
+                // data_time: 0.012, memory: 3456, loss: ...`, max_memory_allocated in MB.
+                (r(r"\beta: [\d:]+.*\bmemory: (\d+)()(?:,|\s|$)"), "MiB"),
+                // detectron2 (CommonMetricPrinter): `max_mem: 2345M`.
+                (r(r"\bmax_mem: (\d+)(M)\b"), "MiB"),
+                // DeepSpeed's see_memory_usage: `MA 12.34 GB   Max_MA 13.45 GB   CA ...`.
+                (r(r"\bMA ([\d.]+) (GB|MB|KB|B)\s+Max_MA\b"), "GiB"),
+                // Megatron-LM's report_memory: `memory (MB) | allocated: 1234.5 | max allocated: ...`.
+                (r(r"memory \(MB\) \| allocated: ([\d.]+)()"), "MiB"),
+            ],
+            mm_epoch: r(r"\bEpoch\s*\[(\d+)\]\s*\[(\d+)/(\d+)\]"),
             smi_gpu: r(r"^\|\s+(\d{1,2})\s+\S.*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"),
             smi_mem: r(r"^\|[^|]*\|\s*(\d+)\s*MiB\s*/\s*(\d+)\s*MiB\s*\|"),
             ctime: r(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d{2}:\d{2}:\d{2}) (\d{4})\s*$"),
@@ -444,9 +460,13 @@ impl Reader {
     pub fn feed(&mut self, c: &mut Collected, chunk: &[u8]) {
         c.bytes += chunk.len() as u64;
         if !self.first_byte_seen {
-            if let Some(b) = chunk.iter().find(|b| !b.is_ascii_whitespace()) {
+            if let Some(k) = chunk.iter().position(|b| !b.is_ascii_whitespace()) {
                 self.first_byte_seen = true;
-                if *b == b'[' && !chunk.starts_with(b"[MetricsData") {
+                // TensorBoard's JSON export is an array of arrays (`[[wall, step, value], ...]`);
+                // a log whose first line starts with `[` (`[2024-05-01 12:00:00,000] [INFO]`,
+                // `[Rank 0]`) is a log.
+                let next = chunk[k + 1..].iter().find(|b| !b.is_ascii_whitespace());
+                if chunk[k] == b'[' && next == Some(&b'[') {
                     self.tb_json = Some(TbJson::default());
                 }
             }
@@ -1087,6 +1107,48 @@ impl Reader {
                 return;
             }
         }
+        // A training framework's own memory line (OpenMMLab, detectron2, DeepSpeed, Megatron-LM).
+        for (re, default_unit) in &p.framework_mem {
+            let Some(m) = re.captures(line) else { continue };
+            let unit = m.get(2).map(|u| u.as_str()).filter(|u| !u.is_empty());
+            let unit = match unit {
+                Some("M") | None => *default_unit,
+                Some(u) => u,
+            };
+            let Some(used) = size_of(&m[1], Some(unit), None, false) else {
+                continue;
+            };
+            // OpenMMLab counts iterations within each epoch: `Epoch [3][50/1000]`.
+            let step = p
+                .mm_epoch
+                .captures(line)
+                .and_then(|e| {
+                    let n = |i: usize| e[i].parse::<u64>().ok();
+                    Some(
+                        n(1)?
+                            .saturating_sub(1)
+                            .saturating_mul(n(3)?)
+                            .saturating_add(n(2)?),
+                    )
+                })
+                .or(self.step);
+            self.step = step;
+            let dev = p
+                .dev_in_line
+                .captures(line)
+                .map_or_else(|| "0".to_string(), |d| d[1].to_string());
+            c.device(&host, &dev, "log").series.push_from(
+                Sample {
+                    step,
+                    ts: self.ts,
+                    used,
+                    limit: None,
+                    peak: None,
+                },
+                self.pid,
+            );
+            return;
+        }
         // Host RSS, then device memory.
         let mut rss_spans = Vec::new();
         for m in p.rss.captures_iter(line) {
@@ -1380,5 +1442,47 @@ mod tests {
             d.series.settled().current().map(|s| s.last_used),
             Some(3000 << 20)
         );
+    }
+
+    #[test]
+    fn training_frameworks_memory_lines() {
+        let cases: [(&str, u64, Option<u64>); 4] = [
+            (
+                "2024-05-01 12:00:00,123 - mmdet - INFO - Epoch [2][50/1000]\tlr: 1.000e-02, eta: 1:23:45, time: 0.345, data_time: 0.012, memory: 3456, loss: 1.2345\n",
+                3456 << 20,
+                Some(1050),
+            ),
+            (
+                "[05/01 12:00:00 d2.utils.events]:  eta: 1:23:45  iter: 19  total_loss: 1.234  lr: 0.02  max_mem: 2345M\n",
+                2345 << 20,
+                Some(19),
+            ),
+            (
+                "[2024-05-01 12:00:00,000] [INFO] [utils.py:803:see_memory_usage] MA 12.5 GB         Max_MA 13.45 GB         CA 14.0 GB         Max_CA 15 GB \n",
+                (12.5 * (1u64 << 30) as f64) as u64,
+                None,
+            ),
+            (
+                "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1024.0 | max allocated: 2048.0 | reserved: 3000.0 | max reserved: 3000.0\n",
+                1 << 30,
+                None,
+            ),
+        ];
+        for (line, used, step) in cases {
+            let mut c = Collected::default();
+            let mut r = Reader::new("", "train.log");
+            r.feed(&mut c, line.as_bytes());
+            let seen_step = r.step;
+            r.finish(&mut c);
+            let s = c
+                .devices
+                .values()
+                .next()
+                .and_then(|d| d.series.settled().current().map(|s| s.last_used));
+            assert_eq!(s, Some(used), "{line}");
+            if step.is_some() {
+                assert_eq!(seen_step, step, "{line}");
+            }
+        }
     }
 }
