@@ -2128,7 +2128,7 @@ fn held_whole_beside_shard(ctx: &Ctx<'_>) -> Option<Cause> {
     if total.saturating_mul(10) < limit {
         return None;
     }
-    let name = hbm_doctor_hlo::shape::format_dims(&w.type_name, &w.dims);
+    let name = hbm_doctor_hlo::shape::format_dims(w.type_name, &w.dims);
     Some(ctx.cause(
         CauseKind::ReplicatedTensor,
         Some(total - total / k),
