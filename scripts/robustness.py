@@ -12,6 +12,7 @@ printed message should survive every wrapper.
     cargo build --release
     python3 scripts/robustness.py                 # all wrappers
     python3 scripts/robustness.py k8s,json -v     # some, listing the posts that changed
+    python3 scripts/robustness.py --series -v     # trend: generated series in other tools' formats
 
 No third-party modules. About 2 minutes per wrapper on 2 cores.
 """
@@ -69,13 +70,101 @@ def explain(binary, text):
     }
 
 
+# Series: each generated single-device CSV of tests/corpus/trend/gen (step and bytes_in_use) is
+# written again as the memory lines of other tools; `trend`'s verdict must not change.
+SERIES_FORMATS = {
+    "mmdet": lambda rows: "".join(
+        f"2026-11-25 10:00:00,000 - mmdet - INFO - Iter [{s}/1000000]\tlr: 1.000e-02, eta: 1:23:45, "
+        f"time: 0.345, data_time: 0.012, memory: {b // 2**20}, loss: 1.2345\n"
+        for s, b, _ in rows
+    ),
+    "detectron2": lambda rows: "".join(
+        f"[11/25 10:00:00 d2.utils.events]:  eta: 1:23:45  iter: {s}  total_loss: 1.234  "
+        f"lr: 0.02  max_mem: {b // 2**20}M\n"
+        for s, b, _ in rows
+    ),
+    "deepspeed": lambda rows: "".join(
+        f"[2026-11-25 10:00:00,000] [INFO] [engine.py:1] step {s}\n"
+        f"[2026-11-25 10:00:00,000] [INFO] [utils.py:803:see_memory_usage] MA {b / 2**30:.2f} GB"
+        f"         Max_MA {b / 2**30:.2f} GB         CA {b / 2**30:.2f} GB         Max_CA {b / 2**30:.0f} GB \n"
+        for s, b, _ in rows
+    ),
+    "megatron": lambda rows: "".join(
+        f" iteration {s}/ 1000000 | lm loss: 2.345E+00 |\n[Rank 0] (after {s} iterations) memory (MB) | "
+        f"allocated: {b / 2**20:.1f} | max allocated: {b / 2**20:.1f} | reserved: {b / 2**20:.1f} | "
+        f"max reserved: {b / 2**20:.1f}\n"
+        for s, b, _ in rows
+    ),
+    "wandb": lambda rows: '"Step","run-1 - system/gpu.0.memoryAllocatedBytes"\n'
+    + "".join(f'"{s}","{b}"\n' for s, b, _ in rows),
+    "jax_dict": lambda rows: "".join(
+        f"step {s} {{'bytes_in_use': {b}, 'peak_bytes_in_use': {b}, 'bytes_limit': {l or 0}}}\n"
+        for s, b, l in rows
+    ),
+}
+
+
+def trend_verdicts(binary, text, suffix):
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=suffix, delete=False) as fh:
+        fh.write(text)
+        path = fh.name
+    try:
+        p = subprocess.run([binary, "trend", path, "-f", "json"], capture_output=True)
+        r = json.loads(p.stdout)
+        return tuple(s["verdict"] for s in r.get("series", []))
+    except ValueError:
+        return None
+    finally:
+        os.unlink(path)
+
+
+def series(binary, verbose):
+    import csv
+
+    gen = os.path.join(ROOT, "tests", "corpus", "trend", "gen")
+    stats = collections.defaultdict(collections.Counter)
+    changed = []
+    for f in sorted(glob.glob(os.path.join(gen, "*.csv"))):
+        with open(f) as fh:
+            rows = list(csv.DictReader(fh))
+        if not rows or "step" not in rows[0] or any(k in rows[0] for k in ("device", "host", "pid")):
+            continue
+        try:
+            data = [
+                (int(r["step"]), int(float(r["bytes_in_use"])), int(float(r.get("bytes_limit") or 0)))
+                for r in rows
+            ]
+        except (ValueError, OverflowError):
+            continue  # the bad-values cases
+        with open(f) as fh:
+            base = trend_verdicts(binary, fh.read(), ".csv")
+        for name, fn in SERIES_FORMATS.items():
+            got = trend_verdicts(binary, fn(data), ".csv" if name == "wandb" else ".log")
+            stats[name]["series"] += 1
+            if got != base:
+                stats[name]["changed"] += 1
+                changed.append((name, os.path.basename(f), base, got))
+    print(f"{'format':12} {'series':>6} {'verdict changed':>16}")
+    for name in SERIES_FORMATS:
+        print(f"{name:12} {stats[name]['series']:6} {stats[name]['changed']:16}")
+    if verbose:
+        for name, f, base, got in changed:
+            print(f"  {name:12} {f:40} {base} -> {got}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("wrappers", nargs="?", default="all", help="comma-separated, or all: " + ",".join(WRAPPERS))
     ap.add_argument("-v", "--verbose", action="store_true", help="list the posts that changed")
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "hbm-doctor"))
     ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--series", action="store_true", help="the memory-series check instead (trend)")
     a = ap.parse_args()
+    if a.series:
+        series(a.binary, a.verbose)
+        return
     chosen = WRAPPERS if a.wrappers == "all" else {k: WRAPPERS[k] for k in a.wrappers.split(",")}
     files = sorted(glob.glob(os.path.join(ROOT, "tests", "corpus", "issues", "*.txt")))
 

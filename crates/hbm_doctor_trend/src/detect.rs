@@ -958,7 +958,10 @@ fn analyze_from(
         }
     }
 
-    let swing_frac = limit.map(|l| {
+    // Against the limit, or without one against twice the windows' usual ceiling (a swing of a
+    // tenth of what the program holds: the ceiling is below any limit, so its fraction is raised).
+    let saw_ref = limit.or_else(|| (!ceils.is_empty()).then(|| 2.0 * median(&ceils)));
+    let swing_frac = saw_ref.map(|l| {
         swings
             .iter()
             .filter(|s| **s >= p.sawtooth_fraction * l)
@@ -967,7 +970,7 @@ fn analyze_from(
     });
     let sawtooth = swing_frac.is_some_and(|fr| fr >= 0.8)
         || (a.periodic_spikes
-            && limit.is_some_and(|l| {
+            && saw_ref.is_some_and(|l| {
                 a.spikes
                     .iter()
                     .all(|s| s.above_bytes as f64 >= p.sawtooth_fraction * l)
