@@ -8887,7 +8887,8 @@ pair(
 # replicated while the kernels are sharded, a data-parallel momentum step that returns the gradients and
 # does not donate, beam search whose cross-attention cache is kept per beam and reordered every step, a
 # contrastive audio-text model whose audio tower is left replicated while the text tower is FSDP-sharded,
-# an edge-list message-passing network scanned over its rounds without jax.checkpoint).
+# an edge-list message-passing network scanned over its rounds without jax.checkpoint, a ConvNeXt stage whose
+# f32 layer-scale vector promotes the bf16 residual stream to f32).
 # The same conventions: the fixed twin changes exactly the first cause. The VQ and returned-gradients
 # pairs keep their dumps (each file < 160 KB); the others keep none. Dropped (see the README): a hard-argmin
 # VQ tokenizer (the compiler never materialised the distances), a DINO-style EMA teacher left out of
@@ -9155,6 +9156,55 @@ def _mpnn_builder(mesh, rounds, feat, graphs, nodes, edges, remat):
     return mpnn_grads, (weights, states, senders, receivers, energy), {"donate_argnums": (0,)}
 
 
+# 30.7 a ConvNeXt stage whose f32 layer-scale vector silently promotes the bf16 residual stream to f32
+
+
+def _layerscale_builder(mesh, blocks, ch, images, side, classes, cast_gamma):
+    """A ConvNeXt-style stage (7x7 depthwise conv, LayerNorm, pointwise MLP 4x, layer scale) trained data
+    parallel, blocks written as a Python loop (no jax.checkpoint), f32 master weights replicated. The
+    kernels are cast to the activations' dtype (`w.astype(h.dtype)`), the input is bf16.
+    cast_gamma=False: the layer-scale vector is used as stored (f32), so `h + gamma * y` promotes the
+    residual stream to f32 after the first block and every later block (kernels cast to h.dtype) runs
+    and saves its activations in f32; cast_gamma=True: gamma.astype(h.dtype), the stage stays bf16."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def ln(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(var + 1e-6)
+
+    def convnext_step(stage, pix_feats, cls):
+        def xent(stage):
+            h = pix_feats
+            for i in range(blocks):
+                dw = stage["dw_kernel"][i].astype(h.dtype)
+                y = jax.lax.conv_general_dilated(h, dw, (1, 1), "SAME", feature_group_count=ch,
+                                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
+                y = ln(y)
+                y = jax.nn.gelu(y @ stage["pw_up"][i].astype(h.dtype)) @ stage["pw_down"][i].astype(h.dtype)
+                gamma = stage["ls_gamma"][i]
+                if cast_gamma:
+                    gamma = gamma.astype(h.dtype)
+                h = h + gamma * y
+            logits = jnp.mean(h, (1, 2)).astype(f32) @ stage["head"]
+            return jnp.mean(jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, cls[:, None], -1)[:, 0])
+
+        loss, g = jax.value_and_grad(xent)(stage)
+        return _tm(lambda p, g: p - 1e-3 * g, stage, g), loss
+
+    stage = {"dw_kernel": sds((blocks, 7, 7, 1, ch), f32, mesh, P()),
+             "pw_up": sds((blocks, ch, 4 * ch), f32, mesh, P()),
+             "pw_down": sds((blocks, 4 * ch, ch), f32, mesh, P()),
+             "ls_gamma": sds((blocks, ch), f32, mesh, P()),
+             "head": sds((ch, classes), f32, mesh, P())}
+    n = mesh.devices.size * images
+    pix_feats = sds((n, side, side, ch), bf, mesh, P("d"))
+    cls = sds((n,), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(stage), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return convnext_step, (stage, pix_feats, cls), kw
+
+
 pair(
     "vq_codebook_all_distances", "v5e", "v5e:2x2",
     "Soft VQ (dVAE-style) quantizer training, 32768-entry f32 codebook of 32-dim codes, 96 images of 32x32 "
@@ -9235,6 +9285,19 @@ pair(
     dict(category="single_large_allocation", category_also=["aggregate"], causes=["no_remat", "large_activation"]),
     _mpnn_builder, dict(rounds=16, feat=256, graphs=4, nodes=65536, edges=262144, remat=False),
     dict(rounds=16, feat=256, graphs=4, nodes=65536, edges=262144, remat=True),
+    dump=False,
+)
+
+
+pair(
+    "layerscale_f32_promotion", "v4", "v4:2x2x1",
+    "ConvNeXt-style stage (12 blocks, 256 channels at 56x56, 72 images per TensorCore, no remat) whose f32 "
+    "layer-scale vector multiplies the bf16 block output: `h + gamma * y` promotes the residual stream to "
+    "f32 and every later block (kernels cast to h.dtype) runs and saves its activations in f32, beyond 15.25G.",
+    "Fixed variant of layerscale_f32_promotion_v4: gamma.astype(h.dtype), the stage stays bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "large_activation", "no_remat"]),
+    _layerscale_builder, dict(blocks=12, ch=256, images=72, side=56, classes=1000, cast_gamma=False),
+    dict(blocks=12, ch=256, images=72, side=56, classes=1000, cast_gamma=True),
     dump=False,
 )
 
