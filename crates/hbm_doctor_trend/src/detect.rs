@@ -12,7 +12,8 @@
 //!    not a step, and no drop between window floors larger than half the rise (a sawtooth seen
 //!    through windows shorter than its period). The current slope comes from a hinge fit when the leak began mid-run.
 //! 6. Spikes: excursions of a window's maximum ≥ 8% of the limit above the normal ceiling.
-//! 7. Sawtooth: a swing ≥ 5% of the limit in ≥ 80% of windows, or periodic spikes.
+//! 7. Sawtooth: a swing ≥ 5% of the limit (10% of the usual ceiling without one) in ≥ 80% of
+//!    windows, or periodic spikes.
 
 use crate::stats::{self, mad_sigma, mann_kendall, median, quantile, theil_sen};
 use crate::store::{Axis, Segment, Window};
