@@ -894,15 +894,17 @@ pub fn sharding_copies(s: &str, n: u64) -> u64 {
 /// (`devices=[1,4,1]<=[4]`): model state split along its weight axes (FSDP, tensor parallelism).
 /// A data batch is split along its leading (batch) dimension.
 pub fn sharding_splits_inner_only(s: &str) -> bool {
-    let Some(dims) = tile_dims(s) else {
-        return false;
-    };
-    let tiled: &[u64] = if s.contains("last_tile_dim_replicate") || s.contains("last_tile_dims") {
-        &dims[..dims.len().saturating_sub(1)]
-    } else {
-        &dims
-    };
-    tiled.len() >= 2 && tiled[0] == 1 && tiled[1..].iter().any(|&d| d > 1)
+    split_dims(s).is_some_and(|t| t.len() >= 2 && t[0] == 1 && t[1..].iter().any(|&d| d > 1))
+}
+
+/// How many pieces each dimension is split into: the tile assignment's dimensions without the
+/// replicated last one of a partial tiling. `None` without a tile assignment.
+fn split_dims(s: &str) -> Option<Vec<u64>> {
+    let mut dims = tile_dims(s)?;
+    if s.contains("last_tile_dim_replicate") || s.contains("last_tile_dims") {
+        dims.pop();
+    }
+    Some(dims)
 }
 
 /// The tile assignment's dimensions of a `sharding=` value (`devices=[1,2,1,8]<=[16]`: 1, 2, 1,
@@ -927,15 +929,7 @@ pub fn sharding_is_replicated(s: &str) -> bool {
     if s.contains("replicated") && !s.contains("devices=") {
         return true;
     }
-    let Some(dims) = tile_dims(s) else {
-        return false;
-    };
-    let tiled: &[u64] = if s.contains("last_tile_dim_replicate") || s.contains("last_tile_dims") {
-        &dims[..dims.len().saturating_sub(1)]
-    } else {
-        &dims
-    };
-    tiled.iter().product::<u64>() <= 1
+    split_dims(s).is_some_and(|t| t.iter().product::<u64>() <= 1)
 }
 
 /// Removes the attribute `, key=value` from one printed instruction line (the value skipped as

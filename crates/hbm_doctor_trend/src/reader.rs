@@ -395,6 +395,14 @@ fn unit_scale(u: &str) -> Option<f64> {
     hbm_doctor_units::size::unit_bytes(u).map(|m| m as f64)
 }
 
+/// The device a log line names (`device 1`, `chip 3`, `xla:0`...), else `0`.
+fn line_device(line: &str) -> String {
+    pats()
+        .dev_in_line
+        .captures(line)
+        .map_or_else(|| "0".to_string(), |d| d[1].to_string())
+}
+
 /// A CSV cell's size: a number in the column's unit (`scale` bytes), or a number with its own
 /// unit (nvidia-smi's `1234 MiB`).
 fn sized(s: &str, scale: f64) -> Option<f64> {
@@ -1133,10 +1141,7 @@ impl Reader {
                 })
                 .or(self.step);
             self.step = step;
-            let dev = p
-                .dev_in_line
-                .captures(line)
-                .map_or_else(|| "0".to_string(), |d| d[1].to_string());
+            let dev = line_device(line);
             c.device(&host, &dev, "log").series.push_from(
                 Sample {
                     step,
@@ -1195,10 +1200,7 @@ impl Reader {
                     bytes_key,
                 )
             });
-            let dev = p
-                .dev_in_line
-                .captures(line)
-                .map_or_else(|| "0".to_string(), |d| d[1].to_string());
+            let dev = line_device(line);
             c.device(&host, &dev, "log").series.push_from(
                 Sample {
                     step: self.step,
