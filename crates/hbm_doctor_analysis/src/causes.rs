@@ -93,7 +93,7 @@ pub const CAUSES: &[Spec] = &[
         kind: CauseKind::LargeActivation,
         meaning: "one intermediate (e.g. attention scores [B,H,S,S], logits [B,S,V]) dominates",
         needs: "one temporary (or one shape) that is a large share of the peak, or shaped like attention scores or logits, or one run-time request of two fifths of the device or more (under 10x it)",
-        savings: "that intermediate minus one chunk of it",
+        savings: "that intermediate minus one of 8 chunks of it (as the dump's what-if)",
         advice: &[
             "Never materialize it whole: a fused attention kernel (jax.nn.dot_product_attention, Pallas flash / splash attention) for [B,H,S,S] scores, a chunked loss for [B,S,V] logits, jax.lax.map / scan over chunks otherwise.",
             "Or shard it across devices with a sharding constraint on the dimension that is largest.",
