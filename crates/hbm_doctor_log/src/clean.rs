@@ -175,10 +175,8 @@ fn json_log_message(raw: &[u8]) -> Option<String> {
         return None;
     }
     const KEYS: [&str; 4] = ["message", "msg", "log", "textPayload"];
-    if !KEYS
-        .iter()
-        .any(|k| memchr::memmem::find(t, format!("\"{k}\"").as_bytes()).is_some())
-    {
+    const QUOTED: [&[u8]; 4] = [b"\"message\"", b"\"msg\"", b"\"log\"", b"\"textPayload\""];
+    if !QUOTED.iter().any(|k| memchr::memmem::find(t, k).is_some()) {
         return None;
     }
     let v: serde_json::Value = serde_json::from_slice(t).ok()?;
