@@ -9302,6 +9302,325 @@ pair(
 )
 
 
+# ---- 31. more broken/fixed pairs (batch tpu20): other models, other names ---------------------
+#
+# Programs of kinds sections 13-30 do not have (a speech encoder whose blocks are sharded but whose large
+# frame-level output projection over a wordpiece vocabulary and its Adam moments are replicated, mixed
+# precision whose bf16 working weights are FSDP-sharded but whose f32 master copy is replicated, an
+# optax.MultiSteps-style gradient accumulator carried between calls replicated beside sharded weights, a
+# Monte-Carlo dropout evaluation that vmaps all stochastic passes at once, a dense retrieval step that keeps
+# the corpus embeddings in f32, a reward model that computes f32 vocabulary logits at every position).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu20 for which pairs keep their dumps and what did not go as first written.
+
+
+# 31.1 a speech encoder whose blocks are sharded but whose vocabulary projection is replicated
+
+
+def _asr_vocab_proj_builder(mesh, blocks, d_model, ff, vocab, utts, frames, proj_spec):
+    """A frame-level speech recogniser (conformer-style feed-forward blocks, f32 weights
+    [blocks, d_model, ff] / [blocks, ff, d_model] sharded over the last axis, bf16 compute, jax.checkpoint
+    per block via lax.scan) trained with cross-entropy against forced-alignment wordpiece targets and Adam
+    (written out). The output projection `tok_proj` f32[d_model, vocab] and its Adam moments are placed
+    with `proj_spec`: () = replicated on every TensorCore; (None, 'd') = split over the vocabulary like the
+    blocks are split. Weights and optimizer state donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def asr_adam_step(acoustic, adam, feats, align):
+        def frame_xent(acoustic):
+            def block(h, w):
+                y = jax.nn.silu(h @ w[0].astype(bf)) @ w[1].astype(bf)
+                return (h + y).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), feats, (acoustic["ff_in"], acoustic["ff_out"]))
+            logits = (h @ acoustic["tok_proj"].astype(bf)).astype(f32)
+            lp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(lp, align[..., None], -1))
+
+        loss, g = jax.value_and_grad(frame_xent)(acoustic)
+        acoustic, adam = adam_update(acoustic, g, adam)
+        return acoustic, adam, loss
+
+    specs = {"ff_in": P(None, None, "d"), "ff_out": P(None, None, "d"), "tok_proj": P(*proj_spec)}
+    shapes = {"ff_in": (blocks, d_model, ff), "ff_out": (blocks, ff, d_model), "tok_proj": (d_model, vocab)}
+    acoustic = {k: sds(shapes[k], f32, mesh, specs[k]) for k in shapes}
+    adam = {"count": sds((), jnp.int32, mesh, P()),
+            "mu": {k: sds(shapes[k], f32, mesh, specs[k]) for k in shapes},
+            "nu": {k: sds(shapes[k], f32, mesh, specs[k]) for k in shapes}}
+    n = mesh.devices.size * utts
+    feats = sds((n, frames, d_model), bf, mesh, P("d"))
+    align = sds((n, frames), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(acoustic), _shardings(adam), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return asr_adam_step, (acoustic, adam, feats, align), kw
+
+
+# 31.2 mixed precision: bf16 working weights FSDP-sharded, the f32 master copy replicated
+
+
+def _master_copy_builder(mesh, layers, width, tokens, master_spec):
+    """A residual MLP language-model trunk in mixed precision: the bf16 working weights
+    [layers, width, width] are FSDP-sharded P(None, 'd', None) and used for the forward/backward pass
+    (lax.scan, jax.checkpoint per layer); the optimizer keeps an f32 master copy (`master_spec`: () =
+    replicated, what `jax.device_put(params32)` without a sharding gives; (None, 'd', None) = like the
+    working weights) and an f32 momentum sharded like the working weights. The step updates the master
+    copy and re-derives the bf16 working weights from it. All three donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def mp_momentum_step(work_bf16, master, velocity, toks, target):
+        def mse(work_bf16):
+            def layer(h, w):
+                return (h + jax.nn.gelu(h @ w)).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(layer), toks, work_bf16)
+            return jnp.mean((h.astype(f32) - target.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(work_bf16)
+        velocity = 0.9 * velocity + g.astype(f32)
+        master = master - 1e-3 * velocity
+        return master.astype(bf), master, velocity, loss
+
+    wspec = P(None, "d", None)
+    work_bf16 = sds((layers, width, width), bf, mesh, wspec)
+    master = sds((layers, width, width), f32, mesh, P(*master_spec))
+    velocity = sds((layers, width, width), f32, mesh, wspec)
+    n = mesh.devices.size * tokens
+    toks = sds((n, width), bf, mesh, P("d"))
+    target = sds((n, width), bf, mesh, P("d"))
+    kw = {"out_shardings": (work_bf16.sharding, master.sharding, velocity.sharding, NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1, 2)}
+    return mp_momentum_step, (work_bf16, master, velocity, toks, target), kw
+
+
+# 31.3 a gradient accumulator (optax.MultiSteps-style state) carried between calls, replicated
+
+
+def _multisteps_acc_builder(mesh, depth, d_in, d_hid, rows, acc_spec):
+    """Gradient accumulation across calls, as optax.MultiSteps keeps it: `micro_step(weights, acc_grads,
+    batch)` adds this micro-batch's gradient to the accumulator, which is an input and an output of the
+    step (donated) and applied every k calls by another function. The gated-MLP weights (f32,
+    [depth, d_in, d_hid] x2 and [depth, d_hid, d_in]) are sharded P(None, None, 'd') / P(None, 'd', None);
+    the accumulator is placed with `acc_spec`: 'replicated' = P() for every leaf (built with
+    jax.tree.map(jnp.zeros_like, ...) on the host and device_put without a sharding); 'like' = the
+    weights' own shardings."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def micro_step(weights, acc_grads, batch):
+        def mse(weights):
+            def blk(h, w):
+                gate, up, down = w
+                y = (jax.nn.silu(h @ gate.astype(bf)) * (h @ up.astype(bf))) @ down.astype(bf)
+                return (h + y).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(blk), batch["x"],
+                                (weights["gate"], weights["up"], weights["down"]))
+            return jnp.mean((h.astype(f32) - batch["y"].astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(weights)
+        return _tm(lambda a, b: a + b, acc_grads, g), loss
+
+    wspecs = {"gate": P(None, None, "d"), "up": P(None, None, "d"), "down": P(None, "d", None)}
+    shapes = {"gate": (depth, d_in, d_hid), "up": (depth, d_in, d_hid), "down": (depth, d_hid, d_in)}
+    weights = {k: sds(shapes[k], f32, mesh, wspecs[k]) for k in shapes}
+    acc_grads = {k: sds(shapes[k], f32, mesh, P() if acc_spec == "replicated" else wspecs[k]) for k in shapes}
+    n = mesh.devices.size * rows
+    batch = {"x": sds((n, d_in), bf, mesh, P("d")), "y": sds((n, d_in), bf, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(acc_grads), NamedSharding(mesh, P())), "donate_argnums": (1,)}
+    return micro_step, (weights, acc_grads, batch), kw
+
+
+# 31.4 Monte-Carlo dropout evaluation: all stochastic passes vmapped at once
+
+
+def _mc_dropout_builder(mesh, passes, rows, feat, hidden, classes, sequential):
+    """Uncertainty estimate by Monte-Carlo dropout: an f32 MLP classifier (3 hidden layers, dropout 0.2
+    kept on at evaluation, weights replicated) run `passes` times with different keys on a batch sharded
+    over the devices; returns the mean predictive distribution and its entropy. sequential=False:
+    jax.vmap over the keys, all passes' activations and dropout masks at once; sequential=True:
+    jax.lax.map over the keys, one pass at a time, the probabilities summed."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def one_pass(clf, x, key):
+        h = x
+        for i, w in enumerate(clf["hidden"]):
+            h = jax.nn.relu(h @ w)
+            keep = jax.random.bernoulli(jax.random.fold_in(key, i), 0.8, h.shape)
+            h = jnp.where(keep, h / 0.8, 0.0)
+        return jax.nn.softmax(h @ clf["out"], -1)
+
+    def mc_predict(clf, x, seed):
+        keys = jax.random.split(jax.random.key(seed), passes)
+        if sequential:
+            probs = jnp.mean(jax.lax.map(lambda k: one_pass(clf, x, k), keys), 0)
+        else:
+            probs = jnp.mean(jax.vmap(lambda k: one_pass(clf, x, k))(keys), 0)
+        entropy = -jnp.sum(probs * jnp.log(probs + 1e-9), -1)
+        return probs, entropy
+
+    clf = {"hidden": [sds((feat, hidden), f32, mesh, P()), sds((hidden, hidden), f32, mesh, P()),
+                      sds((hidden, hidden), f32, mesh, P())],
+           "out": sds((hidden, classes), f32, mesh, P())}
+    x = sds((mesh.devices.size * rows, feat), f32, mesh, P("d"))
+    seed = sds((), jnp.uint32, mesh, P())
+    return mc_predict, (clf, x, seed), {}
+
+
+# 31.5 dense retrieval: the corpus embedding matrix kept in f32
+
+
+def _dense_retrieval_builder(mesh, docs, dim, queries, k, corpus_dtype):
+    """Dense passage retrieval served from device memory: the corpus embeddings [docs, dim] are
+    row-sharded over the devices ('d'), a batch of bf16 query embeddings is replicated, and each device
+    scores its shard (shard_map) and keeps its local top-k, which are returned for a host-side merge.
+    corpus_dtype float32: the corpus is stored as the encoder wrote it, so the scores are f32 too;
+    bfloat16: the corpus cast once to bf16 when it was loaded."""
+    jax, jnp, NamedSharding, P = _jax()
+
+    def local_topk(passages, q):
+        scores = q @ passages.T.astype(jnp.promote_types(q.dtype, passages.dtype))
+        val, idx = jax.lax.top_k(scores, k)
+        return val.astype(jnp.float32), idx
+
+    def search(passages, q):
+        return jax.shard_map(local_topk, mesh=mesh, in_specs=(P("d", None), P()),
+                             out_specs=(P(None, "d"), P(None, "d")), check_vma=False)(passages, q)
+
+    passages = sds((docs, dim), jnp.dtype(corpus_dtype), mesh, P("d", None))
+    q = sds((queries, dim), jnp.bfloat16, mesh, P())
+    return search, (passages, q), {}
+
+
+# 31.6 a reward model that computes f32 vocabulary logits at every position
+
+
+def _reward_logits_builder(mesh, layers, width, vocab, seqs, seq_len, last_only):
+    """A reward model initialised from a language model: its transformer-style MLP trunk (bf16 weights
+    replicated, lax.scan with jax.checkpoint per layer) is followed by the LM head, and the reward is the
+    log-odds of a "yes" token against a "no" token at each sequence's last real token (`pair_lens`), trained with a Bradley-Terry
+    loss over (chosen, rejected) pairs. last_only=False: the LM head is applied to every position in f32
+    (logits [pairs, 2, seq_len, vocab]), then the last real position is gathered; last_only=True: the
+    last real position's hidden state is gathered first, then the head."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    YES, NO = 9891, 2360
+
+    def bt_step(rm, pair_toks, pair_lens):
+        last = (pair_lens - 1)[:, :, None, None]                                 # [B, 2, 1, 1]
+
+        def bt_loss(rm):
+            h = jnp.take(rm["embed"], pair_toks, axis=0)                       # [B, 2, T, D] bf16
+
+            def layer(h, w):
+                return (h + jax.nn.gelu(h @ w[0]) @ w[1]).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(layer), h, (rm["up"], rm["down"]))
+            if last_only:
+                h_last = jnp.take_along_axis(h, last, axis=2)[:, :, 0]           # [B, 2, D]
+                logits = (h_last @ rm["lm_head"]).astype(f32)                   # [B, 2, V]
+            else:
+                logits = (h @ rm["lm_head"]).astype(f32)                        # [B, 2, T, V]
+                logits = jnp.take_along_axis(logits, last, axis=2)[:, :, 0]     # -> last real token
+            lp = jax.nn.log_softmax(logits, -1)
+            r = lp[..., YES] - lp[..., NO]                                       # [B, 2]
+            return -jnp.mean(jax.nn.log_sigmoid(r[:, 0] - r[:, 1]))
+
+        loss, g = jax.value_and_grad(bt_loss)(rm)
+        return _tm(lambda p, g: (p - 1e-5 * g).astype(p.dtype), rm, g), loss
+
+    rm = {"embed": sds((vocab, width), bf, mesh, P()),
+          "up": sds((layers, width, 4 * width), bf, mesh, P()),
+          "down": sds((layers, 4 * width, width), bf, mesh, P()),
+          "lm_head": sds((width, vocab), bf, mesh, P())}
+    pair_toks = sds((mesh.devices.size * seqs, 2, seq_len), jnp.int32, mesh, P("d"))
+    pair_lens = sds((mesh.devices.size * seqs, 2), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(rm), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return bt_step, (rm, pair_toks, pair_lens), kw
+
+
+pair(
+    "asr_vocab_proj_replicated", "v4", "v4:2x2x1",
+    "Frame-level speech recogniser (4 feed-forward blocks d=4096, ff=8192, split over the 8 TensorCores) "
+    "trained with Adam, whose wordpiece output projection f32[4096, 327680] (5 GiB) and its two Adam "
+    "moments are replicated P() on every TensorCore: 15 GiB of arguments, their updates and the full "
+    "gradient exceed 15.25G.",
+    "Fixed variant of asr_vocab_proj_replicated_v4: the output projection and its moments split over the "
+    "vocabulary, P(None, 'd'), like the blocks; fits.",
+    dict(category="arguments", causes=["replicated_tensor", "optimizer_state_unsharded", "arguments_exceed"]),
+    _asr_vocab_proj_builder, dict(blocks=4, d_model=4096, ff=8192, vocab=327680, utts=4, frames=256,
+                                  proj_spec=()),
+    dict(blocks=4, d_model=4096, ff=8192, vocab=327680, utts=4, frames=256, proj_spec=(None, "d")),
+    dump=False,
+)
+
+pair(
+    "master_f32_replicated", "v6e", "v6e:2x2",
+    "Mixed-precision residual MLP trunk (64 layers of bf16[8192, 8192] working weights FSDP-sharded "
+    "P(None, 'd', None)) whose f32 master copy (16 GiB) is replicated P() on every device: the master, "
+    "its update and the gathered f32 momentum exceed 31.25G.",
+    "Fixed variant of master_f32_replicated_v6e: the f32 master copy sharded like the working weights, "
+    "P(None, 'd', None); fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _master_copy_builder, dict(layers=64, width=8192, tokens=2048, master_spec=()),
+    dict(layers=64, width=8192, tokens=2048, master_spec=(None, "d", None)),
+    dump=True,
+)
+
+pair(
+    "multisteps_acc_replicated", "v5e", "v5e:2x2",
+    "Gated-MLP regression (16 blocks, 4096 -> 16384, f32 weights 12 GiB sharded over the 4 devices) "
+    "trained with gradient accumulation across calls (optax.MultiSteps-style): the accumulated gradients "
+    "(12 GiB) are an input and output of the step replicated P() on every device, beyond 15.75G.",
+    "Fixed variant of multisteps_acc_replicated_v5e: the accumulator placed with the weights' own "
+    "shardings; fits.",
+    dict(category="aggregate", category_also=["arguments"],
+         causes=["optimizer_state_unsharded", "replicated_tensor", "arguments_exceed"]),
+    _multisteps_acc_builder, dict(depth=16, d_in=4096, d_hid=16384, rows=2048, acc_spec="replicated"),
+    dict(depth=16, d_in=4096, d_hid=16384, rows=2048, acc_spec="like"),
+    dump=True,
+)
+
+pair(
+    "mc_dropout_vmap_passes", "v5e", "v5e:4x4",
+    "Monte-Carlo dropout evaluation of an f32 MLP classifier (hidden 16384), 8192 rows per device, 32 "
+    "stochastic passes jax.vmap'ed over their keys: the activations and dropout masks of all 32 passes "
+    "([32, 8192, 16384], 16 GiB in f32) exist at once, beyond 15.75G.",
+    "Fixed variant of mc_dropout_vmap_passes_v5e: jax.lax.map over the keys, one pass at a time; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _mc_dropout_builder, dict(passes=32, rows=8192, feat=1024, hidden=16384, classes=1000, sequential=False),
+    dict(passes=32, rows=8192, feat=1024, hidden=16384, classes=1000, sequential=True),
+    dump=False,
+)
+
+pair(
+    "retrieval_corpus_f32", "v6e", "v6e:2x2",
+    "Dense passage retrieval over 24M f32 passage embeddings of 1024 dims (24 GiB per device, row-sharded), "
+    "1024 bf16 queries scored per shard: the corpus and the f32 scores [1024, 6M] exceed 31.25G.",
+    "Fixed variant of retrieval_corpus_f32_v6e: the corpus stored in bf16 (cast once when loaded), the "
+    "scores bf16; fits.",
+    dict(category="single_large_allocation", causes=["f32_precision", "large_activation"]),
+    _dense_retrieval_builder, dict(docs=4 * 6291456, dim=1024, queries=1024, k=100, corpus_dtype="float32"),
+    dict(docs=4 * 6291456, dim=1024, queries=1024, k=100, corpus_dtype="bfloat16"),
+    dump=False,
+)
+
+pair(
+    "reward_logits_every_position", "v5p", "v5p:2x2x1",
+    "Reward model from an LM (8 layers d=2048, vocabulary 131072) trained with a Bradley-Terry loss, 12 "
+    "(chosen, rejected) pairs of 8192 tokens per device: the LM head is applied at every position in f32 "
+    "and the last real token's logits gathered from them, logits [12, 2, 8192, 131072] kept for the backward pass, beyond 95.74G.",
+    "Fixed variant of reward_logits_every_position_v5p: the last real position's hidden state gathered "
+    "before the LM head; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision"]),
+    _reward_logits_builder, dict(layers=8, width=2048, vocab=131072, seqs=12, seq_len=8192, last_only=False),
+    dict(layers=8, width=2048, vocab=131072, seqs=12, seq_len=8192, last_only=True),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
