@@ -651,14 +651,16 @@ fn gathered_stack<'a>(
     // One stack gathered is one fix: the other stacks gathered up front with it, and the
     // full-size values of their shape that come with them (the gradient of the gathered stack,
     // before its reduce-scatter), are gathered one layer at a time too.
-    let Some(mut first) = causes.first().cloned() else {
-        return causes;
+    let mut stacks = causes.into_iter();
+    let Some(mut first) = stacks.next() else {
+        return Vec::new();
     };
     let keep = first.changes.first().map_or(1, |c| c.1);
-    let gathered: Vec<String> = causes
-        .iter()
-        .flat_map(|c| c.changes.iter().map(|x| x.0.clone()))
-        .collect();
+    let more = stacks.len();
+    for c in stacks {
+        first.changes.extend(c.changes);
+    }
+    let gathered: Vec<String> = first.changes.iter().map(|x| x.0.clone()).collect();
     let shapes: Vec<&str> = s
         .buffers_at_peak
         .iter()
@@ -673,14 +675,10 @@ fn gathered_stack<'a>(
     }) {
         first.changes.push((x.name.clone(), keep));
     }
-    for c in causes.iter().skip(1) {
-        first.changes.extend(c.changes.iter().cloned());
-    }
-    if causes.len() > 1 {
+    if more > 0 {
         first.evidence = format!(
-            "{}; {} more stack(s) gathered the same way",
-            first.evidence,
-            causes.len() - 1
+            "{}; {more} more stack(s) gathered the same way",
+            first.evidence
         );
     }
     for (n, _) in &first.changes {

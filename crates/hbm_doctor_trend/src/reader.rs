@@ -998,6 +998,20 @@ impl Reader {
         c.host(&host).push_counter(p);
     }
 
+    /// One reading a log line gave, at the step, time and process seen so far.
+    fn push_log(&self, c: &mut Collected, host: &str, dev: &str, used: u64, limit: Option<u64>) {
+        let sample = Sample {
+            step: self.step,
+            ts: self.ts,
+            used,
+            limit,
+            peak: None,
+        };
+        c.device(host, dev, "log")
+            .series
+            .push_from(sample, self.pid);
+    }
+
     fn log_line(&mut self, c: &mut Collected, line: &str) {
         let p = pats();
         self.any_log_line = true;
@@ -1101,16 +1115,7 @@ impl Reader {
             if let (Some(m), Some(dev)) = (p.smi_mem.captures(row), self.smi_gpu.take()) {
                 let mib = |i: usize| m[i].parse::<u64>().ok().map(|v| v << 20);
                 if let Some(used) = mib(1) {
-                    c.device(&host, &dev, "log").series.push_from(
-                        Sample {
-                            step: self.step,
-                            ts: self.ts,
-                            used,
-                            limit: mib(2).filter(|&l| l > 0),
-                            peak: None,
-                        },
-                        self.pid,
-                    );
+                    self.push_log(c, &host, &dev, used, mib(2).filter(|&l| l > 0));
                 }
                 return;
             }
@@ -1141,17 +1146,7 @@ impl Reader {
                 })
                 .or(self.step);
             self.step = step;
-            let dev = line_device(line);
-            c.device(&host, &dev, "log").series.push_from(
-                Sample {
-                    step,
-                    ts: self.ts,
-                    used,
-                    limit: None,
-                    peak: None,
-                },
-                self.pid,
-            );
+            self.push_log(c, &host, &line_device(line), used, None);
             return;
         }
         // Host RSS, then device memory.
@@ -1200,17 +1195,7 @@ impl Reader {
                     bytes_key,
                 )
             });
-            let dev = line_device(line);
-            c.device(&host, &dev, "log").series.push_from(
-                Sample {
-                    step: self.step,
-                    ts: self.ts,
-                    used,
-                    limit,
-                    peak: None,
-                },
-                self.pid,
-            );
+            self.push_log(c, &host, &line_device(line), used, limit);
             break;
         }
     }
