@@ -9621,6 +9621,388 @@ pair(
 )
 
 
+# ---- 32. more broken/fixed pairs (batch tpu21): other models, other names ---------------------
+#
+# Programs of kinds sections 13-31 do not have (an Adam step whose donate_argnames are silently
+# ignored because a timing decorator hides the step's signature, an offline knowledge-distillation
+# step whose precomputed teacher logits are fed replicated, a PointNet segmenting one large LiDAR scene
+# whose points are replicated because the batch of one cannot be split, L2-PGD adversarial training
+# that differentiates through the attack, a tensor-fusion network's three-way outer product).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu21 for which pairs keep their dumps and what did not go as first written.
+
+
+# 32.1 donate_argnames silently ignored: a decorator without functools.wraps hides the signature
+
+
+def _timed_donation_builder(mesh, layers, width, tokens, wraps):
+    """A residual GELU MLP trunk (f32 weights [layers, width, width], FSDP-sharded P(None, 'd', None),
+    bf16 compute, lax.scan with jax.checkpoint per layer) trained with Adam (written out). The training
+    script wraps the step in a `timed` logging decorator and jits it with
+    `donate_argnames=("params", "opt_state")`. wraps=False: the decorator is a plain `def wrapper(*args,
+    **kwargs)`, so jax sees only *args/**kwargs, accepts the names (they could be keyword arguments) and,
+    the step being called positionally, donates nothing; wraps=True: `functools.wraps(fn)`, so
+    inspect.signature follows __wrapped__, the names map to positions 0 and 1 and both are donated."""
+    import functools
+
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    step_times = []
+
+    def timed(fn):
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            step_times.append(time.perf_counter() - t0)
+            return out
+
+        return functools.wraps(fn)(wrapper) if wraps else wrapper
+
+    @timed
+    def lm_adam_step(params, opt_state, batch):
+        def mse(params):
+            def layer(h, w):
+                return (h + jax.nn.gelu(h @ w.astype(bf))).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(layer), batch["x"], params["trunk"])
+            return jnp.mean((h.astype(f32) - batch["y"].astype(f32)) ** 2)
+
+        loss, grads = jax.value_and_grad(mse)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    spec = P(None, "d", None)
+    shape = (layers, width, width)
+    params = {"trunk": sds(shape, f32, mesh, spec)}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": {"trunk": sds(shape, f32, mesh, spec)},
+                 "nu": {"trunk": sds(shape, f32, mesh, spec)}}
+    n = mesh.devices.size * tokens
+    batch = {"x": sds((n, width), bf, mesh, P("d")), "y": sds((n, width), bf, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P())),
+          "donate_argnames": ("params", "opt_state")}
+    return lm_adam_step, (params, opt_state, batch), kw
+
+
+# 32.2 offline knowledge distillation: the precomputed teacher logits fed replicated
+
+
+def _offline_kd_builder(mesh, seqs, seq_len, vocab, d_model, layers, temp, teacher_spec):
+    """Offline distillation of a small language model from teacher logits computed earlier and streamed
+    from disk (bf16 [seqs, seq_len, vocab] global). The student (bf16 embedding, a scanned MLP trunk
+    under jax.checkpoint, an untied head; weights replicated, plain data parallelism) is trained with the
+    temperature-scaled KL divergence to the teacher's distribution. The token ids are split over the
+    batch P('d'); the teacher logits are placed with `teacher_spec`: () = replicated (the input pipeline
+    put them with a sharding built for the weights), ('d',) = split over the batch like the tokens."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def kd_step(student, tokens, teacher_logits):
+        def kd_loss(student):
+            h = jnp.take(student["embed"], tokens, axis=0)
+
+            def layer(h, w):
+                return (h + jax.nn.gelu(h @ w[0]) @ w[1]).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(layer), h, (student["up"], student["down"]))
+            s = (h @ student["head"]).astype(f32) / temp
+            t = jax.nn.softmax(teacher_logits.astype(f32) / temp, -1)
+            return temp ** 2 * jnp.mean(jnp.sum(t * (jnp.log(t + 1e-9) - jax.nn.log_softmax(s, -1)), -1))
+
+        loss, g = jax.value_and_grad(kd_loss)(student)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), student, g), loss
+
+    student = {"embed": sds((vocab, d_model), bf, mesh, P()),
+               "up": sds((layers, d_model, 4 * d_model), bf, mesh, P()),
+               "down": sds((layers, 4 * d_model, d_model), bf, mesh, P()),
+               "head": sds((d_model, vocab), bf, mesh, P())}
+    n = mesh.devices.size * seqs
+    tokens = sds((n, seq_len), jnp.int32, mesh, P("d"))
+    teacher_logits = sds((n, seq_len, vocab), bf, mesh, P(*teacher_spec))
+    kw = {"out_shardings": (_shardings(student), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return kd_step, (student, tokens, teacher_logits), kw
+
+
+# 32.3 PointNet on one large LiDAR scene: the points replicated because the batch of one cannot be split
+
+
+def _pointnet_scene_builder(mesh, points, classes, point_spec):
+    """PointNet part/semantic segmentation trained on one LiDAR scene per step (batch 1, `points`
+    points): a shared per-point MLP 3 -> 64 -> 128 -> 1024, a max-pool to the global feature, the global
+    feature concatenated to every point's 64-d local feature, a 1088 -> 512 -> 256 -> classes head, f32
+    weights replicated, SGD. The scene's xyz f32[1, N, 3] and labels int32[1, N] are placed with
+    `point_spec`: () = replicated (P('d') on a batch of 1 is refused, so the user dropped the sharding);
+    (None, 'd') = split over the points axis, the max-pool becoming a cross-device max."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    dims = [(3, 64), (64, 128), (128, 1024), (1088, 512), (512, 256), (256, classes)]
+
+    def pointnet_seg_step(net, xyz, seg):
+        def seg_loss(net):
+            h1 = jax.nn.relu(xyz @ net[0]["w"] + net[0]["b"])                 # [1, N, 64]
+            h = jax.nn.relu(h1 @ net[1]["w"] + net[1]["b"])
+            h = jax.nn.relu(h @ net[2]["w"] + net[2]["b"])                     # [1, N, 1024]
+            g = jnp.max(h, axis=1, keepdims=True)                              # [1, 1, 1024]
+            h = jnp.concatenate([h1, jnp.broadcast_to(g, h.shape[:2] + (1024,))], -1)
+            h = jax.nn.relu(h @ net[3]["w"] + net[3]["b"])
+            h = jax.nn.relu(h @ net[4]["w"] + net[4]["b"])
+            logits = h @ net[5]["w"] + net[5]["b"]
+            lp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(lp, seg[..., None], -1))
+
+        loss, g = jax.value_and_grad(seg_loss)(net)
+        return _tm(lambda p, g: p - 1e-3 * g, net, g), loss
+
+    net = [{"w": sds(d, f32, mesh, P()), "b": sds((d[1],), f32, mesh, P())} for d in dims]
+    xyz = sds((1, points, 3), f32, mesh, P(*point_spec))
+    seg = sds((1, points), jnp.int32, mesh, P(*point_spec))
+    kw = {"out_shardings": (_shardings(net), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return pointnet_seg_step, (net, xyz, seg), kw
+
+
+# 32.4 L2-PGD adversarial training that differentiates through the attack
+
+
+def _pgd_adv_builder(mesh, rows, feat, hidden, depth, classes, steps, stop_attack_grad):
+    """Madry-style adversarial training of an f32 MLP classifier on flattened 32x32x3 images (weights
+    replicated, batch split over the devices): each step crafts L2-PGD adversarial examples (`steps`
+    normalised-gradient steps of size 0.1, projected onto the eps=0.5 ball) and trains on them.
+    stop_attack_grad=False: the attack runs inside the differentiated loss and its result is used
+    directly, so jax.grad differentiates through every attack step (second order, each step's forward
+    and backward kept); True: `jax.lax.stop_gradient` on the adversarial examples, as the method means."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def xent(clf, x, y):
+        h = x
+        for w in clf["hidden"]:
+            h = jax.nn.relu(h @ w)
+        lp = jax.nn.log_softmax(h @ clf["out"], -1)
+        return -jnp.mean(jnp.take_along_axis(lp, y[:, None], -1))
+
+    def adv_train_step(clf, images, labels):
+        def robust_loss(clf):
+            x = images
+            for _ in range(steps):
+                g = jax.grad(xent, argnums=1)(clf, x, labels)
+                g = g / (jnp.linalg.norm(g, axis=-1, keepdims=True) + 1e-12)
+                d = x + 0.1 * g - images
+                d = d * jnp.minimum(1.0, 0.5 / (jnp.linalg.norm(d, axis=-1, keepdims=True) + 1e-12))
+                x = jnp.clip(images + d, 0.0, 1.0)
+            if stop_attack_grad:
+                x = jax.lax.stop_gradient(x)
+            return xent(clf, x, labels)
+
+        loss, g = jax.value_and_grad(robust_loss)(clf)
+        return _tm(lambda p, g: p - 1e-2 * g, clf, g), loss
+
+    dims = [feat] + [hidden] * depth
+    clf = {"hidden": [sds((a, b), f32, mesh, P()) for a, b in zip(dims[:-1], dims[1:])],
+           "out": sds((hidden, classes), f32, mesh, P())}
+    n = mesh.devices.size * rows
+    images = sds((n, feat), f32, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(clf), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return adv_train_step, (clf, images, labels), kw
+
+
+# 32.5 a tensor-fusion network: the three-way outer product of the modality embeddings
+
+
+def _tensor_fusion_builder(mesh, rows, d_audio, d_video, d_text, d_fuse, out, rank, low_rank):
+    """Multimodal sentiment regression (Tensor Fusion Network, Zadeh et al. 2017): audio, video and text
+    utterance features are projected to d_fuse each, a 1 is appended to each, and the fused
+    representation is their three-way outer product [B, d+1, d+1, d+1] flattened, followed by a linear
+    layer to `out` and a regression head (f32, weights replicated, batch split over the devices, SGD).
+    low_rank=False: the outer product is materialised (einsum 'bi,bj,bk->bijk'); True: low-rank
+    multimodal fusion (Liu et al. 2018), the fusion weight factorised per modality with `rank` factors,
+    the product taken after each modality's projection to `out`."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    d1 = d_fuse + 1
+
+    def tfn_step(fusion, audio, video, text, target):
+        def mse(fusion):
+            def embed(x, w):
+                z = jax.nn.relu(x @ w)
+                return jnp.concatenate([z, jnp.ones(z.shape[:-1] + (1,), f32)], -1)
+
+            a = embed(audio, fusion["a_proj"])
+            v = embed(video, fusion["v_proj"])
+            t = embed(text, fusion["t_proj"])
+            if low_rank:
+                fa = jnp.einsum("bi,rio->rbo", a, fusion["a_fac"])
+                fv = jnp.einsum("bi,rio->rbo", v, fusion["v_fac"])
+                ft = jnp.einsum("bi,rio->rbo", t, fusion["t_fac"])
+                h = jnp.einsum("r,rbo->bo", fusion["mix"], fa * fv * ft)
+            else:
+                z = jnp.einsum("bi,bj,bk->bijk", a, v, t).reshape(a.shape[0], -1)
+                h = z @ fusion["fuse"]
+            h = jax.nn.relu(h)
+            pred = (h @ fusion["head"])[:, 0]
+            return jnp.mean((pred - target) ** 2)
+
+        loss, g = jax.value_and_grad(mse)(fusion)
+        return _tm(lambda p, g: p - 1e-3 * g, fusion, g), loss
+
+    fusion = {"a_proj": sds((d_audio, d_fuse), f32, mesh, P()),
+              "v_proj": sds((d_video, d_fuse), f32, mesh, P()),
+              "t_proj": sds((d_text, d_fuse), f32, mesh, P()),
+              "head": sds((out, 1), f32, mesh, P())}
+    if low_rank:
+        for m in "avt":
+            fusion[f"{m}_fac"] = sds((rank, d1, out), f32, mesh, P())
+        fusion["mix"] = sds((rank,), f32, mesh, P())
+    else:
+        fusion["fuse"] = sds((d1 * d1 * d1, out), f32, mesh, P())
+    n = mesh.devices.size * rows
+    audio = sds((n, d_audio), f32, mesh, P("d"))
+    video = sds((n, d_video), f32, mesh, P("d"))
+    text = sds((n, d_text), f32, mesh, P("d"))
+    target = sds((n,), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(fusion), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return tfn_step, (fusion, audio, video, text, target), kw
+
+
+# 32.6 a GAN whose generator is FSDP-sharded but whose discriminator and its Adam state are replicated
+
+
+def _gan_disc_placement_builder(mesh, layers, width, noise_rows, disc_spec):
+    """A non-saturating GAN on feature vectors (an MLP generator and an MLP discriminator, each `layers`
+    residual blocks of f32[width, width] weights stacked for lax.scan with jax.checkpoint, bf16 compute),
+    one alternating step: the discriminator's Adam update on real vs generated rows, then the generator's.
+    The generator's weights and Adam moments are FSDP-sharded P(None, 'd', None); the discriminator's
+    weights and moments are placed with `disc_spec`: () = replicated (its shardings were never added to
+    the config when the discriminator was grown), (None, 'd', None) = like the generator's. Both donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def mlp(ws, h):
+        def blk(h, w):
+            return (h + jax.nn.leaky_relu(h @ w.astype(bf), 0.2)).astype(bf), None
+
+        h, _ = jax.lax.scan(jax.checkpoint(blk), h.astype(bf), ws)
+        return h
+
+    def critic(d_ws, x):
+        return jnp.mean(mlp(d_ws, x).astype(f32), -1)
+
+    def gan_step(gen, gen_opt, disc, disc_opt, real, z):
+        def d_loss(disc):
+            fake = jax.lax.stop_gradient(mlp(gen["blocks"], z))
+            return (jnp.mean(jax.nn.softplus(-critic(disc["blocks"], real)))
+                    + jnp.mean(jax.nn.softplus(critic(disc["blocks"], fake))))
+
+        def g_loss(gen):
+            return jnp.mean(jax.nn.softplus(-critic(disc["blocks"], mlp(gen["blocks"], z))))
+
+        ld, gd = jax.value_and_grad(d_loss)(disc)
+        disc, disc_opt = adam_update(disc, gd, disc_opt, lr=2e-4, b1=0.5)
+        lg, gg = jax.value_and_grad(g_loss)(gen)
+        gen, gen_opt = adam_update(gen, gg, gen_opt, lr=2e-4, b1=0.5)
+        return gen, gen_opt, disc, disc_opt, ld, lg
+
+    shape = (layers, width, width)
+
+    def tree(spec):
+        p = {"blocks": sds(shape, f32, mesh, spec)}
+        o = {"count": sds((), jnp.int32, mesh, P()), "mu": {"blocks": sds(shape, f32, mesh, spec)},
+             "nu": {"blocks": sds(shape, f32, mesh, spec)}}
+        return p, o
+
+    gen, gen_opt = tree(P(None, "d", None))
+    disc, disc_opt = tree(P(*disc_spec))
+    n = mesh.devices.size * noise_rows
+    real = sds((n, width), bf, mesh, P("d"))
+    z = sds((n, width), bf, mesh, P("d"))
+    rep = NamedSharding(mesh, P())
+    kw = {"out_shardings": (_shardings(gen), _shardings(gen_opt), _shardings(disc), _shardings(disc_opt), rep, rep),
+          "donate_argnums": (0, 1, 2, 3)}
+    return gan_step, (gen, gen_opt, disc, disc_opt, real, z), kw
+
+pair(
+    "timed_donate_argnames", "v5e", "v5e:2x2",
+    "Residual GELU MLP trunk (48 layers of f32[8192, 8192], FSDP-sharded over the 4 devices) trained with "
+    "Adam, jitted with donate_argnames=('params', 'opt_state') around a `timed` logging decorator that "
+    "lacks functools.wraps: jax sees only *args/**kwargs and donates nothing, so the 9 GiB of weights and "
+    "moments exist twice, beyond 15.75G.",
+    "Fixed variant of timed_donate_argnames_v5e: the decorator uses functools.wraps, the names map to the "
+    "step's parameters and both are donated; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
+    _timed_donation_builder, dict(layers=48, width=8192, tokens=2048, wraps=False),
+    dict(layers=48, width=8192, tokens=2048, wraps=True),
+    dump=True,
+)
+
+pair(
+    "kd_teacher_logits_replicated", "v5e", "v5e:4x4",
+    "Offline distillation of a small LM (d=1024, 4 MLP layers, vocabulary 32768) from precomputed bf16 "
+    "teacher logits [128, 2048, 32768] (16 GiB global) fed replicated P() on each of the 16 devices while "
+    "the token ids are split over the batch: the full 16 GiB teacher tensor on every device, beyond 15.75G.",
+    "Fixed variant of kd_teacher_logits_replicated_v5e: the teacher logits split over the batch, P('d'), "
+    "like the token ids; fits.",
+    dict(category="arguments", category_also=["single_large_allocation"], causes=["replicated_tensor", "arguments_exceed"]),
+    _offline_kd_builder, dict(seqs=8, seq_len=2048, vocab=32768, d_model=1024, layers=4, temp=2.0,
+                              teacher_spec=()),
+    dict(seqs=8, seq_len=2048, vocab=32768, d_model=1024, layers=4, temp=2.0, teacher_spec=("d",)),
+    dump=False,
+)
+
+pair(
+    "pointnet_scene_replicated", "v4", "v4:2x2x1",
+    "PointNet segmentation trained on one LiDAR scene of 2M points per step: the batch of one cannot be "
+    "split, so xyz f32[1, 2097152, 3] and the labels are replicated P() and every TensorCore computes the "
+    "per-point features of the whole scene ([2M, 1024] f32, 8 GiB each), beyond 15.25G.",
+    "Fixed variant of pointnet_scene_replicated_v4: the points axis split over the 8 TensorCores, "
+    "P(None, 'd'), the max-pool a cross-device max; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["replicated_tensor", "batch_too_large"]),
+    _pointnet_scene_builder, dict(points=2097152, classes=16, point_spec=()),
+    dict(points=2097152, classes=16, point_spec=(None, "d")),
+    dump=False,
+)
+
+pair(
+    "pgd_attack_unstopped", "v5e", "v5e:2x2",
+    "L2-PGD adversarial training (10 attack steps) of an f32 MLP classifier (4 x 4096 hidden) on 16384 "
+    "flattened CIFAR images per device, with no stop_gradient on the adversarial examples: jax.grad "
+    "differentiates through every attack step, keeping each step's forward and backward, beyond 15.75G.",
+    "Fixed variant of pgd_attack_unstopped_v5e: jax.lax.stop_gradient on the adversarial examples; fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _pgd_adv_builder, dict(rows=16384, feat=3072, hidden=4096, depth=4, classes=10, steps=10,
+                           stop_attack_grad=False),
+    dict(rows=16384, feat=3072, hidden=4096, depth=4, classes=10, steps=10, stop_attack_grad=True),
+    dump=False,
+)
+
+pair(
+    "tensor_fusion_outer", "v5e", "v5e:2x2",
+    "Tensor Fusion Network for multimodal sentiment (audio 74, video 35, text 768 features, each projected "
+    "to 128, a 1 appended), 2048 utterances per device: the three-way outer product [2048, 129, 129, 129] "
+    "in f32 (16 GiB) feeds the fusion layer, beyond 15.75G.",
+    "Fixed variant of tensor_fusion_outer_v5e: low-rank multimodal fusion (rank 4), no outer product; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _tensor_fusion_builder, dict(rows=2048, d_audio=74, d_video=35, d_text=768, d_fuse=128, out=128, rank=4,
+                                 low_rank=False),
+    dict(rows=2048, d_audio=74, d_video=35, d_text=768, d_fuse=128, out=128, rank=4, low_rank=True),
+    dump=False,
+)
+
+
+pair(
+    "gan_disc_adam_replicated", "v6e", "v6e:2x2",
+    "Feature-space GAN (generator and discriminator each 32 residual blocks of f32[8192, 8192]) trained "
+    "with Adam: the generator's weights and moments are FSDP-sharded over the 4 devices, the "
+    "discriminator's 8 GiB of weights and its two Adam moments are replicated P(): 30 GiB of arguments per "
+    "device and the full-size gradients and updates, beyond 31.25G.",
+    "Fixed variant of gan_disc_adam_replicated_v6e: the discriminator and its moments sharded like the "
+    "generator's, P(None, 'd', None); fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _gan_disc_placement_builder, dict(layers=32, width=8192, noise_rows=2048, disc_spec=()),
+    dict(layers=32, width=8192, noise_rows=2048, disc_spec=(None, "d", None)),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
