@@ -364,8 +364,13 @@ fn empty(seg: &Segment, reason: &str) -> Analysis {
 /// A warm-up: the second half of the floors rises less than 40% as fast as the first
 /// (Theil-Sen slopes). A steady leak does not slow down.
 fn decelerating(x: &[f64], f: &[f64]) -> bool {
+    decelerating_from(x, f, 5)
+}
+
+/// [`decelerating`] on halves of at least `min_half` floors.
+fn decelerating_from(x: &[f64], f: &[f64], min_half: usize) -> bool {
     let h = f.len() / 2;
-    if h < 5 {
+    if h < min_half {
         return false;
     }
     let m1 = mann_kendall(&f[..h]);
@@ -381,6 +386,26 @@ fn decelerating(x: &[f64], f: &[f64]) -> bool {
 fn short_trend(seg: &Segment, a: &mut Analysis) {
     let fs = |v: f64| hbm_doctor_log::format_size(v.max(0.0) as u64);
     let w = &seg.windows;
+    // Three to five readings are too few for a test, but not for a careful reader: each one
+    // higher than the one before, and the last at least one and a half times the first, is
+    // growth nobody posts by chance (a step or a warm-up levels off; a cache grows by less).
+    if (3..6).contains(&w.len()) {
+        let y: Vec<f64> = w.iter().map(|w| w.min).collect();
+        let first = y[0];
+        let last = y[y.len() - 1];
+        if y.windows(2).all(|p| p[1] > p[0]) && first > 0.0 && last >= 1.5 * first {
+            a.suspected = true;
+            let r = a.reason.take().unwrap_or_default();
+            a.reason = Some(format!(
+                "{r}; yet each of the {} readings is higher than the one before, {} to {} ({:.1}x): a leak is suspected, record longer to judge it",
+                y.len(),
+                fs(first),
+                fs(last),
+                last / first
+            ));
+        }
+        return;
+    }
     if w.len() < 6 {
         return;
     }
@@ -388,6 +413,14 @@ fn short_trend(seg: &Segment, a: &mut Analysis) {
     let y: Vec<f64> = w.iter().map(|w| w.min).collect();
     let mk = mann_kendall(&y);
     let ts = theil_sen(&x, &y, mk.var, 0.025);
+    if mk.p_up < 0.01 && ts.lo > 0.0 && decelerating_from(&x, &y, 4) {
+        let r = a.reason.take().unwrap_or_default();
+        a.reason = Some(format!(
+            "{r}; the {} readings rise but slow down (the second half less than 40% as fast as the first): a warm-up or a cache filling up, not a steady leak; record longer to see it level off",
+            w.len()
+        ));
+        return;
+    }
     if mk.p_up < 0.01 && ts.lo > 0.0 {
         a.suspected = true;
         a.p_value = mk.p_up;

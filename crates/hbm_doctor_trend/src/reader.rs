@@ -198,6 +198,11 @@ impl Collected {
         self.hosts.entry(host.to_string()).or_default()
     }
 
+    /// Device samples read so far, all series together.
+    fn device_samples(&self) -> u64 {
+        self.devices.values().map(|d| d.series.total_samples).sum()
+    }
+
     fn marker(&mut self, m: Marker) {
         if self.markers.len() == MAX_MARKERS {
             self.markers.pop_front();
@@ -269,6 +274,48 @@ pub struct Reader {
     pid: Option<u64>,
     /// nvidia-smi's table: the GPU of the row above (`|   0  NVIDIA H100 ... | 00000000:18:00.0 |`).
     smi_gpu: Option<String>,
+    /// Lines that are only numbers (`4194`, `12 4194`, `7.07 GB`): read as a series only when the
+    /// input gives no other reading ([`Reader::finish`]).
+    bare: Bare,
+    /// Device samples in the collection before this input (to tell whether it gave any).
+    samples_before: Option<u64>,
+    /// The key of each device's first memory reading in a log (`memory_allocated`, `hbm`...).
+    mem_keys: BTreeMap<(String, String), String>,
+    /// Readings printed without a unit, by (host, device): their unit is decided at the end.
+    unitless: BTreeMap<(String, String), Vec<BareRow>>,
+    /// A step key (`step`, `iter`...) was seen: `epoch N` no longer counts as the step.
+    step_key_seen: bool,
+}
+
+/// One line of bare numbers: (first column, value, unit printed on the line, time).
+type BareRow = (Option<u64>, f64, Option<f64>, Option<f64>);
+
+/// Readings from lines that hold nothing but numbers.
+#[derive(Debug, Default)]
+struct Bare {
+    rows: Vec<BareRow>,
+    /// Every `stride`-th row kept (the list halves past [`BARE_CAP`]).
+    stride: u64,
+    seen: u64,
+}
+
+/// Rows of bare numbers held before they are thinned (a log of only numbers is rarely this long).
+const BARE_CAP: usize = 1 << 20;
+
+impl Bare {
+    fn push(&mut self, row: BareRow) {
+        self.seen += 1;
+        let stride = self.stride.max(1);
+        if self.seen % stride != 0 {
+            return;
+        }
+        self.rows.push(row);
+        if self.rows.len() >= BARE_CAP {
+            let kept = self.rows.iter().step_by(2).copied().collect();
+            self.rows = kept;
+            self.stride = stride * 2;
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -305,6 +352,15 @@ struct Patterns {
     graph_inputs: Regex,
     metrics_step: Regex,
     glog: Regex,
+    /// `Epoch 3`, `Epoch [3 / 100]`, `Epoch 3 of 500`, `Epoch 3/10`: the step of logs that count
+    /// only epochs.
+    epoch: Regex,
+    /// `3149MiB / 16384MiB`: used and total, nvidia-smi's memory cell.
+    used_of_total: Regex,
+    /// A line of one number, optionally with a unit (`4194`, `3,070.36`, `7.07 GB`).
+    bare_one: Regex,
+    /// A line of a counter then a number (`12 4194`, `12,4194`, `12: 7.07 GB`).
+    bare_two: Regex,
 }
 
 fn pats() -> &'static Patterns {
@@ -336,7 +392,7 @@ fn pats() -> &'static Patterns {
             smi_gpu: r(r"^\|\s+(\d{1,2})\s+\S.*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d"),
             smi_mem: r(r"^\|[^|]*\|\s*(\d+)\s*MiB\s*/\s*(\d+)\s*MiB\s*\|"),
             ctime: r(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d{2}:\d{2}:\d{2}) (\d{4})\s*$"),
-            mem: r(&format!(r"(?i)\b(hbm(?:[_ ](?:used|usage|in[_ ]use))?|(?:tpu|gpu|device|accelerator)[_ ]?mem(?:ory)?(?:[_ ](?:used|usage|in[_ ]use|allocated))?|mem(?:ory)?(?:[_ ](?:used|usage|in[_ ]use|allocated))?|used[_ ]mem(?:ory)?|usage|bytes_in_use|bytes_used|memory_allocated|max_memory_allocated|memory_reserved){unit_in_key}\s*[:=]?\s*{size}(?:\s*(?:/|of)\s*{size})?")),
+            mem: r(&format!(r"(?i)\b(hbm(?:[_ ](?:used|usage|in[_ ]use))?|(?:tpu|gpu|device|accelerator)[_ ]?mem(?:ory)?(?:[_ ](?:used|usage|in[_ ]use|allocated))?|mem(?:ory)?(?:[_ ](?:used|usage|use|in[_ ]use|allocated|growth|increase|consumption|footprint))?|(?:max[_ ])?(?:allocated|reserved|cached)|used[_ ]mem(?:ory)?|usage|bytes_in_use|bytes_used|memory_allocated|max_memory_allocated|memory_reserved){unit_in_key}\s*[:=]?\s*{size}(?:\s*(?:/|of)\s*{size})?")),
             rss: r(&format!(r"(?i)\b(rss|vmrss|maxrss|host[_ ]?mem(?:ory)?(?:[_ ]used)?|cpu[_ ]?mem(?:ory)?(?:[_ ]used)?|ram(?:[_ ]used)?){unit_in_key}\s*[:=]?\s*{size}")),
             eval: r(r"(?i)\b(eval(?:uat\w*)?|validat\w*|val_loss)\b"),
             ckpt: r(r"(?i)\b(checkpoint\w*|saving model|saved model|save_pretrained|ckpt)\b"),
@@ -348,6 +404,10 @@ fn pats() -> &'static Patterns {
             graph_inputs: r(r"Number of Graph Inputs:\s*(\d+)"),
             metrics_step: r(r"^\[MetricsData; step=(\d+)\]"),
             glog: r(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(\d+) "),
+            epoch: r(r"(?i)\bepoch\b\s*[:=#]?\s*\[?\s*(\d+)"),
+            used_of_total: r(r"(?i)\b(\d+(?:\.\d+)?)\s*([kmgt]i?b)\s*/\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b)\b"),
+            bare_one: r(r"(?i)^\s*(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
+            bare_two: r(r"(?i)^\s*(\d+)(?:\s+|\s*[,;|:]\s*)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
         }
     })
 }
@@ -456,6 +516,11 @@ impl Reader {
             csv_invalid: 0,
             pid: None,
             smi_gpu: None,
+            bare: Bare::default(),
+            samples_before: None,
+            mem_keys: BTreeMap::new(),
+            unitless: BTreeMap::new(),
+            step_key_seen: false,
         }
     }
 
@@ -467,6 +532,9 @@ impl Reader {
     /// Reads one chunk.
     pub fn feed(&mut self, c: &mut Collected, chunk: &[u8]) {
         c.bytes += chunk.len() as u64;
+        if self.samples_before.is_none() {
+            self.samples_before = Some(c.device_samples());
+        }
         if !self.first_byte_seen {
             if let Some(k) = chunk.iter().position(|b| !b.is_ascii_whitespace()) {
                 self.first_byte_seen = true;
@@ -528,6 +596,10 @@ impl Reader {
             }
         }
         self.flush_metrics(c);
+        self.flush_unitless(c);
+        if c.device_samples() == self.samples_before.unwrap_or(0) {
+            self.flush_bare(c);
+        }
         if self.csv_invalid > 0 && self.csv_valid == 0 {
             c.errors.push(format!(
                 "`{}`: the memory column has no valid value ({} rows of NaN, infinite, negative or impossible sizes)",
@@ -1025,6 +1097,15 @@ impl Reader {
             .and_then(|m| m.as_str().parse::<u64>().ok());
         if line_step.is_some() {
             self.step = line_step;
+            self.step_key_seen = true;
+        } else if !self.step_key_seen {
+            if let Some(e) = p
+                .epoch
+                .captures(line)
+                .and_then(|m| m[1].parse::<u64>().ok())
+            {
+                self.step = Some(e);
+            }
         }
         // glog's prefix names the thread, the process's main thread for a training loop: a
         // new one is a new process.
@@ -1149,6 +1230,21 @@ impl Reader {
             self.push_log(c, &host, &line_device(line), used, None);
             return;
         }
+        // A line of nothing but numbers: kept aside, a series only if nothing else is read.
+        if let Some(m) = p.bare_one.captures(line) {
+            let unit = m.get(2).and_then(|u| unit_scale(u.as_str()));
+            if let Some(v) = number(&m[1]) {
+                self.bare.push((None, v, unit, self.ts));
+            }
+            return;
+        }
+        if let Some(m) = p.bare_two.captures(line) {
+            let unit = m.get(3).and_then(|u| unit_scale(u.as_str()));
+            if let Some(v) = number(&m[2]) {
+                self.bare.push((m[1].parse().ok(), v, unit, self.ts));
+            }
+            return;
+        }
         // Host RSS, then device memory.
         let mut rss_spans = Vec::new();
         for m in p.rss.captures_iter(line) {
@@ -1182,6 +1278,41 @@ impl Reader {
                 || key.contains("memory_allocated")
                 || key.contains("memory_reserved");
             let key_unit = m.get(2).map(|u| u.as_str());
+            // A percentage (`RAM: 8.6%`) is not a size.
+            if line[whole.end..].trim_start().starts_with('%') {
+                continue;
+            }
+            // A reading under another key than the device's first (`memory_reserved` lines
+            // between `memory_allocated` ones, a summary line) is its own series, not a jump.
+            let norm = format!(
+                "{}{}",
+                key.replace('_', " "),
+                key_unit.unwrap_or("").to_ascii_lowercase()
+            );
+            let dev = line_device(line);
+            let first = self
+                .mem_keys
+                .entry((host.clone(), dev.clone()))
+                .or_insert_with(|| norm.clone());
+            let dev = if *first == norm {
+                dev
+            } else {
+                format!("{dev} ({})", m[1].trim())
+            };
+            // No unit on the number nor in its key nor in the file name, or a fraction where
+            // the key names bytes (`memory_allocated: 0.2649`: the user divided by 2^30): the
+            // series' unit is decided from all its numbers at the end ([`Reader::finish`]).
+            let unitless = m.get(4).is_none() && key_unit.is_none() && self.name_unit().is_none();
+            let fraction = number(&m[3]).is_some_and(|v| v.fract() != 0.0);
+            if unitless && (!bytes_key || fraction) {
+                if let Some(v) = number(&m[3]) {
+                    self.unitless
+                        .entry((host.clone(), dev))
+                        .or_default()
+                        .push((self.step, v, None, self.ts));
+                }
+                return;
+            }
             let Some(used) = size_of(&m[3], m.get(4).map(|u| u.as_str()), key_unit, bytes_key)
                 .or_else(|| self.bare_in_named_unit(&m[3], m.get(4), m.get(2)))
             else {
@@ -1195,8 +1326,95 @@ impl Reader {
                     bytes_key,
                 )
             });
-            self.push_log(c, &host, &line_device(line), used, limit);
-            break;
+            self.push_log(c, &host, &dev, used, limit);
+            return;
+        }
+        // No key: a used / total pair as nvidia-smi's memory cell prints it (`3149MiB /
+        // 16384MiB`, in a table row or after `Epoch 3/10:`).
+        if let Some(m) = p.used_of_total.captures(line) {
+            let size = |n: usize, u: usize| size_of(&m[n], Some(&m[u]), None, false);
+            if let (Some(used), Some(total)) = (size(1, 2), size(3, 4)) {
+                if used <= total && total > 0 {
+                    self.push_log(c, &host, &line_device(line), used, Some(total));
+                }
+            }
+        }
+    }
+
+    /// The unit of numbers printed without one: printed on some lines, else the file name's,
+    /// else guessed from their size (at least 10^8: bytes; 10^5: KiB, as `ps` prints RSS; below
+    /// 1000 with decimals: GiB, as readings divided by 2^30 or 10^9 are posted; else MiB, as
+    /// nvidia-smi prints), and the words that say which.
+    fn guess_unit(&self, rows: &[BareRow]) -> (f64, &'static str) {
+        let max = rows.iter().map(|r| r.1).fold(0.0_f64, f64::max);
+        let decimals = rows.iter().any(|r| r.1.fract() != 0.0);
+        let printed = rows.iter().find_map(|r| r.2);
+        match (printed, self.name_unit()) {
+            (Some(u), _) => (u, "the unit printed"),
+            (None, Some(u)) => (u, "the unit the file name gives"),
+            (None, None) if max >= 1e8 => (1.0, "bytes, by their size (no unit printed)"),
+            (None, None) if max >= 1e5 => (1024.0, "KiB, by their size (no unit printed)"),
+            (None, None) if decimals && max < 1e3 => (
+                1024.0 * 1024.0 * 1024.0,
+                "GiB, by their size (no unit printed)",
+            ),
+            (None, None) => (1024.0 * 1024.0, "MiB, by their size (no unit printed)"),
+        }
+    }
+
+    /// Memory readings printed without a unit (`memory_allocated: 0.2649`, `ALLOCATED: 1.005`),
+    /// each series in the unit [`Reader::guess_unit`] gives all its numbers.
+    fn flush_unitless(&mut self, c: &mut Collected) {
+        for ((host, dev), rows) in std::mem::take(&mut self.unitless) {
+            let (scale, said) = self.guess_unit(&rows);
+            let source = format!("log: numbers without a unit, read as {said}");
+            for (step, v, _, ts) in rows {
+                let b = v * scale;
+                if !valid_bytes(b, None) {
+                    continue;
+                }
+                let sample = Sample {
+                    step,
+                    ts,
+                    used: b as u64,
+                    limit: None,
+                    peak: None,
+                };
+                c.device(&host, &dev, &source)
+                    .series
+                    .push_from(sample, None);
+            }
+        }
+    }
+
+    /// The lines of bare numbers, as the input's one series (device 0), when it gave no other
+    /// reading. The unit: printed on the lines, else the file name's, else guessed from the
+    /// numbers' size and said in `source` (at least 10^8: bytes; 10^5: KiB, as `ps` prints RSS;
+    /// below 1000 with decimals: GiB, as `psutil` readings divided by 10^9 are posted; else MiB,
+    /// as nvidia-smi prints). The first column is the step when it rises at every line.
+    fn flush_bare(&mut self, c: &mut Collected) {
+        let rows = std::mem::take(&mut self.bare.rows);
+        if rows.len() < 3 {
+            return;
+        }
+        let (scale, said) = self.guess_unit(&rows);
+        let stepped =
+            rows.iter().all(|r| r.0.is_some()) && rows.windows(2).all(|w| w[1].0 > w[0].0);
+        let source = format!("log: lines of bare numbers, read as {said}");
+        let host = self.host.clone();
+        for (step, v, unit, ts) in rows {
+            let b = v * unit.unwrap_or(scale);
+            if !valid_bytes(b, None) {
+                continue;
+            }
+            let sample = Sample {
+                step: if stepped { step } else { None },
+                ts,
+                used: b as u64,
+                limit: None,
+                peak: None,
+            };
+            c.device(&host, "0", &source).series.push_from(sample, None);
         }
     }
 
@@ -1429,6 +1647,62 @@ mod tests {
             d.series.settled().current().map(|s| s.last_used),
             Some(3000 << 20)
         );
+    }
+
+    #[test]
+    fn bare_numbers_and_keys() {
+        let read = |text: &str, name: &str| {
+            let mut c = Collected::default();
+            let mut r = Reader::new("", name);
+            r.feed(&mut c, text.as_bytes());
+            r.finish(&mut c);
+            c.devices
+                .iter()
+                .map(|((_, d), s)| {
+                    let seg = s.series.settled();
+                    let cur = seg.current().expect("a segment");
+                    (
+                        d.clone(),
+                        s.series.total_samples,
+                        cur.last_used,
+                        s.source.clone().unwrap_or_default(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        // `<epoch> <memory>` with no unit: MiB by their size, the first column the step.
+        let got = read("0 4194\n1 4280\n2 4376\n3 4439\n", "posted.log");
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].1, got[0].2), (4, 4439 << 20));
+        assert!(got[0].3.contains("MiB, by their size"), "{}", got[0].3);
+        // One number per line with decimals below 1000: GiB; a unit in the file name wins.
+        let got = read("7.07\n9.06\n10.37\n", "x.log");
+        assert_eq!(got[0].2, (10.37 * (1u64 << 30) as f64) as u64);
+        let got = read("7.07\n9.06\n10.37\n", "x_mb.log");
+        assert_eq!(got[0].2, (10.37 * (1u64 << 20) as f64) as u64);
+        // Bare numbers are not read beside real readings.
+        let got = read("memory: 3 GiB\n12\n13\n14\nmemory: 4 GiB\n", "x.log");
+        assert_eq!((got[0].1, got[0].2), (2, 4 << 30));
+        // A percentage is not a size; nvidia-smi's `used / total` cell is, with its limit.
+        let got = read("RAM: 8.6%\nRAM: 9.0%\nRAM: 9.2%\n", "x.log");
+        assert!(got.is_empty(), "{got:?}");
+        let got = read(
+            "| 1 | 9713MiB/12196MiB |\n| 2 | 10845MiB/12196MiB |\n",
+            "x.log",
+        );
+        assert_eq!((got[0].1, got[0].2), (2, 10845 << 20));
+        // A fraction after a key that names bytes was divided by the user: GiB by its size.
+        let got = read("memory_allocated: 0.25\nmemory_allocated: 0.5\n", "x.log");
+        assert_eq!(got[0].2, 1 << 29);
+        assert!(got[0].3.contains("GiB, by their size"), "{}", got[0].3);
+        // `memory growth (kb)` is a reading; a summary under another key is its own series.
+        let got = read(
+            "n=100 memory growth (kb): 2,336,028\nn=200 memory growth (kb): 4,057,764\nmemory (kb): 240,096 initial\n",
+            "x.log",
+        );
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[0].1, got[0].2), (2, 4_057_764 * 1024));
+        assert_eq!(got[1].0, "0 (memory)");
     }
 
     #[test]

@@ -144,6 +144,97 @@ fn real_jax_cpu_clean_is_stable() {
     assert!(v["diverging"].as_array().is_some_and(Vec::is_empty));
 }
 
+/// tensorflow/tensorflow#46475: `<epoch> <memory>` lines with no key and no unit, a leak the
+/// thread traced (the readings rise ~58 per epoch for 50 epochs).
+#[test]
+fn tensorflow_46475_bare_columns_rise() {
+    let (v, _) = trend("posted/tensorflow-tensorflow-46475.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 50);
+    assert_eq!(s["leak_suspected"], true);
+    assert_eq!(s["last_bytes"], 7064u64 << 20);
+    assert!(s["source"]
+        .as_str()
+        .is_some_and(|t| t.contains("bare numbers")));
+}
+
+/// uxlfoundation/oneDNN#489: a primitive cache filling up (the maintainer: bounded), read from
+/// `memory growth (kb)` lines: the rise slows, so no leak is suspected; the summary line under
+/// another key is a series of its own.
+#[test]
+fn onednn_489_cache_rise_slows_down() {
+    let (v, _) = trend("posted/uxlfoundation-oneDNN-489.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 9);
+    assert_eq!(s["leak_suspected"], false);
+    assert!(
+        s["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("slow down")),
+        "{s}"
+    );
+    assert_eq!(v["series"][1]["device"], "0 (memory)");
+    let (v, _) = trend("posted/uxlfoundation-oneDNN-489-2.log");
+    assert_eq!(v["series"][0]["samples"], 8);
+    assert_eq!(v["series"][0]["leak_suspected"], false);
+}
+
+/// donnyyou/torchcv#159: one high first iteration (cudnn benchmark), then flat.
+#[test]
+fn torchcv_159_first_iteration_peak_then_flat() {
+    let (v, _) = trend("posted/donnyyou-torchcv-159.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 12);
+    assert_eq!(s["leak_suspected"], false);
+}
+
+/// Posted formats of batch series3, figures as printed: nvidia-smi's `used / total` cell after
+/// `Epoch N/10:`, `memory_allocated` / `memory_reserved` lines in GiB without a unit (two
+/// series), `ALLOCATED:` in GiB without a unit, Lasagne's `memory use:` under `Epoch N of 500`,
+/// a markdown table of `usedMiB/totalMiB` with a row that holds no reading.
+#[test]
+fn series3_formats_read_with_their_figures() {
+    let gib = |v: f64| (v * (1u64 << 30) as f64) as u64;
+    let (v, _) = trend("posted/lhnguyen102-cuTAGI-71.log");
+    let s = &v["series"][0];
+    assert_eq!(
+        (s["samples"].as_u64(), s["last_step"].as_u64()),
+        (Some(4), Some(3))
+    );
+    assert_eq!(s["last_bytes"], 13683u64 << 20);
+    assert_eq!(s["limit_bytes"], 16384u64 << 20);
+    assert_eq!(
+        s["leak_suspected"], true,
+        "each reading higher, 3149 to 13683 MiB"
+    );
+    let (v, _) = trend("posted/huggingface-sentence-transformers-3204.log");
+    assert_eq!(v["series"][0]["device"], "0");
+    assert_eq!(v["series"][0]["last_bytes"], gib(1.2575721740722656));
+    assert_eq!(v["series"][1]["device"], "0 (memory_reserved)");
+    assert_eq!(v["series"][1]["last_bytes"], gib(1.33984375));
+    assert!(v["series"][0]["source"]
+        .as_str()
+        .is_some_and(|t| t.contains("GiB, by their size")));
+    let (v, _) = trend("posted/pytorch-pytorch-16655.log");
+    assert_eq!(v["series"][0]["last_bytes"], gib(1.005));
+    assert_eq!(v["series"][0]["leak_suspected"], false);
+    let (v, _) = trend("posted/Theano-Theano-6162.log");
+    let s = &v["series"][0];
+    assert_eq!(
+        (s["samples"].as_u64(), s["last_step"].as_u64()),
+        (Some(4), Some(500))
+    );
+    assert_eq!(s["last_bytes"], (1232.207 * (1u64 << 20) as f64) as u64);
+    let (v, _) = trend("posted/NVIDIA-DALI-328.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 3);
+    assert_eq!(s["limit_bytes"], 12196u64 << 20);
+    assert_eq!(
+        s["leak_suspected"], false,
+        "9713 to 11133 MiB: +15%, a cache growing"
+    );
+}
+
 /// A series added to the corpus comes with its test here.
 #[test]
 fn every_series_in_the_corpus_has_a_test() {
