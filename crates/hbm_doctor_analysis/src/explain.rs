@@ -1126,12 +1126,54 @@ fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
-/// A buffer with an inner dimension of 2^21 (2,097,152) or more: no feature, vocabulary or sequence axis of
-/// a real model is that wide, while a count (samples, tokens, the corpus size) put where a size
-/// belongs is. Leading dimensions are left alone (recommender tables have tens of millions of
-/// rows).
+/// A buffer with an inner dimension of 2^24 (16,777,216) or more: no feature, vocabulary or
+/// sequence axis of a real model is that wide, while a count (samples, tokens, rows of the
+/// dataset) put where a size belongs is. Leading dimensions are left alone (recommender tables
+/// have tens of millions of rows). Counts of a few million are real inner axes: the scores of
+/// queries against a retrieval corpus or an item catalogue (`f32[1024,6291456]`), a point cloud's
+/// points, a 5.5M-word softmax; the bound was 2^21 until session 15, when five such compiler
+/// kinds (2^21 to 2^23 wide, all fixed by computing in chunks or sharding) took it first.
 fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
-    const WIDEST: u64 = 1 << 21;
+    const WIDEST: u64 = 1 << 24;
+    // Every shape the listing prints (a slot's label lists the values sharing it): a wide
+    // dimension that is the product of two or more consecutive dimensions of one of them is that
+    // value flattened (an outer product, an image's H*W*C), wide on purpose.
+    let listed: Vec<Vec<u64>> = ctx
+        .e
+        .allocations
+        .iter()
+        .flat_map(|a| {
+            let text = format!(
+                "{} {}",
+                a.shape.as_deref().unwrap_or(""),
+                a.label.as_deref().unwrap_or("")
+            );
+            text.split('[')
+                .skip(1)
+                .filter_map(|t| t.split_once(']').map(|(dims, _)| dims))
+                .map(|dims| {
+                    dims.split(',')
+                        .filter_map(|d| d.trim().parse::<u64>().ok())
+                        .collect::<Vec<u64>>()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let flattened = |d: u64| {
+        listed.iter().any(|dims| {
+            (0..dims.len()).any(|i| {
+                let mut prod = 1u64;
+                dims[i..]
+                    .iter()
+                    .take_while(|&&x| x > 1)
+                    .enumerate()
+                    .any(|(k, &x)| {
+                        prod = prod.saturating_mul(x);
+                        k >= 1 && prod == d
+                    })
+            })
+        })
+    };
     let (a, dim) = ctx.e.allocations.iter().find_map(|a| {
         // The random bits of threefry are drawn flat (`u32[2,N]` for N elements): not a bug.
         let op = a.op_name.as_deref().unwrap_or("");
@@ -1141,7 +1183,7 @@ fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
         let dims = shape_of(a)?.dims;
         dims.into_iter()
             .skip(1)
-            .find(|&d| d >= WIDEST)
+            .find(|&d| d >= WIDEST && !flattened(d))
             .map(|d| (a, d))
     })?;
     Some(ctx.cause(
