@@ -10007,10 +10007,12 @@ pair(
 #
 # Programs of kinds sections 13-32 do not have (stochastic weight averaging whose running average is
 # replicated beside FSDP weights, sequence parallelism left out of the input placement on a
-# ('data', 'seq') mesh, an Adam step whose donate_argnums sit on an inner jax.jit called
-# from an outer jit that donates nothing, LAMB with f32 moments for bf16 weights, GMFlow-style global matching on
-# 1/4-resolution features). The same conventions: the fixed twin changes exactly the first cause. See
-# the README section of batch tpu22 for which pairs keep their dumps and what did not go as first written.
+# ('data', 'seq') mesh, an Adam step whose donate_argnums sit on an inner jax.jit called from an outer
+# jit that donates nothing, one replicated NamedSharding given as out_shardings for a whole output
+# tuple, LAMB with f32 moments for bf16 weights, GMFlow-style global matching on 1/4-resolution
+# features, a flash-style Pallas attention kernel whose K/V block is the whole sequence). The same
+# conventions: the fixed twin changes exactly the first cause. See the README section of batch tpu22
+# for which pairs keep their dumps and what did not go as first written.
 
 
 # 33.1 stochastic weight averaging: the running average of the weights replicated beside FSDP weights
@@ -10309,6 +10311,49 @@ def _pallas_attention_builder(mesh, heads, seq_len, head_dim, block_q, block_k):
     return flash_attention, (q, k, v), {}
 
 
+# 33.7 one NamedSharding given as out_shardings for the whole output tuple: new weights and state replicated
+
+
+def _out_shardings_single_builder(mesh, layers, width, images, per_output):
+    """A ResMLP-style image classifier's trunk (f32 weights [layers, width, width] FSDP-sharded
+    P(None, 'd', None), bf16 compute, lax.scan with jax.checkpoint, mean-pooled patches into a linear
+    head) trained with Adam (written out), weights and moments donated. per_output=False: the script
+    passes `out_shardings=NamedSharding(mesh, P())` (meant for the loss) as the single sharding of the
+    whole output tuple, so jax applies it to every leaf: the new weights and both moments come out
+    replicated on every device; per_output=True: a tuple of the weights' and moments' own shardings and
+    P() for the loss."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def resmlp_step(params, opt_state, patches, labels):
+        def xent(params):
+            def block(h, w):
+                return (h + jax.nn.gelu(h @ w.astype(bf))).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), patches, params["blocks"])
+            logits = jnp.mean(h, axis=1).astype(f32) @ params["head"]
+            lp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(lp, labels[:, None], -1))
+
+        loss, grads = jax.value_and_grad(xent)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    spec = P(None, "d", None)
+    shape = (layers, width, width)
+    params = {"blocks": sds(shape, f32, mesh, spec), "head": sds((width, 1000), f32, mesh, P())}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": {"blocks": sds(shape, f32, mesh, spec), "head": sds((width, 1000), f32, mesh, P())},
+                 "nu": {"blocks": sds(shape, f32, mesh, spec), "head": sds((width, 1000), f32, mesh, P())}}
+    n = mesh.devices.size * images
+    patches = sds((n, 196, width), bf, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    rep = NamedSharding(mesh, P())
+    outs = (_shardings(params), _shardings(opt_state), rep) if per_output else rep
+    kw = {"out_shardings": outs, "donate_argnums": (0, 1)}
+    return resmlp_step, (params, opt_state, patches, labels), kw
+
+
 pair(
     "swa_average_replicated", "v6e", "v6e:2x2",
     "Stochastic weight averaging of a residual SiLU MLP regressor (64 layers of f32[8192, 8192]) trained "
@@ -10386,6 +10431,21 @@ pair(
     dict(category="vmem", causes=["kernel_tiling"]),
     _pallas_attention_builder, dict(heads=8, seq_len=16384, head_dim=128, block_q=512, block_k=16384),
     dict(heads=8, seq_len=16384, head_dim=128, block_q=512, block_k=512),
+    dump=False,
+)
+
+
+pair(
+    "out_shardings_single_replicated", "v5e", "v5e:2x2",
+    "ResMLP-style classifier trunk (16 blocks of f32[8192, 8192], FSDP-sharded over the 4 devices) trained "
+    "with Adam, jitted with out_shardings=NamedSharding(mesh, P()) (meant for the loss) as the single sharding "
+    "of the whole output tuple: the new weights and both moments (12 GiB) come out replicated on every "
+    "device, beyond 15.75G.",
+    "Fixed variant of out_shardings_single_replicated_v5e: out_shardings a tuple of the weights' and moments' "
+    "own shardings and P() for the loss; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "optimizer_state_unsharded", "no_donation"]),
+    _out_shardings_single_builder, dict(layers=16, width=8192, images=32, per_output=False),
+    dict(layers=16, width=8192, images=32, per_output=True),
     dump=False,
 )
 
