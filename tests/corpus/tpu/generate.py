@@ -10003,6 +10003,453 @@ pair(
 )
 
 
+# ---- 33. more broken/fixed pairs (batch tpu22): other models, other names ---------------------
+#
+# Programs of kinds sections 13-32 do not have (stochastic weight averaging whose running average is
+# replicated beside FSDP weights, sequence parallelism left out of the input placement on a
+# ('data', 'seq') mesh, an Adam step whose donate_argnums sit on an inner jax.jit called from an outer
+# jit that donates nothing, one replicated NamedSharding given as out_shardings for a whole output
+# tuple, LAMB with f32 moments for bf16 weights, GMFlow-style global matching on 1/4-resolution
+# features, a flash-style Pallas attention kernel whose K/V block is the whole sequence). The same
+# conventions: the fixed twin changes exactly the first cause. See the README section of batch tpu22
+# for which pairs keep their dumps and what did not go as first written.
+
+
+# 33.1 stochastic weight averaging: the running average of the weights replicated beside FSDP weights
+
+
+def _swa_builder(mesh, layers, width, tokens, swa_spec):
+    """A residual SiLU MLP regressor (f32 weights [layers, width, width] stacked for lax.scan with
+    jax.checkpoint, bf16 compute) trained with Adam (written out), weights and moments FSDP-sharded
+    P(None, 'd', None). Stochastic weight averaging (Izmailov et al. 2018) keeps `swa_params`, the running
+    mean of the weights, and `swa_n`, the number of models averaged, updated every step after the
+    optimizer. swa_spec: () = the average replicated (built with `jax.device_put(params, replicated)` in the
+    SWA callback), (None, 'd', None) = sharded like the weights. Everything donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def swa_train_step(params, opt_state, swa_params, swa_n, batch):
+        def mse(params):
+            def block(h, w):
+                return (h + jax.nn.silu(h @ w.astype(bf))).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), batch["x"], params["blocks"])
+            return jnp.mean((h.astype(f32) - batch["y"].astype(f32)) ** 2)
+
+        loss, grads = jax.value_and_grad(mse)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        n = swa_n.astype(f32)
+        swa_params = _tm(lambda a, p: a + (p - a) / (n + 1.0), swa_params, params)
+        return params, opt_state, swa_params, swa_n + 1, loss
+
+    spec = P(None, "d", None)
+    shape = (layers, width, width)
+    params = {"blocks": sds(shape, f32, mesh, spec)}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": {"blocks": sds(shape, f32, mesh, spec)},
+                 "nu": {"blocks": sds(shape, f32, mesh, spec)}}
+    swa_params = {"blocks": sds(shape, f32, mesh, P(*swa_spec))}
+    swa_n = sds((), jnp.int32, mesh, P())
+    n = mesh.devices.size * tokens
+    batch = {"x": sds((n, width), bf, mesh, P("d")), "y": sds((n, width), bf, mesh, P("d"))}
+    rep = NamedSharding(mesh, P())
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), _shardings(swa_params), rep, rep),
+          "donate_argnums": (0, 1, 2, 3)}
+    return swa_train_step, (params, opt_state, swa_params, swa_n, batch), kw
+
+
+# 33.2 sequence parallelism left out: the 'seq' mesh axis exists but the inputs are placed P('data', None)
+
+
+def _seq_axis_builder(mesh, seqs, seq_len, d_model, layers, input_spec):
+    """The feed-forward trunk of a long-context model (pre-RMSNorm SwiGLU blocks, bf16 weights
+    [layers, d, 4d] replicated, lax.scan with jax.checkpoint per block), trained on a 2-D mesh
+    ('data', 'seq') = (4, 4) built for sequence parallelism: the token embeddings [seqs, seq_len, d] bf16
+    and the targets are placed with `input_spec`: ('data', None, None) = split over the batch only, so
+    every device of a 'seq' group holds and computes the whole sequence; ('data', 'seq', None) = split
+    over the sequence as the mesh was meant. SGD, weights donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf, f32 = jnp.bfloat16, jnp.float32
+    grid = Mesh(mesh.devices.reshape(4, mesh.devices.size // 4), ("data", "seq"))
+
+    def ffn_trunk_step(weights, embeds, targets):
+        def loss_fn(weights):
+            def block(h, w):
+                x = h.astype(f32)
+                x = (x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)).astype(bf) * w["norm"]
+                u = jax.nn.silu(x @ w["gate"]) * (x @ w["up"])
+                return (h + u @ w["down"]).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), embeds, weights)
+            return jnp.mean((h.astype(f32) - targets.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(loss_fn)(weights)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), weights, g), loss
+
+    ff = 4 * d_model
+    weights = {"norm": sds((layers, d_model), bf, grid, P()),
+               "gate": sds((layers, d_model, ff), bf, grid, P()),
+               "up": sds((layers, d_model, ff), bf, grid, P()),
+               "down": sds((layers, ff, d_model), bf, grid, P())}
+    embeds = sds((seqs, seq_len, d_model), bf, grid, P(*input_spec))
+    targets = sds((seqs, seq_len, d_model), bf, grid, P(*input_spec))
+    kw = {"out_shardings": (_shardings(weights), NamedSharding(grid, P())), "donate_argnums": (0,)}
+    return ffn_trunk_step, (weights, embeds, targets), kw
+
+
+# 33.3 donate_argnums on an inner jax.jit: the outer jit that calls it donates nothing
+
+
+def _nested_jit_donation_builder(mesh, layers, width, tokens, donate_outer):
+    """A denoising autoencoder's residual trunk (f32 weights [layers, width, width] FSDP-sharded
+    P(None, 'd', None), bf16 compute, lax.scan with jax.checkpoint) trained with Adam (written out). The
+    training step `dae_train_step` is jitted with `donate_argnums=(0, 1)`, but the loop calls it from an
+    outer `jax.jit(train_and_log)` that also computes the metrics: inside another jit the inner jit is
+    inlined and its donation means nothing, so the outer program's params and opt_state are not donated
+    (donate_outer=False). donate_outer=True: `donate_argnums=(0, 1)` on the outer jit as well."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def dae_train_step(params, opt_state, batch):
+        def recon(params):
+            def block(h, w):
+                return (h + jax.nn.gelu(h @ w.astype(bf))).astype(bf), None
+
+            noisy = batch["x"] + (0.1 * batch["noise"]).astype(bf)
+            h, _ = jax.lax.scan(jax.checkpoint(block), noisy, params["trunk"])
+            return jnp.mean((h.astype(f32) - batch["x"].astype(f32)) ** 2)
+
+        loss, grads = jax.value_and_grad(recon)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    inner = jax.jit(dae_train_step, donate_argnums=(0, 1))
+
+    def train_and_log(params, opt_state, batch):
+        params, opt_state, loss = inner(params, opt_state, batch)
+        metrics = {"loss": loss, "count": opt_state["count"]}
+        return params, opt_state, metrics
+
+    spec = P(None, "d", None)
+    shape = (layers, width, width)
+    params = {"trunk": sds(shape, f32, mesh, spec)}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": {"trunk": sds(shape, f32, mesh, spec)},
+                 "nu": {"trunk": sds(shape, f32, mesh, spec)}}
+    n = mesh.devices.size * tokens
+    batch = {"x": sds((n, width), bf, mesh, P("d")), "noise": sds((n, width), bf, mesh, P("d"))}
+    rep = NamedSharding(mesh, P())
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), {"count": rep, "loss": rep})}
+    if donate_outer:
+        kw["donate_argnums"] = (0, 1)
+    return train_and_log, (params, opt_state, batch), kw
+
+
+# 33.4 LAMB whose moments are kept in f32 for bf16 weights
+
+
+def _lamb_state_builder(mesh, layers, width, tokens, state_dtype):
+    """A bf16 residual MLP trunk (weights bf16[layers, width, width] FSDP-sharded P(None, 'd', None),
+    lax.scan with jax.checkpoint) trained with LAMB (You et al. 2019, written out: Adam moments, weight
+    decay, a per-layer trust ratio ||w|| / ||update||). The moments `m` and `v` are created as
+    `jnp.zeros_like(p, dtype=state_dtype)`: float32 = twice the bytes of the weights each (the update is
+    computed in f32 and cast back); bfloat16 = the weights' dtype. Weights and state donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    sdt = jnp.dtype(state_dtype)
+
+    def lamb_step(params, opt_state, batch):
+        def mse(params):
+            def layer(h, w):
+                return (h + jax.nn.gelu(h @ w)).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(layer), batch["x"], params["trunk"])
+            return jnp.mean((h.astype(f32) - batch["y"].astype(f32)) ** 2)
+
+        loss, grads = jax.value_and_grad(mse)(params)
+        b1, b2, lr, wd = 0.9, 0.999, 1e-3, 0.01
+        count = opt_state["count"] + 1
+        c = count.astype(f32)
+        m = _tm(lambda m, g: (b1 * m + (1 - b1) * g.astype(m.dtype)).astype(sdt), opt_state["m"], grads)
+        v = _tm(lambda v, g: (b2 * v + (1 - b2) * jnp.square(g.astype(v.dtype))).astype(sdt), opt_state["v"], grads)
+
+        def apply(p, m, v):
+            u = (m.astype(f32) / (1 - b1 ** c)) / (jnp.sqrt(v.astype(f32) / (1 - b2 ** c)) + 1e-6) + wd * p.astype(f32)
+            w_norm = jnp.sqrt(jnp.sum(jnp.square(p.astype(f32)), axis=(1, 2), keepdims=True))
+            u_norm = jnp.sqrt(jnp.sum(jnp.square(u), axis=(1, 2), keepdims=True))
+            trust = jnp.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, 1.0)
+            return (p.astype(f32) - lr * trust * u).astype(p.dtype)
+
+        params = _tm(apply, params, m, v)
+        return params, {"count": count, "m": m, "v": v}, loss
+
+    spec = P(None, "d", None)
+    shape = (layers, width, width)
+    params = {"trunk": sds(shape, bf, mesh, spec)}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "m": {"trunk": sds(shape, sdt, mesh, spec)},
+                 "v": {"trunk": sds(shape, sdt, mesh, spec)}}
+    n = mesh.devices.size * tokens
+    batch = {"x": sds((n, width), bf, mesh, P("d")), "y": sds((n, width), bf, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return lamb_step, (params, opt_state, batch), kw
+
+
+# 33.5 GMFlow-style global matching: the all-pairs correlation of 1/4-resolution features
+
+
+def _global_matching_builder(mesh, pairs, height, width, channels, depth, stride):
+    """Optical flow by global matching (GMFlow, Xu et al. 2022): both frames are patch-embedded with
+    stride `stride` (a stride x stride patchify conv written as a reshape and a matmul) and refined by
+    `depth` residual MLP blocks (f32, weights replicated), then the all-pairs correlation
+    [B, h*w, h*w] = f1 f2^T / sqrt(C) is turned into a flow by a softmax over the second frame's
+    positions (soft-argmax of the pixel grid). Supervised by the ground-truth flow average-pooled to the
+    feature resolution (L1), SGD. stride=4 = features at 1/4 resolution (the correlation of 4 pairs of
+    512x1024 frames: [4, 32768, 32768] f32); stride=8 = 1/8 resolution, as GMFlow computes it."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    h, w = height // stride, width // stride
+
+    def flow_step(net, frame1, frame2, flow_gt):
+        def embed(img):
+            b = img.shape[0]
+            x = img.reshape(b, h, stride, w, stride, 3).transpose(0, 1, 3, 2, 4, 5).reshape(b, h * w, -1)
+            f = x @ net["patch"]
+            for blk in net["blocks"]:
+                f = f + jax.nn.gelu(f @ blk["w1"]) @ blk["w2"]
+            return f
+
+        def epe(net):
+            f1, f2 = embed(frame1), embed(frame2)
+            corr = jnp.einsum("bnc,bmc->bnm", f1, f2) / jnp.sqrt(float(channels))
+            prob = jax.nn.softmax(corr, axis=-1)
+            yy, xx = jnp.meshgrid(jnp.arange(h, dtype=f32), jnp.arange(w, dtype=f32), indexing="ij")
+            grid = jnp.stack([xx, yy], -1).reshape(h * w, 2)
+            flow = prob @ grid - grid
+            gt = flow_gt.reshape(-1, h, stride, w, stride, 2).mean((2, 4)).reshape(-1, h * w, 2) / stride
+            return jnp.mean(jnp.abs(flow - gt))
+
+        loss, g = jax.value_and_grad(epe)(net)
+        return _tm(lambda p, g: p - 1e-4 * g, net, g), loss
+
+    net = {"patch": sds((stride * stride * 3, channels), f32, mesh, P()),
+           "blocks": [{"w1": sds((channels, 2 * channels), f32, mesh, P()),
+                       "w2": sds((2 * channels, channels), f32, mesh, P())} for _ in range(depth)]}
+    n = mesh.devices.size * pairs
+    frame1 = sds((n, height, width, 3), f32, mesh, P("d"))
+    frame2 = sds((n, height, width, 3), f32, mesh, P("d"))
+    flow_gt = sds((n, height, width, 2), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(net), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return flow_step, (net, frame1, frame2, flow_gt), kw
+
+
+# 33.6 a Pallas attention kernel whose K/V block is the whole sequence
+
+
+def _pallas_attention_builder(mesh, heads, seq_len, head_dim, block_q, block_k):
+    """Causal-free attention forward as a Pallas TPU kernel in the flash style: grid (heads, S/block_q,
+    S/block_k), one query block against one key/value block per step, a running max, sum and f32
+    accumulator in VMEM scratch (online softmax), the output written at the last key block; run per
+    device under jax.shard_map with the heads over 'd'. block_k = seq_len (the author's first version:
+    "K and V fit in VMEM, so load them whole") makes each step hold the whole K and V (double-buffered)
+    beside the query, output and scratch blocks; block_k = 512 streams them."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    nk = seq_len // block_k
+    scale = head_dim ** -0.5
+
+    def flash_kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
+            l_ref[...] = jnp.zeros_like(l_ref)
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        s = jax.lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())),
+                                preferred_element_type=jnp.float32) * scale
+        m_prev = m_ref[...]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
+        p = jnp.exp(s - m_new)
+        alpha = jnp.exp(m_prev - m_new)
+        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
+        acc_ref[...] = alpha * acc_ref[...] + jnp.dot(p.astype(v_ref.dtype), v_ref[...],
+                                                      preferred_element_type=jnp.float32)
+        m_ref[...] = m_new
+
+        @pl.when(pl.program_id(2) == nk - 1)
+        def _():
+            o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+
+    def per_shard(q, k, v):
+        return pl.pallas_call(
+            flash_kernel,
+            out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+            grid=(q.shape[0], seq_len // block_q, nk),
+            in_specs=[pl.BlockSpec((None, block_q, head_dim), lambda h, i, j: (h, i, 0)),
+                      pl.BlockSpec((None, block_k, head_dim), lambda h, i, j: (h, j, 0)),
+                      pl.BlockSpec((None, block_k, head_dim), lambda h, i, j: (h, j, 0))],
+            out_specs=pl.BlockSpec((None, block_q, head_dim), lambda h, i, j: (h, i, 0)),
+            scratch_shapes=[pltpu.VMEM((block_q, 1), jnp.float32), pltpu.VMEM((block_q, 1), jnp.float32),
+                            pltpu.VMEM((block_q, head_dim), jnp.float32)],
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+        )(q, k, v)
+
+    fn = jax.shard_map(per_shard, mesh=mesh, in_specs=(P("d"), P("d"), P("d")), out_specs=P("d"),
+                       check_vma=False)
+
+    def flash_attention(q, k, v):
+        return fn(q, k, v)
+
+    shape = (mesh.devices.size * heads, seq_len, head_dim)
+    q = sds(shape, jnp.bfloat16, mesh, P("d"))
+    k = sds(shape, jnp.bfloat16, mesh, P("d"))
+    v = sds(shape, jnp.bfloat16, mesh, P("d"))
+    return flash_attention, (q, k, v), {}
+
+
+# 33.7 one NamedSharding given as out_shardings for the whole output tuple: new weights and state replicated
+
+
+def _out_shardings_single_builder(mesh, layers, width, images, per_output):
+    """A ResMLP-style image classifier's trunk (f32 weights [layers, width, width] FSDP-sharded
+    P(None, 'd', None), bf16 compute, lax.scan with jax.checkpoint, mean-pooled patches into a linear
+    head) trained with Adam (written out), weights and moments donated. per_output=False: the script
+    passes `out_shardings=NamedSharding(mesh, P())` (meant for the loss) as the single sharding of the
+    whole output tuple, so jax applies it to every leaf: the new weights and both moments come out
+    replicated on every device; per_output=True: a tuple of the weights' and moments' own shardings and
+    P() for the loss."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def resmlp_step(params, opt_state, patches, labels):
+        def xent(params):
+            def block(h, w):
+                return (h + jax.nn.gelu(h @ w.astype(bf))).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), patches, params["blocks"])
+            logits = jnp.mean(h, axis=1).astype(f32) @ params["head"]
+            lp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(lp, labels[:, None], -1))
+
+        loss, grads = jax.value_and_grad(xent)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    spec = P(None, "d", None)
+    shape = (layers, width, width)
+    params = {"blocks": sds(shape, f32, mesh, spec), "head": sds((width, 1000), f32, mesh, P())}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": {"blocks": sds(shape, f32, mesh, spec), "head": sds((width, 1000), f32, mesh, P())},
+                 "nu": {"blocks": sds(shape, f32, mesh, spec), "head": sds((width, 1000), f32, mesh, P())}}
+    n = mesh.devices.size * images
+    patches = sds((n, 196, width), bf, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    rep = NamedSharding(mesh, P())
+    outs = (_shardings(params), _shardings(opt_state), rep) if per_output else rep
+    kw = {"out_shardings": outs, "donate_argnums": (0, 1)}
+    return resmlp_step, (params, opt_state, patches, labels), kw
+
+
+pair(
+    "swa_average_replicated", "v6e", "v6e:2x2",
+    "Stochastic weight averaging of a residual SiLU MLP regressor (64 layers of f32[8192, 8192]) trained "
+    "with Adam: weights and moments FSDP-sharded over the 4 devices, but the SWA running average "
+    "swa_params (16 GiB) is replicated P(): it and its full-size update on every device, beyond 31.25G.",
+    "Fixed variant of swa_average_replicated_v6e: swa_params sharded like the weights, P(None, 'd', None); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["replicated_tensor"]),
+    _swa_builder, dict(layers=64, width=8192, tokens=2048, swa_spec=()),
+    dict(layers=64, width=8192, tokens=2048, swa_spec=(None, "d", None)),
+    dump=False,
+)
+
+pair(
+    "seq_axis_unsharded", "v5e", "v5e:4x4",
+    "Feed-forward trunk of a long-context model (16 SwiGLU blocks, d=2048, bf16, jax.checkpoint per block) "
+    "on a ('data', 'seq') = (4, 4) mesh meant for sequence parallelism, with the embeddings [8, 131072, 2048] "
+    "placed P('data', None, None): each device holds the whole 131072-token sequences of its batch slice "
+    "(262144 tokens) and their per-block residuals, beyond 15.75G.",
+    "Fixed variant of seq_axis_unsharded_v5e: embeddings and targets placed P('data', 'seq', None), "
+    "65536 tokens per device; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["replicated_tensor", "batch_too_large"]),
+    _seq_axis_builder, dict(seqs=8, seq_len=131072, d_model=2048, layers=16, input_spec=("data", None, None)),
+    dict(seqs=8, seq_len=131072, d_model=2048, layers=16, input_spec=("data", "seq", None)),
+    dump=False,
+)
+
+pair(
+    "nested_jit_inner_donation", "v5e", "v5e:2x2",
+    "Denoising-autoencoder trunk (44 layers of f32[8192, 8192], FSDP-sharded over the 4 devices) trained "
+    "with Adam: the step is jitted with donate_argnums=(0, 1) but called from an outer jax.jit(train_and_log) "
+    "without donation, where the inner donation is ignored: the 8.25 GiB of weights and moments exist twice, "
+    "beyond 15.75G.",
+    "Fixed variant of nested_jit_inner_donation_v5e: donate_argnums=(0, 1) on the outer jit too; weights "
+    "and moments aliased; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
+    _nested_jit_donation_builder, dict(layers=44, width=8192, tokens=2048, donate_outer=False),
+    dict(layers=44, width=8192, tokens=2048, donate_outer=True),
+    dump=True,
+)
+
+pair(
+    "lamb_state_f32", "v5e", "v5e:2x2",
+    "LAMB training of a bf16 residual MLP trunk (80 layers of bf16[8192, 8192], FSDP-sharded over the 4 "
+    "devices) whose moments m and v are created in float32: 10 GiB of f32 state per device beside 2.5 GiB "
+    "of weights, plus the f32 update, beyond 15.75G.",
+    "Fixed variant of lamb_state_f32_v5e: m and v kept in bfloat16 like the weights; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["f32_precision"]),
+    _lamb_state_builder, dict(layers=80, width=8192, tokens=2048, state_dtype="float32"),
+    dict(layers=80, width=8192, tokens=2048, state_dtype="bfloat16"),
+    dump=False,
+)
+
+pair(
+    "global_matching_quarter_res", "v5e", "v5e:2x2",
+    "GMFlow-style optical flow by global matching on 4 pairs of 512x1024 frames per device, features at "
+    "1/4 resolution (32768 positions, 256 channels, f32): the all-pairs correlation [4, 32768, 32768] f32 "
+    "(16 GiB) and its softmax, kept for the backward pass, beyond 15.75G.",
+    "Fixed variant of global_matching_quarter_res_v5e: features at 1/8 resolution (stride-8 patches, "
+    "8192 positions), as GMFlow matches; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["large_activation", "batch_too_large"]),
+    _global_matching_builder, dict(pairs=4, height=512, width=1024, channels=256, depth=4, stride=4),
+    dict(pairs=4, height=512, width=1024, channels=256, depth=4, stride=8),
+    dump=True,
+)
+
+
+pair(
+    "pallas_attention_kv_whole", "v5e", "v5e:2x2",
+    "A flash-style Pallas attention kernel (bf16, head_dim 128, 16384 tokens, 8 heads per device) whose "
+    "K/V BlockSpec is the whole sequence (block_k = 16384): each grid step holds K and V whole, "
+    "double-buffered (16 MiB), beside the query, output and scratch blocks: 17 MiB, beyond the 16 MiB scoped "
+    "VMEM limit.",
+    "Fixed variant of pallas_attention_kv_whole_v5e: block_k = 512, K and V streamed through the online "
+    "softmax; fits.",
+    dict(category="vmem", causes=["kernel_tiling"]),
+    _pallas_attention_builder, dict(heads=8, seq_len=16384, head_dim=128, block_q=512, block_k=16384),
+    dict(heads=8, seq_len=16384, head_dim=128, block_q=512, block_k=512),
+    dump=False,
+)
+
+
+pair(
+    "out_shardings_single_replicated", "v5e", "v5e:2x2",
+    "ResMLP-style classifier trunk (16 blocks of f32[8192, 8192], FSDP-sharded over the 4 devices) trained "
+    "with Adam, jitted with out_shardings=NamedSharding(mesh, P()) (meant for the loss) as the single sharding "
+    "of the whole output tuple: the new weights and both moments (12 GiB) come out replicated on every "
+    "device, beyond 15.75G.",
+    "Fixed variant of out_shardings_single_replicated_v5e: out_shardings a tuple of the weights' and moments' "
+    "own shardings and P() for the loss; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "optimizer_state_unsharded", "no_donation"]),
+    _out_shardings_single_builder, dict(layers=16, width=8192, images=32, per_output=False),
+    dict(layers=16, width=8192, images=32, per_output=True),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
