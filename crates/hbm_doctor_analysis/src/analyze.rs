@@ -486,7 +486,7 @@ fn from_buffer_assignment(
                 continue;
             };
             let range = ranges.get(v.name, v.index);
-            buffers.push(make_buffer(
+            let mut b = make_buffer(
                 hlo,
                 insts.as_ref(),
                 display_name(v.name, v.index),
@@ -497,7 +497,31 @@ fn from_buffer_assignment(
                 a.kind(),
                 range,
                 Some(a.index),
-            ));
+            );
+            if a.kind() == "output" {
+                // The values that end before the allocation's last one: scratch held in the
+                // output's memory before the results are written there.
+                // (A copy of a parameter updated in place, a KV cache or replay buffer, is not
+                // scratch: donated, the copy goes.)
+                let spans: Vec<(u64, u64, u64)> = a
+                    .values
+                    .iter()
+                    .filter(|v| !v.name.starts_with("copy"))
+                    .filter_map(|v| ranges.get(v.name, v.index).map(|(s, e)| (s, e, v.size)))
+                    .collect();
+                let last = spans.iter().map(|x| x.1).max();
+                b.scratch_carried = a.values.iter().any(|v| v.name.starts_with("while"));
+                b.scratch = spans.iter().filter(|x| Some(x.1) < last).fold(
+                    None,
+                    |acc: Option<(u64, u64, u64)>, &(s, e, z)| {
+                        Some(match acc {
+                            None => (s, e, z),
+                            Some((s0, e0, z0)) => (s0.min(s), e0.max(e), z0.max(z)),
+                        })
+                    },
+                );
+            }
+            buffers.push(b);
         }
         let largest = largest_buffers(hlo, insts.as_ref(), &buffers, &slots);
         let buffer_count = (buffers.len() + slots.len()) as u64;
@@ -664,6 +688,8 @@ fn make_buffer(
         function: o.function,
         live,
         allocation,
+        scratch: None,
+        scratch_carried: false,
     }
 }
 

@@ -798,14 +798,19 @@ fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
     let mut taken: Vec<&str> = Vec::new();
     let mut by_size: Vec<&(&Instruction<'_>, u64)> = found.iter().collect();
     by_size.sort_by_key(|(p, z)| (is_copied(p), std::cmp::Reverse(*z)));
-    let skip = usize::from(in_place.len() > 1);
-    for (p, _) in by_size.into_iter().skip(skip) {
+    for (k, (p, _)) in by_size.into_iter().enumerate() {
         if let Some(o) = s.buffers_at_peak.iter().find(|b| {
             b.kind == "output"
                 && !taken.contains(&b.name.as_str())
                 && same_array(&b.layout_shape, p.shape)
         }) {
             taken.push(&o.name);
+            // Where the live ranges show the scratch each output held before its result was
+            // written (the what-if keeps it), that scratch is the update's temporaries: every
+            // output goes. Without them, the largest stays, as its in-place update's temporary.
+            if k == 0 && in_place.len() > 1 && o.scratch.is_none() {
+                continue;
+            }
             c.changes.push((o.name.clone(), 0));
         }
     }

@@ -313,6 +313,16 @@ pub struct BufferAtPeak {
     pub live: Option<(u64, u64)>,
     /// Extension: allocation index in the buffer assignment.
     pub allocation: Option<u64>,
+    /// An output allocation's other values, the step's scratch before its results are written
+    /// (a loop's accumulator, converted copies): their first and last schedule positions and
+    /// their largest size. Were the output aliased to a donated input, they would still need
+    /// that much memory then (what-if of `no_donation`). Not serialized.
+    #[serde(skip)]
+    pub scratch: Option<(u64, u64, u64)>,
+    /// The scratch is carried through a loop (a `while` value or its phi): it is live with the
+    /// other outputs' scratch by necessity, not by the schedule's choice.
+    #[serde(skip)]
+    pub scratch_carried: bool,
 }
 
 /// Bytes at the peak grouped by one key.

@@ -59,6 +59,7 @@ pub fn apply(
         // carries, or one slot reused) give back, at each time, the changed bytes of as many
         // values as are live then, up to the number changed.
         let mut groups: Vec<((u64, u64), u64, usize)> = Vec::new(); // (key, cut, changed)
+        let mut serial: Option<(u64, u64, u64)> = None;
         for (b, cut) in &cuts {
             match (b.kind.as_str(), b.live, b.allocation) {
                 ("temp", Some(_), Some(a)) => {
@@ -72,8 +73,25 @@ pub fn apply(
                     }
                 }
                 ("temp", Some((st, en)), None) => lower(st as usize, en as usize, i128::from(*cut)),
-                _ => lower(0, len - 1, i128::from(*cut)),
+                _ => {
+                    lower(0, len - 1, i128::from(*cut));
+                    // An output removed whole (aliased to a donated input) gives back its
+                    // memory, but the scratch it held before its results were written still
+                    // needs room then: all of it when a loop carries it, else one output's at a
+                    // time (straight-line updates can run one after another).
+                    if let (true, Some((st, en, z))) = (*cut == b.size_bytes, b.scratch) {
+                        let z = z.min(*cut);
+                        if b.scratch_carried {
+                            lower(st as usize, en as usize, -i128::from(z));
+                        } else if serial.is_none_or(|(_, _, w)| z > w) {
+                            serial = Some((st, en, z));
+                        }
+                    }
+                }
             }
+        }
+        if let Some((st, en, z)) = serial {
+            lower(st as usize, en as usize, -i128::from(z));
         }
         for ((alloc, size), cut, changed) in groups {
             let mut names: Vec<&str> = Vec::new();
