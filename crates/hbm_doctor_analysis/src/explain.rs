@@ -1601,6 +1601,9 @@ fn large_activation(ctx: &Ctx<'_>) -> Option<Cause> {
         return None;
     }
     let l = ctx.limit.or(ctx.used)?;
+    // A temporary shaped like the array the program holds whole beside its shards is that
+    // state's update or gradient, not an activation.
+    let whole = held_whole(ctx).map(|(_, w, _)| w);
     let big: Vec<&Allocation> = e
         .allocations
         .iter()
@@ -1609,6 +1612,9 @@ fn large_activation(ctx: &Ctx<'_>) -> Option<Cause> {
                 a.allocation_type.as_deref(),
                 Some("Entry Parameter" | "parameter")
             ) && a.size_bytes as f64 >= l as f64 * 0.25
+                && !whole.as_ref().is_some_and(|w| {
+                    shape_of(a).is_some_and(|s| s.type_name == w.type_name && s.dims == w.dims)
+                })
         })
         .collect();
     let first = big.first()?;
@@ -2116,6 +2122,26 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
 /// parameters restored without their shardings, weights kept whole while their moments are
 /// sharded). Its allocations of that shape take a tenth of the limit or more.
 fn held_whole_beside_shard(ctx: &Ctx<'_>) -> Option<Cause> {
+    let (total, w, k) = held_whole(ctx)?;
+    let name = hbm_doctor_hlo::shape::format_dims(w.type_name, &w.dims);
+    Some(ctx.cause(
+        CauseKind::ReplicatedTensor,
+        Some(total - total / k),
+        format!(
+            "the program holds {name} whole ({} in all) beside arrays of the same type split {k} ways along one of its dimensions: its state is sharded {k} ways and this array was left out, so every device holds all of it",
+            fmt(total)
+        ),
+        vec![format!("Give {name} the sharding of the arrays beside it (its PartitionSpec, or the shardings a checkpoint is restored with): split {k} ways, it takes {} per device.", fmt(total / k))],
+        ctx.snippets(
+            "params = jax.device_put(params, NamedSharding(mesh, P(None, 'fsdp')))  # the spec its siblings use\n# restoring: ocp.args.StandardRestore(abstract_state_with_shardings)",
+            "xs.mark_sharding(t, mesh, (None, 'fsdp'))",
+        ),
+    ))
+}
+
+/// The array [`held_whole_beside_shard`] finds: (its bytes in all, its shape, the ways its
+/// siblings are split).
+fn held_whole(ctx: &Ctx<'_>) -> Option<(u64, Shape, u64)> {
     let e = ctx.e;
     if e.backend == Some(Backend::Gpu) {
         return None;
@@ -2170,20 +2196,7 @@ fn held_whole_beside_shard(ctx: &Ctx<'_>) -> Option<Cause> {
     if total.saturating_mul(10) < limit {
         return None;
     }
-    let name = hbm_doctor_hlo::shape::format_dims(w.type_name, &w.dims);
-    Some(ctx.cause(
-        CauseKind::ReplicatedTensor,
-        Some(total - total / k),
-        format!(
-            "the program holds {name} whole ({} in all) beside arrays of the same type split {k} ways along one of its dimensions: its state is sharded {k} ways and this array was left out, so every device holds all of it",
-            fmt(total)
-        ),
-        vec![format!("Give {name} the sharding of the arrays beside it (its PartitionSpec, or the shardings a checkpoint is restored with): split {k} ways, it takes {} per device.", fmt(total / k))],
-        ctx.snippets(
-            "params = jax.device_put(params, NamedSharding(mesh, P(None, 'fsdp')))  # the spec its siblings use\n# restoring: ocp.args.StandardRestore(abstract_state_with_shardings)",
-            "xs.mark_sharding(t, mesh, (None, 'fsdp'))",
-        ),
-    ))
+    Some((total, w.clone(), k))
 }
 
 /// A sharded array gathered whole: a large listed buffer `[k*L, rest...]` beside buffers of the
