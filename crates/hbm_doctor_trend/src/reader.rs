@@ -277,6 +277,8 @@ pub struct Reader {
     /// Lines that are only numbers (`4194`, `12 4194`, `7.07 GB`): read as a series only when the
     /// input gives no other reading ([`Reader::finish`]).
     bare: Bare,
+    /// The second and later value columns of lines of bare numbers (`2491.67 21.20`).
+    bare_cols: Vec<Bare>,
     /// Device samples in the collection before this input (to tell whether it gave any).
     samples_before: Option<u64>,
     /// The key of each device's first memory reading in a log (`memory_allocated`, `hbm`...).
@@ -517,6 +519,7 @@ impl Reader {
             pid: None,
             smi_gpu: None,
             bare: Bare::default(),
+            bare_cols: Vec::new(),
             samples_before: None,
             mem_keys: BTreeMap::new(),
             unitless: BTreeMap::new(),
@@ -1245,6 +1248,9 @@ impl Reader {
             }
             return;
         }
+        if self.bare_columns(line) {
+            return;
+        }
         // Host RSS, then device memory.
         let mut rss_spans = Vec::new();
         for m in p.rss.captures_iter(line) {
@@ -1387,13 +1393,84 @@ impl Reader {
         }
     }
 
+    /// A line of several numbers and nothing else (`2491.66 21.19`, `3, 4194, 5120`), or a list
+    /// of them printed whole (`[1767284, 2520072, 3146460]`): kept aside like a bare number. A
+    /// list's numbers are successive readings; a line's columns are series side by side, the
+    /// first of them the step when it is a whole number and more columns follow.
+    fn bare_columns(&mut self, line: &str) -> bool {
+        let t = line.trim();
+        let (list, body) = match t.strip_prefix('[').and_then(|b| b.strip_suffix(']')) {
+            Some(b) => (true, b),
+            None => (false, t),
+        };
+        if body.is_empty()
+            || !body
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b".,;| \t-+eE".contains(&b))
+        {
+            return false;
+        }
+        let cells: Vec<&str> = body
+            .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '|'))
+            .filter(|x| !x.is_empty())
+            .collect();
+        let Some(vals) = cells
+            .iter()
+            .map(|x| x.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0))
+            .collect::<Option<Vec<f64>>>()
+        else {
+            return false;
+        };
+        if list {
+            if vals.len() < 3 {
+                return false;
+            }
+            for v in vals {
+                self.bare.push((None, v, None, self.ts));
+            }
+            return true;
+        }
+        if vals.len() < 2 {
+            return false;
+        }
+        let counted = vals.len() > 2 && !cells[0].contains(['.', 'e', 'E']);
+        let (step, vals) = if counted {
+            (cells[0].parse::<u64>().ok(), &vals[1..])
+        } else {
+            (None, &vals[..])
+        };
+        self.bare.push((step, vals[0], None, self.ts));
+        for (k, &v) in vals.iter().enumerate().skip(1) {
+            if self.bare_cols.len() < k {
+                self.bare_cols.resize_with(k, Bare::default);
+            }
+            self.bare_cols[k - 1].push((step, v, None, self.ts));
+        }
+        true
+    }
+
     /// The lines of bare numbers, as the input's one series (device 0), when it gave no other
     /// reading. The unit: printed on the lines, else the file name's, else guessed from the
     /// numbers' size and said in `source` (at least 10^8: bytes; 10^5: KiB, as `ps` prints RSS;
     /// below 1000 with decimals: GiB, as `psutil` readings divided by 10^9 are posted; else MiB,
     /// as nvidia-smi prints). The first column is the step when it rises at every line.
     fn flush_bare(&mut self, c: &mut Collected) {
-        let rows = std::mem::take(&mut self.bare.rows);
+        let first = std::mem::take(&mut self.bare.rows);
+        let more: Vec<Vec<BareRow>> = std::mem::take(&mut self.bare_cols)
+            .into_iter()
+            .map(|b| b.rows)
+            .collect();
+        for (k, rows) in std::iter::once(first).chain(more).enumerate() {
+            let dev = if k == 0 {
+                "0".to_string()
+            } else {
+                format!("0 (column {})", k + 1)
+            };
+            self.flush_bare_column(c, &dev, rows);
+        }
+    }
+
+    fn flush_bare_column(&mut self, c: &mut Collected, dev: &str, rows: Vec<BareRow>) {
         if rows.len() < 3 {
             return;
         }
@@ -1414,7 +1491,7 @@ impl Reader {
                 limit: None,
                 peak: None,
             };
-            c.device(&host, "0", &source).series.push_from(sample, None);
+            c.device(&host, dev, &source).series.push_from(sample, None);
         }
     }
 
@@ -1683,6 +1760,13 @@ mod tests {
         // Bare numbers are not read beside real readings.
         let got = read("memory: 3 GiB\n12\n13\n14\nmemory: 4 GiB\n", "x.log");
         assert_eq!((got[0].1, got[0].2), (2, 4 << 30));
+        // Several numbers a line: series side by side; a list printed whole: readings in turn.
+        let got = read("450.2 1528.8\n457.8 1527.9\n709.8 1776.9\n", "x.log");
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[1].0, "0 (column 2)");
+        assert_eq!(got[1].2, (1776.9 * (1u64 << 20) as f64) as u64);
+        let got = read("[1767284, 2520072, 3146460, 3772900]\n", "x.log");
+        assert_eq!((got[0].1, got[0].2), (4, 3_772_900 * 1024));
         // A percentage is not a size; nvidia-smi's `used / total` cell is, with its limit.
         let got = read("RAM: 8.6%\nRAM: 9.0%\nRAM: 9.2%\n", "x.log");
         assert!(got.is_empty(), "{got:?}");
