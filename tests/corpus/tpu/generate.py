@@ -10456,9 +10456,10 @@ pair(
 # weights and Adam moments come out replicated, an Adagrad accumulator replicated beside a row-sharded
 # embedding table, donate_argnums left at (0, 1) after an rng argument was put first, a mixture-of-softmaxes
 # LM head whose [B, S, K, V] component distributions are materialised, a scan over micro-batches whose
-# every micro-batch's activations are kept for the backward pass, a tensor-parallel MLP whose down
-# projection is sharded on the wrong axis). The same conventions: the fixed twin changes exactly the
-# first cause. See the README section of batch tpu23 for which pairs keep their dumps and what did not go
+# every micro-batch's activations are kept for the backward pass, a tensor-parallel decode server whose
+# KV cache is replicated while the heads are sharded, per-layer RoPE tables computed in f32 for the
+# maximum position and stacked for the layer scan). The same conventions: the fixed twin changes exactly
+# the first cause. See the README section of batch tpu23 for which pairs keep their dumps and what did not go
 # as first written.
 
 
@@ -10857,10 +10858,13 @@ def _rope_tables_builder(mesh, seqs, seq_len, d_model, heads, layers, table_len)
 
 pair(
     "rope_tables_max_len", "v5e", "v5e:2x2",
-    "ROPE_PURPOSE",
+    "Decoder with interleaved local/global attention (24 layers, d=2048, per-layer rotary bases rope_theta), "
+    "2 sequences of 2048 tokens per device: the per-layer RoPE tables rope_cos and rope_sin are computed in f32 "
+    "for max_position_embeddings = 1048576 positions, f32[24, 1048576, 64] (6 GiB each), and fed to the layer "
+    "scan beside the weights, beyond 15.75G.",
     "Fixed variant of rope_tables_max_len_v5e: the per-layer rotary tables computed for the batch's 2048 "
-    "positions only ([16, 2048, 64] f32); fits.",
-    dict(category="single_large_allocation", category_also=["aggregate"], causes=["large_activation", "f32_precision"]),
+    "positions only ([24, 2048, 64] f32); fits.",
+    dict(category="aggregate", causes=["large_activation", "f32_precision"]),
     _rope_tables_builder, dict(seqs=2, seq_len=2048, d_model=2048, heads=16, layers=24, table_len=1048576),
     dict(seqs=2, seq_len=2048, d_model=2048, heads=16, layers=24, table_len=2048),
     dump=False,
