@@ -10450,6 +10450,427 @@ pair(
 )
 
 
+# ---- 34. more broken/fixed pairs (batch tpu23): other models, other names ---------------------
+#
+# Programs of kinds sections 13-33 do not have (a jitted init function without out_shardings whose
+# weights and Adam moments come out replicated, an Adagrad accumulator replicated beside a row-sharded
+# embedding table, donate_argnums left at (0, 1) after an rng argument was put first, a mixture-of-softmaxes
+# LM head whose [B, S, K, V] component distributions are materialised, a scan over micro-batches whose
+# every micro-batch's activations are kept for the backward pass, a tensor-parallel decode server whose
+# KV cache is replicated while the heads are sharded, per-layer RoPE tables computed in f32 for the
+# maximum position and stacked for the layer scan). The same conventions: the fixed twin changes exactly
+# the first cause. See the README section of batch tpu23 for which pairs keep their dumps and what did not go
+# as first written.
+
+
+# 34.1 a jitted init function without out_shardings: the weights and Adam moments come out replicated
+
+
+def _init_replicated_builder(mesh, layers, width, sharded_out):
+    """`init_train_state(rng)`: the initialiser of a residual MLP trunk (f32 weights [layers, width, width],
+    LeCun-normal, stacked for lax.scan) and of its Adam state (zero moments), jitted on its own as
+    `jax.jit(init_train_state)` before the training loop. sharded_out=False: no out_shardings, so with a
+    replicated rng key as the only input every output is replicated on every device (the training step
+    that would have sharded them FSDP-style never runs); sharded_out=True: out_shardings = the FSDP
+    shardings P(None, 'd', None) of the training step."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def init_train_state(rng):
+        k_blocks, k_head = jax.random.split(jax.random.wrap_key_data(rng))
+        blocks = jax.random.normal(k_blocks, (layers, width, width), f32) * (1.0 / width) ** 0.5
+        head = jax.random.normal(k_head, (width, 1024), f32) * (1.0 / width) ** 0.5
+        params = {"blocks": blocks, "head": head}
+        opt_state = {"count": jnp.zeros((), jnp.int32),
+                     "mu": _tm(jnp.zeros_like, params), "nu": _tm(jnp.zeros_like, params)}
+        return params, opt_state
+
+    rng = sds((2,), jnp.uint32, mesh, P())
+    kw = {}
+    if sharded_out:
+        fsdp, rep = NamedSharding(mesh, P(None, "d", None)), NamedSharding(mesh, P())
+        ps = {"blocks": fsdp, "head": rep}
+        kw["out_shardings"] = (ps, {"count": rep, "mu": ps, "nu": ps})
+    return init_train_state, (rng,), kw
+
+
+# 34.2 an Adagrad accumulator replicated beside a row-sharded embedding table
+
+
+def _adagrad_accum_builder(mesh, vocab, dim, batch, hotness, accum_spec):
+    """A click-through-rate model in the DLRM style: one large item-embedding table f32[vocab, dim]
+    row-sharded P('d', None), multi-hot bags of `hotness` ids per example sum-pooled, concatenated with
+    dense features, a small MLP (replicated) and a logistic loss. Trained with Adagrad (written out as
+    optax.adagrad: `accumulators` of squared gradients, initial value 0.1), everything donated.
+    accum_spec: () = the accumulator of the table replicated (created with `jnp.full_like` under a
+    jit without out_shardings, then passed back in as it came out); ('d', None) = sharded like the table."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def ctr_adagrad_step(params, accumulators, ids, dense, clicks):
+        def bce(params):
+            bags = jnp.take(params["item_embedding"], ids, axis=0).sum(1)             # [B, dim]
+            x = jnp.concatenate([bags, dense], -1)
+            h = jax.nn.relu(x @ params["mlp"]["w1"])
+            logit = (h @ params["mlp"]["w2"])[:, 0]
+            return jnp.mean(jnp.logaddexp(0.0, logit) - clicks * logit)
+
+        loss, grads = jax.value_and_grad(bce)(params)
+        accumulators = _tm(lambda a, g: a + g * g, accumulators, grads)
+        params = _tm(lambda p, g, a: p - 0.05 * g / jnp.sqrt(a + 1e-7), params, grads, accumulators)
+        return params, accumulators, loss
+
+    params = {"item_embedding": sds((vocab, dim), f32, mesh, P("d", None)),
+              "mlp": {"w1": sds((2 * dim, 1024), f32, mesh, P()), "w2": sds((1024, 1), f32, mesh, P())}}
+    accumulators = {"item_embedding": sds((vocab, dim), f32, mesh, P(*accum_spec)),
+                    "mlp": {"w1": sds((2 * dim, 1024), f32, mesh, P()), "w2": sds((1024, 1), f32, mesh, P())}}
+    n = mesh.devices.size * batch
+    ids = sds((n, hotness), jnp.int32, mesh, P("d"))
+    dense = sds((n, dim), f32, mesh, P("d"))
+    clicks = sds((n,), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), _shardings(accumulators), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return ctr_adagrad_step, (params, accumulators, ids, dense, clicks), kw
+
+
+# 34.3 donate_argnums left at (0, 1) after an rng argument was put first in the step's signature
+
+
+def _donate_shifted_builder(mesh, layers, width, tokens, donate):
+    """A residual MLP denoiser trunk with dropout (bf16 weights [layers, width, width] FSDP-sharded
+    P(None, 'd', None), f32 Adam moments, lax.scan with jax.checkpoint), trained with Adam (written out,
+    the update in f32 and cast back to bf16). The step was `step(params, opt_state, batch)` jitted with
+    `donate_argnums=(0, 1)`; dropout added `rng` as the first argument, `step(rng, params, opt_state,
+    batch)`, and the donate_argnums stayed (0, 1): the key and the weights are donated, the optimizer
+    state is not (donate=(0, 1)); donate=(1, 2) is what was meant."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def step(rng, params, opt_state, batch):
+        def mse(params):
+            keys = jax.random.split(jax.random.wrap_key_data(rng), layers)
+
+            def block(h, xs):
+                w, k = xs
+                u = jax.nn.gelu(h @ w)
+                keep = jax.random.bernoulli(k, 0.9, u.shape)
+                return (h + jnp.where(keep, u / 0.9, 0)).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), batch["x"], (params["trunk"], keys))
+            return jnp.mean((h.astype(f32) - batch["y"].astype(f32)) ** 2)
+
+        loss, grads = jax.value_and_grad(mse)(params)
+        grads32 = _tm(lambda g: g.astype(f32), grads)
+        p32 = _tm(lambda p: p.astype(f32), params)
+        new32, opt_state = adam_update(p32, grads32, opt_state)
+        params = _tm(lambda n, p: n.astype(p.dtype), new32, params)
+        new_rng = jax.random.key_data(jax.random.split(jax.random.wrap_key_data(rng))[0])
+        return new_rng, params, opt_state, loss
+
+    spec = P(None, "d", None)
+    shape = (layers, width, width)
+    rng = sds((2,), jnp.uint32, mesh, P())
+    params = {"trunk": sds(shape, bf, mesh, spec)}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": {"trunk": sds(shape, f32, mesh, spec)},
+                 "nu": {"trunk": sds(shape, f32, mesh, spec)}}
+    n = mesh.devices.size * tokens
+    batch = {"x": sds((n, width), bf, mesh, P("d")), "y": sds((n, width), bf, mesh, P("d"))}
+    rep = NamedSharding(mesh, P())
+    kw = {"out_shardings": (rep, _shardings(params), _shardings(opt_state), rep), "donate_argnums": donate}
+    return step, (rng, params, opt_state, batch), kw
+
+
+# 34.4 a mixture-of-softmaxes LM head whose [B, S, K, V] component distributions are materialised
+
+
+def _mos_builder(mesh, seqs, seq_len, d_model, vocab, mixtures, per_component):
+    """The output layer of a mixture-of-softmaxes language model (Yang et al. 2018, "Breaking the
+    softmax bottleneck"): from the last hidden states h [B, S, d] (bf16), a prior pi = softmax(h W_pi) over
+    K components and K context vectors tanh(h W_k) [B, S, K, d], each projected onto the tied vocabulary
+    (bf16 [V, d]) and normalised; the loss is -log sum_k pi_k softmax_k[target]. per_component=False: as
+    the paper's code writes it, all component logits [B, S, K, V] at once, softmax over V in f32, the
+    mixture taken by a weighted sum over K; per_component=True: a lax.scan over the K components under
+    jax.checkpoint, each giving log softmax_k[target] [B, S] from its own logits, combined by logsumexp
+    with log pi. SGD on the head weights, donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def mos_loss_step(head, hidden, targets):
+        def nll(head):
+            log_prior = jax.nn.log_softmax((hidden @ head["prior"]).astype(f32), -1)           # [B, S, K]
+            ctx = jnp.tanh(jnp.einsum("bsd,kde->bske", hidden, head["latent"]))              # [B, S, K, d]
+            if not per_component:
+                logits = jnp.einsum("bske,ve->bskv", ctx, head["embedding"]).astype(f32)      # [B, S, K, V]
+                probs = jax.nn.softmax(logits, -1)
+                mix = jnp.einsum("bsk,bskv->bsv", jnp.exp(log_prior), probs)
+                tgt = jnp.take_along_axis(mix, targets[..., None], -1)[..., 0]
+                return -jnp.mean(jnp.log(tgt + 1e-9))
+
+            def component(carry, c):                                                           # c [B, S, d]
+                logits = (c @ head["embedding"].T).astype(f32)                                  # [B, S, V]
+                lse = jax.nn.logsumexp(logits, -1)
+                tgt = jnp.take_along_axis(logits, targets[..., None], -1)[..., 0]
+                return carry, tgt - lse
+
+            _, comp = jax.lax.scan(jax.checkpoint(component), None, jnp.moveaxis(ctx, 2, 0))  # [K, B, S]
+            return -jnp.mean(jax.nn.logsumexp(jnp.moveaxis(comp, 0, -1) + log_prior, -1))
+
+        loss, g = jax.value_and_grad(nll)(head)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), head, g), loss
+
+    head = {"prior": sds((d_model, mixtures), bf, mesh, P()),
+            "latent": sds((mixtures, d_model, d_model), bf, mesh, P()),
+            "embedding": sds((vocab, d_model), bf, mesh, P())}
+    n = mesh.devices.size * seqs
+    hidden = sds((n, seq_len, d_model), bf, mesh, P("d"))
+    targets = sds((n, seq_len), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(head), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return mos_loss_step, (head, hidden, targets), kw
+
+
+# 34.5 a scan over micro-batches whose every micro-batch's activations are kept for the backward pass
+
+
+def _microbatch_scan_builder(mesh, micro, tokens, width, layers, remat):
+    """Gradient accumulation written as one jax.value_and_grad of a lax.scan over `micro` micro-batches
+    (the loss summed in the carry), the micro-batch input [micro, tokens, width] bf16 split over the
+    devices on the token axis. The model is a bf16 residual GELU MLP (weights [layers, width, width]
+    replicated, data parallel) scanned over its layers. remat=False: the micro-batch body is not
+    rematerialised, so the backward pass of the outer scan keeps every layer's activations of every
+    micro-batch (what the micro-batching was meant to avoid); remat=True: jax.checkpoint on the
+    micro-batch body, one micro-batch's activations at a time. SGD, weights donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def accumulate_step(weights, micro_x, micro_y):
+        def total_loss(weights):
+            def one_microbatch(acc, xy):
+                x, y = xy
+
+                def layer(h, w):
+                    return (h + jax.nn.gelu(h @ w)).astype(bf), None
+
+                h, _ = jax.lax.scan(layer, x, weights["blocks"])
+                return acc + jnp.mean((h.astype(f32) - y.astype(f32)) ** 2), None
+
+            body = jax.checkpoint(one_microbatch) if remat else one_microbatch
+            total, _ = jax.lax.scan(body, jnp.zeros((), f32), (micro_x, micro_y))
+            return total / micro
+
+        loss, g = jax.value_and_grad(total_loss)(weights)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), weights, g), loss
+
+    weights = {"blocks": sds((layers, width, width), bf, mesh, P())}
+    n = mesh.devices.size * tokens
+    micro_x = sds((micro, n, width), bf, mesh, P(None, "d"))
+    micro_y = sds((micro, n, width), bf, mesh, P(None, "d"))
+    kw = {"out_shardings": (_shardings(weights), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return accumulate_step, (weights, micro_x, micro_y), kw
+
+
+# 34.6 a tensor-parallel decode server whose KV cache is replicated while the heads are sharded
+
+
+def _kv_cache_tp_builder(mesh, layers, batch, max_len, heads, head_dim, cache_spec):
+    """One decode step of a multi-head-attention decoder served tensor-parallel over the 4 devices: the
+    attention weights are sharded over heads (wq, wk, wv [layers, d, heads*head_dim] P(None, None, 'd'),
+    wo [layers, heads*head_dim, d] P(None, 'd', None)), the MLP column/row parallel, bf16. The KV cache
+    `kv_cache` = {"k", "v"} bf16[layers, batch, max_len, heads, head_dim] is updated in place at `pos`
+    (donated) and attended over. cache_spec: () = the cache replicated (allocated with
+    `jnp.zeros(...)` under a jit without out_shardings), (None, None, None, 'd', None) = split over heads
+    like the attention weights."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    d = heads * head_dim
+
+    def decode_step(weights, kv_cache, tokens_embed, pos):
+        def layer(h, xs):
+            w, k_cache, v_cache = xs
+            q = (h @ w["wq"]).reshape(batch, heads, head_dim)
+            k = (h @ w["wk"]).reshape(batch, 1, heads, head_dim)
+            v = (h @ w["wv"]).reshape(batch, 1, heads, head_dim)
+            k_cache = jax.lax.dynamic_update_slice(k_cache, k, (0, pos, 0, 0))
+            v_cache = jax.lax.dynamic_update_slice(v_cache, v, (0, pos, 0, 0))
+            s = jnp.einsum("bhd,bshd->bhs", q, k_cache).astype(f32) * head_dim ** -0.5
+            s = jnp.where(jnp.arange(max_len)[None, None, :] <= pos, s, -1e30)
+            a = jnp.einsum("bhs,bshd->bhd", jax.nn.softmax(s, -1).astype(bf), v_cache)
+            h = h + a.reshape(batch, d) @ w["wo"]
+            h = h + jax.nn.gelu(h @ w["w_in"]) @ w["w_out"]
+            return h.astype(bf), (k_cache, v_cache)
+
+        h, (k_new, v_new) = jax.lax.scan(layer, tokens_embed, (weights, kv_cache["k"], kv_cache["v"]))
+        return {"k": k_new, "v": v_new}, h
+
+    col, row = P(None, None, "d"), P(None, "d", None)
+    weights = {"wq": sds((layers, d, d), bf, mesh, col), "wk": sds((layers, d, d), bf, mesh, col),
+               "wv": sds((layers, d, d), bf, mesh, col), "wo": sds((layers, d, d), bf, mesh, row),
+               "w_in": sds((layers, d, 4 * d), bf, mesh, col), "w_out": sds((layers, 4 * d, d), bf, mesh, row)}
+    shape = (layers, batch, max_len, heads, head_dim)
+    kv_cache = {"k": sds(shape, bf, mesh, P(*cache_spec)), "v": sds(shape, bf, mesh, P(*cache_spec))}
+    tokens_embed = sds((batch, d), bf, mesh, P())
+    pos = sds((), jnp.int32, mesh, P())
+    kw = {"out_shardings": (_shardings(kv_cache), NamedSharding(mesh, P())), "donate_argnums": (1,)}
+    return decode_step, (weights, kv_cache, tokens_embed, pos), kw
+
+
+pair(
+    "init_no_out_shardings", "v5e", "v5e:2x2",
+    "Initialiser of a residual MLP trunk (24 layers of f32[8192, 8192]) and its Adam state, jitted on its own "
+    "as jax.jit(init_train_state) without out_shardings: with only a replicated rng key as input, the weights and "
+    "both zero moments (6 GiB each) come out replicated on every device, 18 GiB of outputs, beyond 15.75G.",
+    "Fixed variant of init_no_out_shardings_v5e: out_shardings = the training step's FSDP shardings "
+    "P(None, 'd', None) for the blocks and both moments; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _init_replicated_builder, dict(layers=24, width=8192, sharded_out=False),
+    dict(layers=24, width=8192, sharded_out=True),
+    dump=False,
+)
+
+pair(
+    "adagrad_accum_replicated", "v5e", "v5e:2x2",
+    "DLRM-style click-through-rate model trained with Adagrad: the item-embedding table f32[16777216, 128] "
+    "(8 GiB) is row-sharded over the 4 devices, but its Adagrad accumulator is replicated P(): 8 GiB of "
+    "accumulator and its full-size update on every device beside the table's shard, beyond 15.75G.",
+    "Fixed variant of adagrad_accum_replicated_v5e: the table's Adagrad accumulator sharded like the "
+    "table, P('d', None); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["optimizer_state_unsharded", "replicated_tensor"]),
+    _adagrad_accum_builder, dict(vocab=16 * 1024 * 1024, dim=128, batch=8192, hotness=32, accum_spec=()),
+    dict(vocab=16 * 1024 * 1024, dim=128, batch=8192, hotness=32, accum_spec=("d", None)),
+    dump=False,
+)
+
+pair(
+    "donate_argnums_shifted", "v5e", "v5e:2x2",
+    "Adam training of a bf16 residual MLP denoiser trunk with dropout (52 layers of bf16[8192, 8192], FSDP-sharded, "
+    "f32 moments): dropout put an rng key first in the step's signature, step(rng, params, opt_state, batch), "
+    "and donate_argnums stayed (0, 1): the key and the weights are donated, the 6.5 GiB of f32 moments per "
+    "device are not and exist twice, beyond 15.75G.",
+    "Fixed variant of donate_argnums_shifted_v5e: donate_argnums=(1, 2), the weights and the optimizer "
+    "state; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
+    _donate_shifted_builder, dict(layers=52, width=8192, tokens=2048, donate=(0, 1)),
+    dict(layers=52, width=8192, tokens=2048, donate=(1, 2)),
+    dump=False,
+)
+
+pair(
+    "mixture_of_softmaxes_head", "v5e", "v5e:2x2",
+    "Mixture-of-softmaxes LM head (15 components, vocabulary 32768, d=1024, bf16) on 16 sequences of 1024 "
+    "tokens per device: all component logits [16, 1024, 15, 32768] are materialised (15 GiB) before the "
+    "softmax over the vocabulary and the weighted sum over components, beyond 15.75G.",
+    "Fixed variant of mixture_of_softmaxes_head_v5e: a lax.scan over the components under jax.checkpoint, "
+    "each giving log softmax_k[target] from its own [B, S, V] logits; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["large_activation", "batch_too_large"]),
+    _mos_builder, dict(seqs=16, seq_len=1024, d_model=1024, vocab=32768, mixtures=15, per_component=False),
+    dict(seqs=16, seq_len=1024, d_model=1024, vocab=32768, mixtures=15, per_component=True),
+    dump=False,
+)
+
+pair(
+    "microbatch_scan_no_remat", "v5e", "v5e:2x2",
+    "Gradient accumulation over 8 micro-batches written as one jax.value_and_grad of a lax.scan over them "
+    "(a bf16 residual GELU MLP, 16 layers of bf16[4096, 4096] scanned, 4096 tokens per device per micro-batch), "
+    "the micro-batch body not rematerialised: the backward pass keeps every layer's activations of all 8 "
+    "micro-batches (4 GiB slots of bf16[8, 16, 4096, 4096]), beyond 15.75G.",
+    "Fixed variant of microbatch_scan_no_remat_v5e: jax.checkpoint on the micro-batch body, one "
+    "micro-batch's activations at a time; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _microbatch_scan_builder, dict(micro=8, tokens=4096, width=4096, layers=16, remat=False),
+    dict(micro=8, tokens=4096, width=4096, layers=16, remat=True),
+    dump=True,
+)
+
+pair(
+    "kv_cache_replicated_tp", "v5e", "v5e:2x2",
+    "One decode step of a 24-layer multi-head decoder (d=4096, 32 heads) served tensor-parallel over the 4 "
+    "devices: the attention and MLP weights are sharded over heads, but the bf16 KV cache "
+    "[24, 4, 8192, 32, 128] (6 GiB each for K and V) is replicated P(): 14.25 GiB of arguments per device and "
+    "the cache's per-head copies while it is updated, beyond 15.75G.",
+    "Fixed variant of kv_cache_replicated_tp_v5e: the KV cache split over heads like the attention weights, "
+    "P(None, None, None, 'd', None); fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["replicated_tensor"]),
+    _kv_cache_tp_builder, dict(layers=24, batch=4, max_len=8192, heads=32, head_dim=128, cache_spec=()),
+    dict(layers=24, batch=4, max_len=8192, heads=32, head_dim=128, cache_spec=(None, None, None, "d", None)),
+    dump=True,
+)
+
+
+# 34.7 rotary (RoPE) tables computed per layer for the maximum position, in f32, stacked for the layer scan
+
+
+def _rope_tables_builder(mesh, seqs, seq_len, d_model, heads, layers, table_len):
+    """A decoder with interleaved local and global attention layers (Gemma-style: each layer has its own
+    rotary base, `rope_theta` f32[layers] from the config, e.g. 1e4 for local and 1e6 for global layers),
+    bf16 weights replicated, data parallel, lax.scan over the layers with jax.checkpoint per block. Before
+    the scan, `rope_cos` and `rope_sin` are computed in f32 for every layer for `table_len` positions
+    ([layers, table_len, head_dim / 2] each) and passed to the scan as xs beside the weights; each block
+    slices the first seq_len rows. table_len = max_position_embeddings (1048576, the config's maximum
+    context) vs table_len = seq_len (the tables for the positions of this batch only). SGD, weights donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def rope_lm_step(weights, rope_theta, embeds, targets):
+        half = hd // 2
+        inv_freq = 1.0 / (rope_theta[:, None] ** (jnp.arange(half, dtype=f32)[None, :] * 2.0 / hd))  # [L, half]
+        pos = jnp.arange(table_len, dtype=f32)
+        angles = pos[None, :, None] * inv_freq[:, None, :]                                           # [L, T, half]
+        rope_cos, rope_sin = jnp.cos(angles), jnp.sin(angles)
+
+        def rotate(x, cos, sin):
+            x1, x2 = x[..., :half].astype(f32), x[..., half:].astype(f32)
+            c, s = cos[None, :seq_len, None, :], sin[None, :seq_len, None, :]
+            return jnp.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], -1).astype(bf)
+
+        def loss_fn(weights):
+            def block(h, xs):
+                w, cos, sin = xs
+                b = h.shape[0]
+                q = rotate((h @ w["wq"]).reshape(b, seq_len, heads, hd), cos, sin)
+                k = rotate((h @ w["wk"]).reshape(b, seq_len, heads, hd), cos, sin)
+                v = (h @ w["wv"]).reshape(b, seq_len, heads, hd)
+                s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) * hd ** -0.5
+                s = jnp.where(jnp.tril(jnp.ones((seq_len, seq_len), bool)), s, -1e30)
+                a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(b, seq_len, d_model)
+                h = h + a @ w["wo"]
+                h = h + jax.nn.gelu(h @ w["w_in"]) @ w["w_out"]
+                return h.astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), embeds, (weights, rope_cos, rope_sin))
+            return jnp.mean((h.astype(f32) - targets.astype(f32)) ** 2)
+
+        loss, g = jax.value_and_grad(loss_fn)(weights)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), weights, g), loss
+
+    d = d_model
+    weights = {"wq": sds((layers, d, d), bf, mesh, P()), "wk": sds((layers, d, d), bf, mesh, P()),
+               "wv": sds((layers, d, d), bf, mesh, P()), "wo": sds((layers, d, d), bf, mesh, P()),
+               "w_in": sds((layers, d, 4 * d), bf, mesh, P()), "w_out": sds((layers, 4 * d, d), bf, mesh, P())}
+    rope_theta = sds((layers,), f32, mesh, P())
+    n = mesh.devices.size * seqs
+    embeds = sds((n, seq_len, d), bf, mesh, P("d"))
+    targets = sds((n, seq_len, d), bf, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(weights), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return rope_lm_step, (weights, rope_theta, embeds, targets), kw
+
+
+pair(
+    "rope_tables_max_len", "v5e", "v5e:2x2",
+    "Decoder with interleaved local/global attention (24 layers, d=2048, per-layer rotary bases rope_theta), "
+    "2 sequences of 2048 tokens per device: the per-layer RoPE tables rope_cos and rope_sin are computed in f32 "
+    "for max_position_embeddings = 1048576 positions, f32[24, 1048576, 64] (6 GiB each), and fed to the layer "
+    "scan beside the weights, beyond 15.75G.",
+    "Fixed variant of rope_tables_max_len_v5e: the per-layer rotary tables computed for the batch's 2048 "
+    "positions only ([24, 2048, 64] f32); fits.",
+    dict(category="aggregate", causes=["large_activation", "f32_precision"]),
+    _rope_tables_builder, dict(seqs=2, seq_len=2048, d_model=2048, heads=16, layers=24, table_len=1048576),
+    dict(seqs=2, seq_len=2048, d_model=2048, heads=16, layers=24, table_len=2048),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
