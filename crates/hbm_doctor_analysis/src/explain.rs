@@ -1948,13 +1948,24 @@ fn undonated_arguments(ctx: &Ctx<'_>) -> Option<Cause> {
     }
     let args = e.arguments_bytes?;
     let used = ctx.used?;
-    if e.output_aliased_bytes != Some(0) || (args as f64) < used as f64 * 0.25 {
+    let aliased = e.output_aliased_bytes?;
+    let undonated = args.saturating_sub(aliased);
+    if (undonated as f64) < used as f64 * 0.25 {
         return None;
     }
+    let said = if aliased == 0 {
+        "none of the outputs alias them (aliased_output 0B)".to_string()
+    } else {
+        format!(
+            "outputs alias only {} of them: {} of arguments are not donated",
+            fmt(aliased),
+            fmt(undonated)
+        )
+    };
     Some(ctx.cause(
         CauseKind::NoDonation,
-        Some(args),
-        format!("the arguments take {} ({} of the requirement) and none of the outputs alias them (aliased_output 0B): if the step returns updated parameters or optimizer state, both copies are live (savings: up to the arguments' size)", fmt(args), pct(args, used)),
+        Some(undonated),
+        format!("the arguments take {} ({} of the requirement) and {said}: if the step returns updated parameters or optimizer state, both copies are live (savings: up to the arguments' size)", fmt(args), pct(args, used)),
         Vec::new(),
         ctx.snippets(
             "train_step = jax.jit(train_step, donate_argnums=(0, 1))  # params, opt_state",
