@@ -284,7 +284,7 @@ pub struct Reader {
     /// The key of each device's first memory reading in a log (`memory_allocated`, `hbm`...).
     mem_keys: BTreeMap<(String, String), String>,
     /// Readings printed without a unit, by (host, device): their unit is decided at the end.
-    unitless: BTreeMap<(String, String), Vec<BareRow>>,
+    unitless: BTreeMap<(String, String), Bare>,
     /// A step key (`step`, `iter`...) was seen: `epoch N` no longer counts as the step.
     step_key_seen: bool,
 }
@@ -1371,7 +1371,8 @@ impl Reader {
     /// Memory readings printed without a unit (`memory_allocated: 0.2649`, `ALLOCATED: 1.005`),
     /// each series in the unit [`Reader::guess_unit`] gives all its numbers.
     fn flush_unitless(&mut self, c: &mut Collected) {
-        for ((host, dev), rows) in std::mem::take(&mut self.unitless) {
+        for ((host, dev), bare) in std::mem::take(&mut self.unitless) {
+            let rows = bare.rows;
             let (scale, said) = self.guess_unit(&rows);
             let source = format!("log: numbers without a unit, read as {said}");
             for (step, v, _, ts) in rows {
