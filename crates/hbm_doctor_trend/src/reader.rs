@@ -361,7 +361,8 @@ struct Patterns {
     used_of_total: Regex,
     /// A line of one number, optionally with a unit (`4194`, `3,070.36`, `7.07 GB`).
     bare_one: Regex,
-    /// A line of a counter then a number (`12 4194`, `12,4194`, `12: 7.07 GB`).
+    /// A line of a counter then a number (`12 4194`, `12,4194`, `12: 7.07 GB`), the counter
+    /// perhaps named (`i=100: 99.27`, `iter 5: 1234`).
     bare_two: Regex,
 }
 
@@ -409,7 +410,7 @@ fn pats() -> &'static Patterns {
             epoch: r(r"(?i)\bepoch\b\s*[:=#]?\s*\[?\s*(\d+)"),
             used_of_total: r(r"(?i)\b(\d+(?:\.\d+)?)\s*([kmgt]i?b)\s*/\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b)\b"),
             bare_one: r(r"(?i)^\s*(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
-            bare_two: r(r"(?i)^\s*(\d+)(?:\s+|\s*[,;|:]\s*)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
+            bare_two: r(r"(?i)^\s*(?:[a-z_]\w{0,15}\s*[=:#]?\s*)?(\d+)(?:\s+|\s*[,;|:]\s*)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
         }
     })
 }
@@ -1761,6 +1762,12 @@ mod tests {
         // Bare numbers are not read beside real readings.
         let got = read("memory: 3 GiB\n12\n13\n14\nmemory: 4 GiB\n", "x.log");
         assert_eq!((got[0].1, got[0].2), (2, 4 << 30));
+        // A named counter before the number: the step.
+        let got = read("i=0: 99.24\ni=100: 99.27\ni=200: 99.28\n", "x.log");
+        assert_eq!(
+            (got[0].1, got[0].2),
+            (3, (99.28 * (1u64 << 30) as f64) as u64)
+        );
         // Several numbers a line: series side by side; a list printed whole: readings in turn.
         let got = read("450.2 1528.8\n457.8 1527.9\n709.8 1776.9\n", "x.log");
         assert_eq!(got.len(), 2, "{got:?}");
