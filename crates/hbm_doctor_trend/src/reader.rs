@@ -282,7 +282,7 @@ pub struct Reader {
     /// Device samples in the collection before this input (to tell whether it gave any).
     samples_before: Option<u64>,
     /// The key of each device's first memory reading in a log (`memory_allocated`, `hbm`...).
-    mem_keys: BTreeMap<(String, String), String>,
+    mem_keys: Vec<((String, String), String)>,
     /// Readings printed without a unit, by (host, device): their unit is decided at the end.
     unitless: BTreeMap<(String, String), Bare>,
     /// A step key (`step`, `iter`...) was seen: `epoch N` no longer counts as the step.
@@ -522,7 +522,7 @@ impl Reader {
             bare: Bare::default(),
             bare_cols: Vec::new(),
             samples_before: None,
-            mem_keys: BTreeMap::new(),
+            mem_keys: Vec::new(),
             unitless: BTreeMap::new(),
             step_key_seen: false,
         }
@@ -1297,11 +1297,18 @@ impl Reader {
                 key_unit.unwrap_or("").to_ascii_lowercase()
             );
             let dev = line_device(line);
-            let first = self
+            let first = match self
                 .mem_keys
-                .entry((host.clone(), dev.clone()))
-                .or_insert_with(|| norm.clone());
-            let dev = if *first == norm {
+                .iter()
+                .find(|((h, d), _)| *h == host && *d == dev)
+            {
+                Some((_, k)) => *k == norm,
+                None => {
+                    self.mem_keys.push(((host.clone(), dev.clone()), norm));
+                    true
+                }
+            };
+            let dev = if first {
                 dev
             } else {
                 format!("{dev} ({})", m[1].trim())
@@ -1373,25 +1380,7 @@ impl Reader {
     /// each series in the unit [`Reader::guess_unit`] gives all its numbers.
     fn flush_unitless(&mut self, c: &mut Collected) {
         for ((host, dev), bare) in std::mem::take(&mut self.unitless) {
-            let rows = bare.rows;
-            let (scale, said) = self.guess_unit(&rows);
-            let source = format!("log: numbers without a unit, read as {said}");
-            for (step, v, _, ts) in rows {
-                let b = v * scale;
-                if !valid_bytes(b, None) {
-                    continue;
-                }
-                let sample = Sample {
-                    step,
-                    ts,
-                    used: b as u64,
-                    limit: None,
-                    peak: None,
-                };
-                c.device(&host, &dev, &source)
-                    .series
-                    .push_from(sample, None);
-            }
+            self.push_held(c, &host, &dev, bare.rows, true, "numbers without a unit");
         }
     }
 
@@ -1476,11 +1465,26 @@ impl Reader {
         if rows.len() < 3 {
             return;
         }
-        let (scale, said) = self.guess_unit(&rows);
         let stepped =
             rows.iter().all(|r| r.0.is_some()) && rows.windows(2).all(|w| w[1].0 > w[0].0);
-        let source = format!("log: lines of bare numbers, read as {said}");
         let host = self.host.clone();
+        self.push_held(c, &host, dev, rows, stepped, "lines of bare numbers");
+    }
+
+    /// Held readings into a device's series, in the unit [`Reader::guess_unit`] gives them all
+    /// (a unit printed on a row wins for that row), named in the series' `source`; their first
+    /// column is the step when `stepped`.
+    fn push_held(
+        &self,
+        c: &mut Collected,
+        host: &str,
+        dev: &str,
+        rows: Vec<BareRow>,
+        stepped: bool,
+        what: &str,
+    ) {
+        let (scale, said) = self.guess_unit(&rows);
+        let source = format!("log: {what}, read as {said}");
         for (step, v, unit, ts) in rows {
             let b = v * unit.unwrap_or(scale);
             if !valid_bytes(b, None) {
@@ -1493,7 +1497,7 @@ impl Reader {
                 limit: None,
                 peak: None,
             };
-            c.device(&host, dev, &source).series.push_from(sample, None);
+            c.device(host, dev, &source).series.push_from(sample, None);
         }
     }
 
