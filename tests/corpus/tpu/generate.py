@@ -10877,7 +10877,8 @@ pair(
 # DINO-style EMA teacher update jitted on its own whose old teacher is not donated, Kahan-summation
 # compensation buffers of bf16 weights replicated, a model soup whose stacked fine-tuned checkpoints are replicated,
 # a neural HMM whose edge potentials [B, S, K, K] are built up front, DeepSeek-style sparse attention that
-# gathers the selected keys for every query at once).
+# gathers the selected keys for every query at once, ColBERT-style late interaction that scores every query
+# token against every document token of the global batch at once).
 # The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
 # tpu24 for which pairs keep their dumps and what did not go as first written.
 
@@ -11135,6 +11136,66 @@ pair(
     dump=False,
 )
 
+
+# 35.6 ColBERT-style late interaction with in-batch negatives: all query-token x doc-token scores at once
+
+
+def _colbert_builder(mesh, queries, q_len, d_len, dim, doc_block):
+    """Training a ColBERT-style retriever: query and document token embeddings (bf16 [B, S, dim], L2-normalised
+    outputs of the encoder, here given as inputs with a learned bf16 projection [dim, dim] applied), the
+    late-interaction score MaxSim(q, d) = sum_i max_j <q_i, d_j>, and a softmax cross-entropy over in-batch
+    negatives: every device scores its queries against the documents of the whole global batch (all-gathered).
+    doc_block=None: the token-pair scores [Bq, Bd, Sq, Sd] of all query/document pairs at once (f32);
+    doc_block=N: lax.map over blocks of N documents under jax.checkpoint, each giving its [Bq, N] MaxSim
+    scores. SGD on the projection, donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def colbert_step(proj, q_tokens, d_tokens):
+        def loss_fn(proj):
+            q = q_tokens @ proj["w"]
+            d = d_tokens @ proj["w"]
+            d_all = jax.lax.with_sharding_constraint(d, NamedSharding(mesh, P()))             # in-batch negatives
+
+            def maxsim(d_blk):
+                s = jnp.einsum("qid,pjd->qpij", q, d_blk).astype(f32)                        # [Bq, Bd, Sq, Sd]
+                return jnp.sum(jnp.max(s, -1), -1)                                            # [Bq, Bd]
+
+            if doc_block is None:
+                scores = maxsim(d_all)
+            else:
+                nd = d_all.shape[0] // doc_block
+                blocks = d_all.reshape(nd, doc_block, d_len, dim)
+                scores = jax.lax.map(jax.checkpoint(maxsim), blocks)                         # [nd, Bq, blk]
+                scores = jnp.moveaxis(scores, 0, 1).reshape(q.shape[0], nd * doc_block)
+            n = q.shape[0]
+            labels = jnp.arange(n)                                                            # the positive of query i is doc i
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(scores, -1), labels[:, None], -1))
+
+        loss, g = jax.value_and_grad(loss_fn)(proj)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), proj, g), loss
+
+    n = mesh.devices.size * queries
+    proj = {"w": sds((dim, dim), bf, mesh, P())}
+    q_tokens = sds((n, q_len, dim), bf, mesh, P("d"))
+    d_tokens = sds((n, d_len, dim), bf, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(proj), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return colbert_step, (proj, q_tokens, d_tokens), kw
+
+
+pair(
+    "colbert_token_pair_scores", "v4", "v4:2x2x1",
+    "Training a ColBERT-style retriever on v4 (8 TensorCores), 256 queries of 32 tokens and 256 documents of 512 "
+    "tokens per core, in-batch negatives over the global batch: the late-interaction token-pair scores of every "
+    "query against all 2048 documents, [256, 2048, 32, 512] (16 GiB per core in bf16), are materialised before "
+    "the max over document tokens, beyond 15.25G.",
+    "Fixed variant of colbert_token_pair_scores_v4: lax.map over blocks of 64 documents under jax.checkpoint, "
+    "each giving its [256, 64] MaxSim scores; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _colbert_builder, dict(queries=256, q_len=32, d_len=512, dim=128, doc_block=None),
+    dict(queries=256, q_len=32, d_len=512, dim=128, doc_block=64),
+    dump=False,
+)
 
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
