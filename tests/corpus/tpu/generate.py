@@ -10871,6 +10871,332 @@ pair(
 )
 
 
+# ---- 35. more broken/fixed pairs (batch tpu24): other models, other names ---------------------
+#
+# Programs of kinds sections 13-34 do not have, on generations and topologies other than v5e:2x2 (a
+# DINO-style EMA teacher update jitted on its own whose old teacher is not donated, Kahan-summation
+# compensation buffers of bf16 weights replicated, a model soup whose stacked fine-tuned checkpoints are replicated,
+# a neural HMM whose edge potentials [B, S, K, K] are built up front, DeepSeek-style sparse attention that
+# gathers the selected keys for every query at once, ColBERT-style late interaction that scores every query
+# token against every document token of the global batch at once).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu24 for which pairs keep their dumps and what did not go as first written.
+
+
+# 35.1 a DINO-style EMA teacher update jitted on its own, the teacher not donated
+
+
+def _ema_teacher_builder(mesh, layers, width, prototypes, donate):
+    """Self-distillation without labels (DINO / BYOL): after each student step the teacher follows the
+    student by EMA, written as its own function `update_teacher(teacher, student, momentum)` and jitted
+    as `jax.jit(update_teacher)` (the teacher momentum follows a cosine schedule from 0.996 to 1, passed
+    as an argument). Both networks are f32 residual MLP trunks (blocks [layers, width, width]) with a
+    prototype head, FSDP-sharded P(None, 'd', None). donate=(): the old teacher is not donated, so the old
+    and the new teacher live side by side beside the student; donate=(0,): the teacher donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def update_teacher(teacher, student, momentum):
+        return _tm(lambda t, s: momentum * t + (1.0 - momentum) * s, teacher, student)
+
+    def net():
+        return {"blocks": sds((layers, width, width), f32, mesh, P(None, "d", None)),
+                "head": sds((width, prototypes), f32, mesh, P(None, "d"))}
+
+    teacher, student = net(), net()
+    momentum = sds((), f32, mesh, P())
+    kw = {"out_shardings": _shardings(teacher), "donate_argnums": donate}
+    return update_teacher, (teacher, student, momentum), kw
+
+
+# 35.2 Kahan-summation compensation buffers of bf16 weights kept replicated
+
+
+def _kahan_builder(mesh, layers, width, tokens, comp_spec):
+    """Pure-bf16 training with Kahan summation (the optimizer keeps, per weight, a bf16 compensation
+    buffer `kahan_comp` holding the low-order bits lost by each bf16 update, as in "Revisiting BFloat16
+    Training"): bf16 weights [layers, width, width] FSDP-sharded P(None, 'd', None), SGD with a bf16
+    momentum sharded like the weights, everything donated. comp_spec: () = the compensation buffers
+    replicated (created by `jax.tree.map(jnp.zeros_like, params)` under a jit without out_shardings and
+    passed back in as they came out); (None, 'd', None) = sharded like the weights."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def kahan_sgd_step(params, opt_state, batch):
+        def mse(params):
+            def block(h, w):
+                return (h + jax.nn.gelu(h @ w)).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), batch["x"], params["layers"])
+            return jnp.mean((h.astype(f32) - batch["y"].astype(f32)) ** 2)
+
+        loss, grads = jax.value_and_grad(mse)(params)
+        momentum = _tm(lambda m, g: (0.9 * m + g).astype(bf), opt_state["momentum"], grads)
+
+        def kahan_add(p, m, c):
+            y = (-1e-3 * m - c).astype(bf)
+            t = (p + y).astype(bf)
+            c = ((t - p) - y).astype(bf)
+            return t, c
+
+        out = _tm(kahan_add, params, momentum, opt_state["kahan_comp"])
+        params = jax.tree_util.tree_map(lambda o: o[0], out, is_leaf=lambda x: isinstance(x, tuple))
+        comp = jax.tree_util.tree_map(lambda o: o[1], out, is_leaf=lambda x: isinstance(x, tuple))
+        return params, {"momentum": momentum, "kahan_comp": comp}, loss
+
+    shape = (layers, width, width)
+    params = {"layers": sds(shape, bf, mesh, P(None, "d", None))}
+    opt_state = {"momentum": {"layers": sds(shape, bf, mesh, P(None, "d", None))},
+                 "kahan_comp": {"layers": sds(shape, bf, mesh, P(*comp_spec))}}
+    n = mesh.devices.size * tokens
+    batch = {"x": sds((n, width), bf, mesh, P("d")), "y": sds((n, width), bf, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return kahan_sgd_step, (params, opt_state, batch), kw
+
+
+# 35.3 a model soup: the stacked fine-tuned checkpoints replicated on every device
+
+
+def _soup_builder(mesh, checkpoints, layers, width, stack_spec):
+    """Weight averaging of fine-tuned checkpoints (a "model soup" / task-arithmetic merge): the K
+    checkpoints of a bf16 residual MLP trunk are restored and stacked, `soup_stack` {"blocks":
+    bf16[K, layers, width, width]}, and merged with learned per-checkpoint coefficients (softmax of
+    `soup_logits` f32[K]) in f32, the merged weights sharded FSDP-style over the 16 devices.
+    stack_spec: () = the stack replicated (jnp.stack of the restored arrays, placed with
+    jax.device_put(stack, NamedSharding(mesh, P()))); (None, None, 'd', None) = sharded like the merged
+    weights."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def merge_soup(soup_stack, soup_logits):
+        coeffs = jax.nn.softmax(soup_logits)
+        return _tm(lambda s: jnp.einsum("k,k...->...", coeffs, s.astype(f32)).astype(bf), soup_stack)
+
+    soup_stack = {"blocks": sds((checkpoints, layers, width, width), bf, mesh, P(*stack_spec))}
+    soup_logits = sds((checkpoints,), f32, mesh, P())
+    kw = {"out_shardings": {"blocks": NamedSharding(mesh, P(None, "d", None))}}
+    return merge_soup, (soup_stack, soup_logits), kw
+
+
+# 35.4 a neural HMM whose edge potentials [B, S, K, K] are built before the forward algorithm
+
+
+def _hmm_potentials_builder(mesh, seqs, seq_len, states, d_model, upfront):
+    """A neural hidden Markov model (a latent-state language model): emission scores from a bf16 encoder
+    state h [B, S, d] projected onto K states, a learned log transition matrix [K, K], the log-likelihood by
+    the forward algorithm (lax.scan over positions, logsumexp over the previous state), data parallel.
+    upfront=True: as a linear-chain CRF library takes its input, the edge potentials
+    log_potentials[b, t, i, j] = transition[i, j] + emission[b, t, j] are built for the whole sequence in
+    f32 ([B, S, K, K]) and scanned over; upfront=False: the potentials of one position are formed inside
+    the scan body (under jax.checkpoint), [B, K, K] at a time. SGD on the parameters, donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def hmm_step(params, hidden):
+        def neg_log_lik(params):
+            emission = jax.nn.log_softmax((hidden @ params["emit"]).astype(f32), -1)          # [B, S, K]
+            trans = jax.nn.log_softmax(params["transition"], -1)                               # [K, K]
+            b = hidden.shape[0]
+            alpha0 = jnp.full((b, states), -jnp.log(float(states)), f32) + emission[:, 0]
+            if upfront:
+                log_potentials = trans[None, None] + emission[:, 1:, None, :]                  # [B, S-1, K, K]
+
+                def fwd(alpha, pot):
+                    return jax.nn.logsumexp(alpha[:, :, None] + pot, 1), None
+
+                alpha, _ = jax.lax.scan(fwd, alpha0, jnp.moveaxis(log_potentials, 1, 0))
+            else:
+                def fwd(alpha, em):
+                    return jax.nn.logsumexp(alpha[:, :, None] + trans[None] + em[:, None, :], 1), None
+
+                alpha, _ = jax.lax.scan(jax.checkpoint(fwd), alpha0, jnp.moveaxis(emission[:, 1:], 1, 0))
+            return -jnp.mean(jax.nn.logsumexp(alpha, -1))
+
+        loss, g = jax.value_and_grad(neg_log_lik)(params)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), params, g), loss
+
+    params = {"emit": sds((d_model, states), bf, mesh, P()), "transition": sds((states, states), f32, mesh, P())}
+    n = mesh.devices.size * seqs
+    hidden = sds((n, seq_len, d_model), bf, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return hmm_step, (params, hidden), kw
+
+
+# 35.5 DeepSeek-style sparse attention that gathers the selected keys for every query at once
+
+
+def _sparse_attn_gather_builder(mesh, seqs, seq_len, heads, latent_dim, rope_dim, topk, index_dim, q_block):
+    """Prefill of one attention layer with a lightning indexer (DeepSeek-V3.2-style sparse attention): a
+    cheap low-dim indexer scores every key for every query (bf16 [B, S, S]), the top-k keys per query are
+    selected (causal), and multi-head attention runs over the shared compressed KV latent (MLA, one latent
+    [B, S, latent_dim + rope_dim] for all heads) of the selected keys only. q_block=None: the selected
+    latents are gathered for every query at once, kv_selected [B, S, topk, latent_dim + rope_dim];
+    q_block=N: lax.map over blocks of N queries, each gathering only its own selection. Inference (no
+    gradient), batch sharded."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    dk = latent_dim + rope_dim
+
+    def sparse_prefill(q_latent, kv_latent, q_index, k_index):
+        def attend(q, qi, rows):
+            s_idx = jnp.einsum("bqe,bke->bqk", qi, k_index)                                   # [B, q, S]
+            causal = jnp.arange(seq_len)[None, None, :] <= rows[None, :, None]
+            s_idx = jnp.where(causal, s_idx, jnp.asarray(-jnp.inf, s_idx.dtype))
+            _, sel = jax.lax.top_k(s_idx, topk)                                                  # [B, q, k]
+            kv_sel = jax.vmap(lambda kv, i: kv[i])(kv_latent, sel)                               # [B, q, k, dk]
+            s = jnp.einsum("bqhd,bqkd->bqhk", q, kv_sel).astype(f32) * dk ** -0.5
+            p = jax.nn.softmax(s, -1).astype(bf)
+            return jnp.einsum("bqhk,bqkd->bqhd", p, kv_sel[..., :latent_dim])
+
+        rows = jnp.arange(seq_len)
+        if q_block is None:
+            return attend(q_latent, q_index, rows)
+        nb = seq_len // q_block
+        b = q_latent.shape[0]
+        qs = q_latent.reshape(b, nb, q_block, heads, dk).swapaxes(0, 1)
+        qis = q_index.reshape(b, nb, q_block, index_dim).swapaxes(0, 1)
+        out = jax.lax.map(lambda a: attend(a[0], a[1], a[2]), (qs, qis, rows.reshape(nb, q_block)))
+        return out.swapaxes(0, 1).reshape(b, seq_len, heads, latent_dim)
+
+    n = mesh.devices.size * seqs
+    q_latent = sds((n, seq_len, heads, dk), bf, mesh, P("d"))
+    kv_latent = sds((n, seq_len, dk), bf, mesh, P("d"))
+    q_index = sds((n, seq_len, index_dim), bf, mesh, P("d"))
+    k_index = sds((n, seq_len, index_dim), bf, mesh, P("d"))
+    kw = {"out_shardings": NamedSharding(mesh, P("d"))}
+    return sparse_prefill, (q_latent, kv_latent, q_index, k_index), kw
+
+
+pair(
+    "ema_teacher_update_undonated", "v6e", "v6e:2x2",
+    "DINO-style EMA teacher update jitted on its own, jax.jit(update_teacher)(teacher, student, momentum), on "
+    "v6e: teacher and student are f32 residual MLP trunks (192 blocks of f32[8192, 8192] each, FSDP-sharded, "
+    "12 GiB per device each); the teacher is not donated, so the old and the new teacher live beside the "
+    "student, 36 GiB, beyond 31.25G.",
+    "Fixed variant of ema_teacher_update_undonated_v6e: donate_argnums=(0,), the old teacher donated; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["no_donation"]),
+    _ema_teacher_builder, dict(layers=192, width=8192, prototypes=8192, donate=()),
+    dict(layers=192, width=8192, prototypes=8192, donate=(0,)),
+    dump=True,
+)
+
+pair(
+    "kahan_comp_replicated", "v4", "v4:2x2x1",
+    "Pure-bf16 training with Kahan summation on v4 (8 TensorCores): 64 layers of bf16[8192, 8192] FSDP-sharded, "
+    "SGD momentum sharded like them, but the bf16 Kahan compensation buffers kahan_comp (8 GiB) are replicated on "
+    "every core, and the compensated update is computed full-size (old and new kahan_comp in one 8 GiB slot), "
+    "beyond 15.25G.",
+    "Fixed variant of kahan_comp_replicated_v4: kahan_comp sharded like the weights, P(None, 'd', None); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["optimizer_state_unsharded", "replicated_tensor"]),
+    _kahan_builder, dict(layers=64, width=8192, tokens=1024, comp_spec=()),
+    dict(layers=64, width=8192, tokens=1024, comp_spec=(None, "d", None)),
+    dump=False,
+)
+
+pair(
+    "soup_stack_replicated", "v5e", "v5e:4x4",
+    "Model soup on v5e:4x4 (16 devices): 20 fine-tuned checkpoints of a bf16 residual MLP trunk (28 blocks of "
+    "bf16[4096, 4096], 896 MiB each) stacked as soup_stack bf16[20, 28, 4096, 4096] and placed replicated P() "
+    "(17.5 GiB on every device), merged in f32 with softmax(soup_logits) coefficients, beyond 15.75G.",
+    "Fixed variant of soup_stack_replicated_v5e: the stacked checkpoints sharded like the merged weights, "
+    "P(None, None, 'd', None); fits.",
+    dict(category="arguments", category_also=["single_large_allocation"],
+         causes=["replicated_tensor", "arguments_exceed"]),
+    _soup_builder, dict(checkpoints=20, layers=28, width=4096, stack_spec=()),
+    dict(checkpoints=20, layers=28, width=4096, stack_spec=(None, None, "d", None)),
+    dump=False,
+)
+
+pair(
+    "hmm_edge_potentials", "v5e", "v5e:4x4",
+    "Neural HMM (512 latent states) trained by the forward algorithm on v5e:4x4 (16 devices), 8 sequences of "
+    "1024 positions per device: the edge potentials transition + emission are built up front in f32, "
+    "[8, 1023, 512, 512] (8 GiB per device), and scanned over, beyond 15.75G.",
+    "Fixed variant of hmm_edge_potentials_v5e: the potentials of one position formed inside the forward scan "
+    "body (under jax.checkpoint), [8, 512, 512] at a time; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["large_activation", "f32_precision"]),
+    _hmm_potentials_builder, dict(seqs=8, seq_len=1024, states=512, d_model=1024, upfront=True),
+    dict(seqs=8, seq_len=1024, states=512, d_model=1024, upfront=False),
+    dump=False,
+)
+
+pair(
+    "sparse_attn_gather_all_queries", "v5p", "v5p:2x2x1",
+    "Prefill of a DeepSeek-style sparse attention layer (lightning indexer, top-2048 keys per query, MLA latent "
+    "of 576) on v5p, 2 sequences of 32768 tokens per device: the selected KV latents are gathered for every "
+    "query at once, kv_selected bf16[2, 32768, 2048, 576] (144 GiB per device), beyond 95.74G.",
+    "Fixed variant of sparse_attn_gather_all_queries_v5p: lax.map over blocks of 2048 queries, each gathering "
+    "only its own selection; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _sparse_attn_gather_builder, dict(seqs=2, seq_len=32768, heads=16, latent_dim=512, rope_dim=64, topk=2048,
+                                      index_dim=128, q_block=None),
+    dict(seqs=2, seq_len=32768, heads=16, latent_dim=512, rope_dim=64, topk=2048, index_dim=128, q_block=2048),
+    dump=False,
+)
+
+
+# 35.6 ColBERT-style late interaction with in-batch negatives: all query-token x doc-token scores at once
+
+
+def _colbert_builder(mesh, queries, q_len, d_len, dim, doc_block):
+    """Training a ColBERT-style retriever: query and document token embeddings (bf16 [B, S, dim], L2-normalised
+    outputs of the encoder, here given as inputs with a learned bf16 projection [dim, dim] applied), the
+    late-interaction score MaxSim(q, d) = sum_i max_j <q_i, d_j>, and a softmax cross-entropy over in-batch
+    negatives: every device scores its queries against the documents of the whole global batch (all-gathered).
+    doc_block=None: the token-pair scores [Bq, Bd, Sq, Sd] of all query/document pairs at once (f32);
+    doc_block=N: lax.map over blocks of N documents under jax.checkpoint, each giving its [Bq, N] MaxSim
+    scores. SGD on the projection, donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def colbert_step(proj, q_tokens, d_tokens):
+        def loss_fn(proj):
+            q = q_tokens @ proj["w"]
+            d = d_tokens @ proj["w"]
+            d_all = jax.lax.with_sharding_constraint(d, NamedSharding(mesh, P()))             # in-batch negatives
+
+            def maxsim(d_blk):
+                s = jnp.einsum("qid,pjd->qpij", q, d_blk).astype(f32)                        # [Bq, Bd, Sq, Sd]
+                return jnp.sum(jnp.max(s, -1), -1)                                            # [Bq, Bd]
+
+            if doc_block is None:
+                scores = maxsim(d_all)
+            else:
+                nd = d_all.shape[0] // doc_block
+                blocks = d_all.reshape(nd, doc_block, d_len, dim)
+                scores = jax.lax.map(jax.checkpoint(maxsim), blocks)                         # [nd, Bq, blk]
+                scores = jnp.moveaxis(scores, 0, 1).reshape(q.shape[0], nd * doc_block)
+            n = q.shape[0]
+            labels = jnp.arange(n)                                                            # the positive of query i is doc i
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(scores, -1), labels[:, None], -1))
+
+        loss, g = jax.value_and_grad(loss_fn)(proj)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), proj, g), loss
+
+    n = mesh.devices.size * queries
+    proj = {"w": sds((dim, dim), bf, mesh, P())}
+    q_tokens = sds((n, q_len, dim), bf, mesh, P("d"))
+    d_tokens = sds((n, d_len, dim), bf, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(proj), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return colbert_step, (proj, q_tokens, d_tokens), kw
+
+
+pair(
+    "colbert_token_pair_scores", "v4", "v4:2x2x1",
+    "Training a ColBERT-style retriever on v4 (8 TensorCores), 256 queries of 32 tokens and 256 documents of 512 "
+    "tokens per core, in-batch negatives over the global batch: the late-interaction token-pair scores of every "
+    "query against all 2048 documents, [256, 2048, 32, 512] (16 GiB per core in bf16), are materialised before "
+    "the max over document tokens, beyond 15.25G.",
+    "Fixed variant of colbert_token_pair_scores_v4: lax.map over blocks of 64 documents under jax.checkpoint, "
+    "each giving its [256, 64] MaxSim scores; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _colbert_builder, dict(queries=256, q_len=32, d_len=512, dim=128, doc_block=None),
+    dict(queries=256, q_len=32, d_len=512, dim=128, doc_block=64),
+    dump=False,
+)
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
