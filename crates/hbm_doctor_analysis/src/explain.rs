@@ -351,7 +351,30 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             .is_some_and(|(a, l)| a.saturating_mul(2) >= l);
         rank!(1.0, batch_too_large(&ctx));
         rank!(1.1, no_donation(&ctx));
-        rank!(1.2, undonated_arguments(&ctx));
+        // Arguments that fit the device, none of them aliased by the outputs, whose copies
+        // alone would close the overshoot: donating them is the cheap fix, before more chips.
+        let donation_closes = e
+            .arguments_bytes
+            .zip(ctx.limit)
+            .zip(ctx.used)
+            .is_some_and(|((a, l), u)| {
+                a < l && e.output_aliased_bytes == Some(0) && a >= u.saturating_sub(l)
+            })
+            // Where the report prints its allocation tables (each entry parameter, each output
+            // not aliased), an array held twice shows the output copy donation would remove.
+            && (e.held.is_empty()
+                || e.held.iter().enumerate().any(|(i, (b, s))| {
+                    ctx.limit.is_some_and(|l| b.saturating_mul(10) >= l)
+                        && e.held[i + 1..].iter().any(|(_, t)| t == s)
+                }));
+        rank!(
+            if donation_closes && args_heavy {
+                2.1
+            } else {
+                1.2
+            },
+            undonated_arguments(&ctx)
+        );
         rank!(0.5, f32_precision(&ctx));
         rank!(2.5, converted_copy(&ctx));
         // Forward activations that make up most of the listing are the story.
