@@ -1160,42 +1160,33 @@ fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
     const WIDEST: u64 = 1 << 24;
     // Every shape the listing prints (a slot's label lists the values sharing it): a wide
     // dimension that is the product of two or more consecutive dimensions of one of them is that
-    // value flattened (an outer product, an image's H*W*C), wide on purpose.
-    let listed: Vec<Vec<u64>> = ctx
-        .e
-        .allocations
-        .iter()
-        .flat_map(|a| {
-            let text = format!(
-                "{} {}",
-                a.shape.as_deref().unwrap_or(""),
-                a.label.as_deref().unwrap_or("")
-            );
-            text.split('[')
-                .skip(1)
-                .filter_map(|t| t.split_once(']').map(|(dims, _)| dims))
-                .map(|dims| {
-                    dims.split(',')
-                        .filter_map(|d| d.trim().parse::<u64>().ok())
-                        .collect::<Vec<u64>>()
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    // value flattened (an outer product, an image's H*W*C), wide on purpose. Read only for a
+    // dimension that wide.
     let flattened = |d: u64| {
-        listed.iter().any(|dims| {
-            (0..dims.len()).any(|i| {
-                let mut prod = 1u64;
-                dims[i..]
-                    .iter()
-                    .take_while(|&&x| x > 1)
-                    .enumerate()
-                    .any(|(k, &x)| {
-                        prod = prod.saturating_mul(x);
-                        k >= 1 && prod == d
-                    })
+        ctx.e
+            .allocations
+            .iter()
+            .flat_map(|a| [a.shape.as_deref(), a.label.as_deref()])
+            .flatten()
+            .flat_map(|t| t.split('[').skip(1))
+            .filter_map(|t| t.split_once(']').map(|(dims, _)| dims))
+            .any(|dims| {
+                let dims: Vec<u64> = dims
+                    .split(',')
+                    .filter_map(|x| x.trim().parse::<u64>().ok())
+                    .collect();
+                (0..dims.len()).any(|i| {
+                    let mut prod = 1u64;
+                    dims[i..]
+                        .iter()
+                        .take_while(|&&x| x > 1)
+                        .enumerate()
+                        .any(|(k, &x)| {
+                            prod = prod.saturating_mul(x);
+                            k >= 1 && prod == d
+                        })
+                })
             })
-        })
     };
     let (a, dim) = ctx.e.allocations.iter().find_map(|a| {
         // The random bits of threefry are drawn flat (`u32[2,N]` for N elements): not a bug.
