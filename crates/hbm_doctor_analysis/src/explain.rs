@@ -2729,9 +2729,24 @@ fn model_weights(ctx: &Ctx<'_>) -> Option<(Cause, bool)> {
         .as_deref()
         .and_then(chips::tpu_by_name)
         .map(|t| (t.usable_bytes, t.long_name));
-    let (capacity, of) = match (ctx.limit, tpu) {
-        (Some(l), _) if e.memory_space != Some(MemorySpace::Host) => (l, "the device".to_string()),
-        (_, Some((u, name))) => (u, format!("one {name} device")),
+    // The device's limit as printed, else a TPU the text names, else a GPU the text names or
+    // sizes (`12GB of vram`, `RTX 3070`): the weights are measured against the card either way.
+    let gpu_named = e
+        .device_named_bytes
+        .filter(|_| e.memory_space != Some(MemorySpace::Host) && tpu.is_none());
+    let (capacity, of) = match (ctx.limit, tpu, gpu_named) {
+        (Some(l), _, _) if e.memory_space != Some(MemorySpace::Host) => {
+            (l, "the device".to_string())
+        }
+        (_, Some((u, name)), _) => (u, format!("one {name} device")),
+        // Several cards the text says the run uses hold the weights between them.
+        (_, _, Some(d)) => match e.devices_named {
+            Some(n) => (
+                d.saturating_mul(u64::from(n)),
+                format!("the {n} GPUs the text names"),
+            ),
+            None => (d, "the GPU the text names".to_string()),
+        },
         _ => return None,
     };
     if weights.saturating_mul(10) < capacity.saturating_mul(8) {

@@ -374,6 +374,10 @@ pub struct Event {
     /// VRAM`, `a GPU with 24GB`, `T4`), in bytes, when no message states the device's size.
     #[serde(default)]
     pub device_named_bytes: Option<u64>,
+    /// Extension: how many devices the text says the run uses, when more than one (`A100/40G ×
+    /// 4`, `2x RTX 3090`, `8 GPUs`, `tp=4`, `两张12G显卡`).
+    #[serde(default)]
+    pub devices_named: Option<u32>,
     /// Extension: the user's sentence saying memory grew before the failure (`a slow and steady
     /// increase`, `there appears to be a memory leak`, `runs out of memory on epoch 4`).
     #[serde(default)]

@@ -439,7 +439,8 @@ fn absorb(into: &mut Event, from: Event) {
         image_upscaler,
         vae_decode,
         failing_op,
-        device_named_bytes
+        device_named_bytes,
+        devices_named
     );
     if let (Some(a), Some(b)) = (&mut into.device, &from.device) {
         // Devices that echoed the same failure, listed once each (a few, then a count).

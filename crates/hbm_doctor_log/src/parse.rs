@@ -936,6 +936,7 @@ struct Hints {
     holder_named: Option<String>,
     growth_said: Option<String>,
     device_named_bytes: Option<u64>,
+    devices_named: Option<u32>,
     structure_predictor: Option<String>,
     image_upscaler: Option<String>,
     vae_decode: Option<String>,
@@ -1236,6 +1237,41 @@ fn holder_named(t: &str) -> Option<String> {
 /// The user says memory grew before the failure: a leak, a steady increase over epochs or
 /// steps, or an OOM that came only after some epochs of training ran. The sentence, shortened.
 fn growth_said(t: &str) -> Option<String> {
+    // Said in Chinese (`显存一直缓慢增长直到oom`, `内存泄漏`, `显存不断增加`): a rising or leaking
+    // word beside the memory it names, not asked (`？`) nor denied (`没有`, `不是`).
+    if t.contains("增") || t.contains("泄") || t.contains("越来越") {
+        let rising = |c: &str| {
+            [
+                "一直增",
+                "缓慢增",
+                "持续增",
+                "不断增",
+                "逐渐增",
+                "逐步增",
+                "慢慢增",
+                "越来越大",
+                "越来越多",
+                "越来越高",
+                "泄漏",
+                "泄露",
+            ]
+            .iter()
+            .any(|k| c.contains(k))
+        };
+        // The clause that says it (a question after it, `如何排查问题？`, is about the fix).
+        let said = t
+            .split(['，', '。', '；', ',', '！', '!'])
+            .filter(|c| rising(c))
+            .any(|c| {
+                let memory = ["显存", "内存", "oom", "OOM"].iter().any(|k| c.contains(k));
+                let asked =
+                    c.contains('？') || c.contains('?') || c.contains("没有") || c.contains("不是");
+                memory && !asked
+            });
+        if said {
+            return Some(t.trim().chars().take(160).collect());
+        }
+    }
     // Cheap filter first: this runs on every line around an event.
     if ![
         "leak",
@@ -1414,6 +1450,60 @@ fn gpu_named_bytes(t: &str) -> Option<u64> {
         _ => return None,
     };
     Some((g * GIB) as u64)
+}
+
+/// How many devices a line says the run uses, when more than one: a count with the card
+/// (`4x A100`, `2x 7900 xtx`, `A100/40G × 4`, `V100 x 8`, `8 GPUs`, `two GPUs`), a parallelism
+/// setting (`tp=4`, `--tensor-parallel-size 2`, `--nproc_per_node=8`, `--num_gpus 4`), or
+/// `两张12G显卡` (two 12G cards).
+fn devices_named(t: &str) -> Option<u32> {
+    static RES: OnceLock<[Regex; 4]> = OnceLock::new();
+    let quick = t.bytes().any(|c| c.is_ascii_digit())
+        || [
+            "two", "Two", "three", "four", "eight", "两", "二", "三", "四", "八",
+        ]
+        .iter()
+        .any(|w| t.contains(w));
+    if !quick {
+        return None;
+    }
+    let [before, after, setting, chinese] = built_in(
+        &RES,
+        [
+            r"(?i)(?:^|[\s(,:])(\d{1,2}|two|three|four|eight)\s*(?:[x×*]\s*)?(?:nvidia\s+|tesla\s+|geforce\s+|amd\s+|radeon\s+)?(?:(?:rtx|gtx|rx)\s*)?(?:(?:[a-wyz]|[a-z]{2})\d{1,4}[a-z]{0,2}\b|(?:[1-5]0[5-9]0|[67]900)(?:\s*(?:ti|xtx|xt))?\b|gpus\b|cards\b|graphics\s+cards\b)",
+            r"(?i)\b(?:[a-z]{1,2}\d{2,4}[a-z]{0,2}|gpus?|cards?)(?:\s*[/-]\s*\d{1,3}\s*gb?)?\s*[x×*]\s*(\d{1,2})\b",
+            r"(?i)(?:\btp|tensor[_-]parallel[_-]size|nproc[_-]per[_-]node|num[_-]gpus|n[_-]gpus|--gpus)\s*[=: ]\s*(\d{1,2})\b",
+            r"([两二三四八]|\d{1,2})\s*(?:张|块)[^\s，。,]{0,8}?(?:显卡|卡|GPU)",
+        ],
+    );
+    let word = |w: &str| match w.to_ascii_lowercase().as_str() {
+        "two" | "两" | "二" => Some(2),
+        "three" | "三" => Some(3),
+        "four" | "四" => Some(4),
+        "eight" | "八" => Some(8),
+        n => n.parse::<u32>().ok(),
+    };
+    // A count with the card needs the `x` or a plural (`4x A100`, `8 GPUs`): `2 3090s`, not
+    // `3 4090`, which is a list of numbers.
+    let counted = before.captures_iter(t).find_map(|c| {
+        let whole = c.get(0)?.as_str().to_ascii_lowercase();
+        let multiplied = whole.contains('x') && {
+            let n = c.get(1)?.as_str();
+            let rest = whole.trim_start_matches(|ch: char| !ch.is_ascii_alphanumeric());
+            rest.strip_prefix(&n.to_ascii_lowercase())
+                .is_some_and(|r| r.trim_start().starts_with(['x', '×', '*']))
+        } || whole.contains('×')
+            || whole.contains('*');
+        let plural = whole.ends_with("gpus") || whole.ends_with("cards");
+        (multiplied || plural)
+            .then(|| word(c.get(1)?.as_str()))
+            .flatten()
+    });
+    let n = counted
+        .or_else(|| after.captures(t).and_then(|c| word(&c[1])))
+        .or_else(|| setting.captures(t).and_then(|c| word(&c[1])))
+        .or_else(|| chinese.captures(t).and_then(|c| word(&c[1])))?;
+    (2..=64).contains(&n).then_some(n)
 }
 
 /// The memory of a GeForce / TITAN card the line names (`GeForce RTX 2080 Ti`, `GTX 1050`, `RTX
@@ -1826,6 +1916,9 @@ fn param_bits(t: &str) -> Option<u32> {
         return None;
     }
     let l = t.to_ascii_lowercase();
+    if let Some(b) = quantized_bits(&l) {
+        return Some(b);
+    }
     let has = |ks: &[&str]| ks.iter().any(|k| l.contains(k));
     if has(&[
         "load_in_4bit",
@@ -1848,6 +1941,34 @@ fn param_bits(t: &str) -> Option<u32> {
     } else {
         None
     }
+}
+
+/// The bits per weight a quantized model's own name states: llama.cpp's GGML/GGUF types
+/// (`q8_0`, `Q4_K_M`, `IQ3_XS`), ExLlamaV2's bits per weight (`3.0bpw`, `4.65bpw`, rounded up),
+/// or a weight/activation scheme (`W4A16`, `w8a8`); FP8 is 8. `l` is lower-cased. The
+/// contract's `param_bits` takes 4, 8, 16 or 32: up to 4 bits counts as 4, up to 8 as 8.
+fn quantized_bits(l: &str) -> Option<u32> {
+    quantized_bits_exact(l).map(|b| if b <= 4 { 4 } else { 8 })
+}
+
+fn quantized_bits_exact(l: &str) -> Option<u32> {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    if !(l.contains('q') || l.contains("bpw") || l.contains('w') || l.contains("fp8")) {
+        return None;
+    }
+    let re = RE.get_or_init(|| {
+        Regex::new(r"(?:^|[^a-z0-9])i?q([1-8])_(?:0|1|k|xs|xxs|s|m|nl)|(\d(?:\.\d+)?)\s?-?bpw\b|\bw([48])a(?:8|16)\b|\b(fp8)\b")
+            .expect("quantized bits pattern")
+    });
+    let c = re.captures(l)?;
+    if let Some(q) = c.get(1).or(c.get(3)) {
+        return q.as_str().parse().ok();
+    }
+    if let Some(b) = c.get(2) {
+        let b: f64 = b.as_str().parse().ok()?;
+        return (b > 0.0 && b <= 16.0).then(|| b.ceil() as u32);
+    }
+    c.get(4).map(|_| 8)
 }
 
 /// A TPU named with its generation: `v3-8`, `v2-8`, `v4-32`, `v5litepod-16`, `v5e`, `v6e-8`,
@@ -2132,6 +2253,9 @@ impl Hints {
             if h.device_named_bytes.is_none() {
                 h.device_named_bytes = gpu_named_bytes(t);
             }
+            if h.devices_named.is_none() {
+                h.devices_named = devices_named(t);
+            }
             if h.structure_predictor.is_none() {
                 h.structure_predictor = structure_predictor(t);
             }
@@ -2230,6 +2354,9 @@ impl Hints {
         }
         if event.device_named_bytes.is_none() {
             event.device_named_bytes = self.device_named_bytes;
+        }
+        if event.devices_named.is_none() {
+            event.devices_named = self.devices_named;
         }
         if event.structure_predictor.is_none() {
             event
@@ -5031,6 +5158,42 @@ mod tests {
         );
         assert_eq!(param_bits("params in float32"), Some(32));
         assert_eq!(param_bits("cut the batch in half"), None);
+        // The quantized model's own name states its bits.
+        assert_eq!(
+            param_bits("--model /models/stablebeluga-13b.ggmlv3.q8_0.bin"),
+            Some(8)
+        );
+        assert_eq!(param_bits("llama-2-70b-chat.Q4_K_M.gguf"), Some(4));
+        assert_eq!(param_bits("Mixtral_11Bx2_MoE_19B-3.0bpw-h6-exl2"), Some(4));
+        assert_eq!(param_bits("Llama-3-70B-4.65bpw"), Some(8));
+        assert_eq!(param_bits("llama-2-13b.Q6_K.gguf"), Some(8));
+        assert_eq!(param_bits("Qwen2-72B-Instruct-W4A16"), Some(4));
+        assert_eq!(param_bits("--quantization fp8"), Some(8));
+        assert_eq!(param_bits("seq2_0 and freq4_k"), None);
+    }
+
+    #[test]
+    fn several_devices_named() {
+        use super::devices_named;
+        assert_eq!(devices_named("设备：A100/40G × 4"), Some(4));
+        assert_eq!(devices_named("My system's running 2x 7900 xtx 24"), Some(2));
+        assert_eq!(devices_named("on 8 x H100 80GB"), Some(8));
+        assert_eq!(devices_named("I have 4 GPUs with 24GB each"), Some(4));
+        assert_eq!(
+            devices_named("vllm serve m --tensor-parallel-size 2"),
+            Some(2)
+        );
+        assert_eq!(
+            devices_named("torchrun --nproc_per_node=8 train.py"),
+            Some(8)
+        );
+        assert_eq!(devices_named("使用两张12G显卡运行"), Some(2));
+        assert_eq!(devices_named("two GPUs"), Some(2));
+        assert_eq!(devices_named("on one RTX 3090"), None);
+        assert_eq!(devices_named("a 3x3 conv with 512 channels"), None);
+        assert_eq!(devices_named("tp=1"), None);
+        assert_eq!(devices_named("batch 16 x 512 tokens"), None);
+        assert_eq!(devices_named("shape 512 x 16"), None);
     }
 
     #[test]
@@ -5115,6 +5278,12 @@ mod tests {
         )
         .is_some());
         assert!(growth_said("Check for a memory leak in your loop").is_none());
+        assert!(growth_said(
+            "设置tp=4，持续运行时显存一直缓慢增长直到oom，以下是模型配置参数，如何排查问题？"
+        )
+        .is_some());
+        assert!(growth_said("显存是不是一直增长？").is_none());
+        assert!(growth_said("训练时没有显存泄漏").is_none());
         assert!(
             growth_said("This error happens when training several models in a for loop:").is_some()
         );
