@@ -208,3 +208,28 @@ fn bad_values_are_skipped_and_counted_and_an_empty_column_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no valid value"));
 }
+
+/// A log of nothing but the host's RSS (a CPU program, a posted `rss 576 MB` log) is judged as
+/// the series `host RSS`: five readings each higher than the one before, ending 1.6x the first,
+/// make a suspected leak; a dozen readings within 1% of each other make none.
+#[test]
+fn host_rss_alone_is_the_series() {
+    let rising = tmp(
+        "rss.log",
+        "iteration 0: rss 576 MB\niteration 1: rss 640 MB\niteration 2: rss 700 MB\niteration 3: rss 800 MB\niteration 4: rss 900 MB\n",
+    );
+    let (v, _) = trend_json(&[rising]);
+    let s = &v["series"][0];
+    assert_eq!(s["device"], "host RSS", "{v}");
+    assert_eq!(s["samples"], 5, "{v}");
+    assert_eq!(s["leak_suspected"], true, "{v}");
+    // The host's own fields keep their figures.
+    assert_eq!(v["hosts"][0]["host_rss_bytes"], 900u64 << 20, "{v}");
+    let flat = tmp(
+        "flat.log",
+        "Post-unload RSS across 6 cycles: 107.1, 107.3, 107.5, 107.6, 107.7, 107.8 MB\n",
+    );
+    let (v, _) = trend_json(&[flat]);
+    assert_eq!(v["series"][0]["samples"], 6, "{v}");
+    assert_eq!(v["series"][0]["leak_suspected"], false, "{v}");
+}

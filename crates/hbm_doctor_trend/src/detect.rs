@@ -421,6 +421,20 @@ fn short_trend(seg: &Segment, a: &mut Analysis) {
         ));
         return;
     }
+    // Under a dozen readings, a rise of a few hundredths of the level (`107.1, 107.3, ...
+    // 107.8 MB`, an allocator's bookkeeping) is nothing to call a leak; over more readings the
+    // steadiness itself is the evidence (Lasagne#860: +0.2% over 39, a leak).
+    let (first, last) = (y[0], y[y.len() - 1]);
+    if mk.p_up < 0.01 && ts.lo > 0.0 && w.len() < 12 && first > 0.0 && last - first < 0.02 * first {
+        let r = a.reason.take().unwrap_or_default();
+        a.reason = Some(format!(
+            "{r}; the {} readings rise, but by {} in all, {:.1}% of the first: too little to call from so few readings",
+            w.len(),
+            fs(last - first),
+            100.0 * (last - first) / first
+        ));
+        return;
+    }
     if mk.p_up < 0.01 && ts.lo > 0.0 {
         a.suspected = true;
         a.p_value = mk.p_up;

@@ -364,6 +364,11 @@ struct Patterns {
     /// A line of a counter then a number (`12 4194`, `12,4194`, `12: 7.07 GB`), the counter
     /// perhaps named (`i=100: 99.27`, `iter 5: 1234`).
     bare_two: Regex,
+    /// Readings posted in a row on one line: `351 → 410 → 357 MB`, `293.2, 293.3, 293.3 MB`.
+    inline_run: Regex,
+    /// A reading's step said after its key: `Memory usage after 3 prediction(s): 349 MiB`,
+    /// `Total RSS after R5: 18.08 GB`, `GPU memory at epoch 4: 5.1 GB`.
+    after_step: Regex,
 }
 
 fn pats() -> &'static Patterns {
@@ -410,6 +415,8 @@ fn pats() -> &'static Patterns {
             epoch: r(r"(?i)\bepoch\b\s*[:=#]?\s*\[?\s*(\d+)"),
             used_of_total: r(r"(?i)\b(\d+(?:\.\d+)?)\s*([kmgt]i?b)\s*/\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b)\b"),
             bare_one: r(r"(?i)^\s*(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
+            inline_run: r(r"(?i)(\d+(?:\.\d+)?(?:(?:\s*(?:→|->|=>)\s*|,\s+|;\s*)\d+(?:\.\d+)?){2,})\s*([kmgt]i?b|bytes)?(?:\b|$)"),
+            after_step: r(r"(?i)\b(mem(?:ory)?(?:[_ ]\w+)?|rss|ram|vram|usage|allocated|reserved)\s+(?:after|at)\s+(?:(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle)s?\s*#?\s*)?[a-z]?(\d+)(?:\s*(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle|time)(?:s|\(s\))?)?\s*([:=])"),
             bare_two: r(r"(?i)^\s*(?:[a-z_]\w{0,15}\s*[=:#]?\s*)?(\d+)(?:\s+|\s*[,;|:]\s*)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
         }
     })
@@ -1249,9 +1256,25 @@ impl Reader {
             }
             return;
         }
-        if self.bare_columns(line) {
+        if self.bare_columns(line) || self.inline_run(line) {
             return;
         }
+        // `Memory usage after 3 prediction(s): 349 MiB`: the step said after the key, read as
+        // the step and the line read without it.
+        let rewritten;
+        let line = match p.after_step.captures(line) {
+            Some(m) => {
+                self.step = m[2].parse().ok().or(self.step);
+                self.step_key_seen = true;
+                let (key, end) = (
+                    m.get(1).map_or(0..0, |g| g.range()),
+                    m.get(3).map_or(0, |g| g.start()),
+                );
+                rewritten = format!("{}{}", &line[..key.end], &line[end..]);
+                rewritten.as_str()
+            }
+            None => line,
+        };
         // Host RSS, then device memory.
         let mut rss_spans = Vec::new();
         for m in p.rss.captures_iter(line) {
@@ -1436,6 +1459,43 @@ impl Reader {
                 self.bare_cols.resize_with(k, Bare::default);
             }
             self.bare_cols[k - 1].push((step, v, None, self.ts));
+        }
+        true
+    }
+
+    /// Readings posted in a row on one line (`gean_0 (jemalloc)  351 → 410 → 357 MB`, `RSS
+    /// across 6 cycles: 293.2, 293.3, 293.3 MB`): three or more numbers joined by arrows, or by
+    /// `, ` / `;` with a unit after the last (`1,234,567` is one number). Kept aside like bare
+    /// numbers, each read in the unit printed after the last.
+    fn inline_run(&mut self, line: &str) -> bool {
+        if !(line.contains('→')
+            || line.contains("->")
+            || line.contains("=>")
+            || line.contains(',')
+            || line.contains(';'))
+        {
+            return false;
+        }
+        let Some(m) = pats().inline_run.captures(line) else {
+            return false;
+        };
+        let run = &m[1];
+        let arrows = run.contains('→') || run.contains("->") || run.contains("=>");
+        let unit = m.get(2).and_then(|u| unit_scale(u.as_str()));
+        if !arrows && unit.is_none() {
+            return false;
+        }
+        let vals: Vec<f64> = run
+            .split(['→', ',', ';', '>', '='])
+            .map(|x| x.trim().trim_end_matches('-').trim())
+            .filter(|x| !x.is_empty())
+            .filter_map(number)
+            .collect();
+        if vals.len() < 3 {
+            return false;
+        }
+        for v in vals {
+            self.bare.push((None, v, unit, self.ts));
         }
         true
     }
@@ -1753,6 +1813,18 @@ mod tests {
                 })
                 .collect::<Vec<_>>()
         };
+        // Readings in a row on one line: arrows, or `, ` with a unit after the last.
+        let got = read("gean_0 (jemalloc)  351 → 410 → 357 → 455 MB\n", "x.log");
+        assert_eq!((got[0].1, got[0].2), (4, 455 << 20));
+        let got = read("   - **main**: `293.2, 293.3, 293.5 MB`\n", "x.log");
+        assert_eq!(got[0].1, 3);
+        assert!(read("sizes 1,234,567 and 2, 3, 4 items\n", "x.log").is_empty());
+        // The step said after the key: `Memory usage after 3 prediction(s): 349 MiB`.
+        let got = read(
+            "Memory usage after 0 prediction(s): 306.6 MiB\nMemory usage after 1 prediction(s): 328.2 MiB\n",
+            "x.log",
+        );
+        assert_eq!(got[0].1, 2);
         // `<epoch> <memory>` with no unit: MiB by their size, the first column the step.
         let got = read("0 4194\n1 4280\n2 4376\n3 4439\n", "posted.log");
         assert_eq!(got.len(), 1);

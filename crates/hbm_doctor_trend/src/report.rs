@@ -736,6 +736,25 @@ fn switches(
 
 /// Builds the report from everything read.
 pub fn report(c: &Collected, p: &Params) -> TrendReport {
+    // The host's RSS is the series when the input has no device's (a posted `rss 576 MB` log,
+    // a CPU program's readings): it is judged like one, named `host RSS` (the host's own
+    // `host_rss_*` fields keep their figures).
+    if c.devices.is_empty() && c.hosts.values().any(|h| h.rss.total_samples > 0) {
+        let mut own = c.clone();
+        for (name, h) in &c.hosts {
+            if h.rss.total_samples > 0 {
+                let rss = h.rss.clone();
+                own.devices.insert(
+                    (name.clone(), "host RSS".to_string()),
+                    crate::reader::DeviceSeries {
+                        series: rss,
+                        source: Some("host RSS".to_string()),
+                    },
+                );
+            }
+        }
+        return report(&own, p);
+    }
     let mut series = Vec::new();
     let mut analyses = Vec::new();
     for ((host, dev), d) in &c.devices {
