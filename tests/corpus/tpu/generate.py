@@ -11472,6 +11472,82 @@ def _pallas_xent_builder(mesh, rows, vocab, block_t, block_v):
     return fused_cross_entropy, (logits, targets), {}
 
 
+# 36.6 OpenAI-style evolution strategies: the perturbations of the whole population drawn at once
+
+
+def _es_builder(mesh, population, obs_dim, hidden, act_dim, episodes, regenerate):
+    """Evolution strategies (OpenAI-ES / evosax-style ask-evaluate-tell) fitting a policy MLP
+    (obs_dim -> hidden -> hidden -> hidden -> act_dim, tanh) as a flat parameter vector `es_state["mean"]`
+    (f32 [D], replicated, unravelled by a parameter reshaper), antithetic Gaussian perturbations, fitness
+    = -MSE to expert actions on a batch of observations, centred-rank fitness shaping, an SGD step on the
+    mean. The population is sharded over the devices. regenerate=False: `ask` draws the noise of the whole
+    (device-local) population at once, eps f32 [pop, D], and the perturbed parameter vectors are evaluated
+    with jax.vmap; regenerate=True: the standard seed trick, each member's noise regenerated from its key
+    inside lax.map, once to evaluate and once to accumulate the gradient estimate."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    shapes = [(obs_dim, hidden), (hidden,), (hidden, hidden), (hidden,), (hidden, hidden), (hidden,),
+              (hidden, act_dim), (act_dim,)]
+    sizes = [int(jnp.prod(jnp.array(sh))) for sh in shapes]
+    dim = sum(sizes)
+
+    def unravel(flat):
+        out, i = [], 0
+        for sh, n in zip(shapes, sizes):
+            out.append(flat[i:i + n].reshape(sh))
+            i += n
+        return out
+
+    def policy(flat, obs):
+        w = unravel(flat)
+        h = obs
+        for k in range(0, len(w) - 2, 2):
+            h = jnp.tanh(h @ w[k] + w[k + 1])
+        return h @ w[-2] + w[-1]
+
+    def fitness(flat, obs, expert):
+        return -jnp.mean((policy(flat, obs) - expert) ** 2)
+
+    def per_shard(mean, sigma, member_keys, obs, expert):
+        pop = member_keys.shape[0]
+        if regenerate:
+            def eval_member(k):
+                eps = jax.random.normal(k, (dim,), f32)
+                return fitness(mean + sigma * eps, obs, expert) - fitness(mean - sigma * eps, obs, expert)
+
+            diff = jax.lax.map(eval_member, member_keys)                              # [pop]
+            def acc(g, kw):
+                k, w = kw
+                return g + w * jax.random.normal(k, (dim,), f32), None
+
+            ranks = jnp.argsort(jnp.argsort(diff)).astype(f32) / (pop - 1) - 0.5
+            grad, _ = jax.lax.scan(acc, jnp.zeros((dim,), f32), (member_keys, ranks))
+        else:
+            eps = jax.vmap(lambda k: jax.random.normal(k, (dim,), f32))(member_keys)    # [pop, D]
+            f_pos = jax.vmap(fitness, in_axes=(0, None, None))(mean + sigma * eps, obs, expert)
+            f_neg = jax.vmap(fitness, in_axes=(0, None, None))(mean - sigma * eps, obs, expert)
+            diff = f_pos - f_neg
+            ranks = jnp.argsort(jnp.argsort(diff)).astype(f32) / (pop - 1) - 0.5
+            grad = ranks @ eps
+        grad = jax.lax.psum(grad, "d") / (2 * sigma * pop * mesh.devices.size)
+        return mean + 0.01 * grad, jax.lax.pmean(jnp.mean(diff), "d")
+
+    fn = jax.shard_map(per_shard, mesh=mesh, in_specs=(P(), P(), P("d"), P(), P()), out_specs=(P(), P()),
+                       check_vma=False)
+
+    def es_generation(es_state, member_keys, obs, expert):
+        mean, stat = fn(es_state["mean"], es_state["sigma"], member_keys, obs, expert)
+        return {"mean": mean, "sigma": es_state["sigma"]}, stat
+
+    es_state = {"mean": sds((dim,), f32, mesh, P()), "sigma": sds((), f32, mesh, P())}
+    member_keys = jax.ShapeDtypeStruct((mesh.devices.size * population, 2), jnp.uint32,
+                                       sharding=NamedSharding(mesh, P("d")))
+    obs = sds((episodes, obs_dim), f32, mesh, P())
+    expert = sds((episodes, act_dim), f32, mesh, P())
+    kw = {"out_shardings": (_shardings(es_state), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return es_generation, (es_state, member_keys, obs, expert), kw
+
+
 pair(
     "ewc_fisher_anchor_replicated", "v6e", "v6e:2x2",
     "Continual fine-tuning of a decoder LM (12 Llama-style blocks, d_model 4096, d_ff 16384, f32 weights and "
@@ -11540,6 +11616,22 @@ pair(
     _pallas_xent_builder, dict(rows=4096, vocab=262144, block_t=128, block_v=262144),
     dict(rows=4096, vocab=262144, block_t=128, block_v=8192),
     dump=True,
+)
+
+
+pair(
+    "es_population_noise_upfront", "v5e", "v5e:2x2",
+    "Evolution strategies (antithetic OpenAI-ES) on a policy MLP of 8558608 parameters as a flat f32 vector, "
+    "512 population members per device on v5e: ask() draws the noise of the whole population at once, eps "
+    "f32[512, 8558608] (16.32 GiB per device), and the perturbed vectors are evaluated with jax.vmap, beyond "
+    "15.75G.",
+    "Fixed variant of es_population_noise_upfront_v5e: each member's noise regenerated from its key inside "
+    "lax.map (the seed trick), once for the fitness and once for the gradient estimate; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _es_builder, dict(population=512, obs_dim=64, hidden=2048, act_dim=16, episodes=256, regenerate=False),
+    dict(population=512, obs_dim=64, hidden=2048, act_dim=16, episodes=256, regenerate=True),
+    dump=False,
 )
 
 
