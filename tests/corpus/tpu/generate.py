@@ -11202,8 +11202,10 @@ pair(
 # Programs of kinds sections 13-35 do not have (an elastic-weight-consolidation penalty whose Fisher diagonal
 # and anchor weights are replicated beside FSDP weights, regex partition rules ported from another codebase whose
 # stale name leaves the MLP down projection and its Adam moments replicated, a ZeRO-Offload-style optimizer
-# whose moments were meant for host memory but are placed in HBM, a restarted GMRES solve whose Krylov basis
-# grows with the restart length, a fused Pallas cross-entropy kernel whose block spans the whole vocabulary).
+# whose moments were meant for host memory but are placed in HBM, skip-gram embedding tables sharded by rows
+# whose lookups are computed for the global batch on every device, a restarted GMRES solve whose Krylov basis
+# grows with the restart length, a fused Pallas cross-entropy kernel whose block spans the whole vocabulary,
+# evolution strategies whose population noise is drawn at once).
 # The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
 # tpu25 for which pairs keep their dumps and what did not go as first written.
 
@@ -11548,6 +11550,42 @@ def _es_builder(mesh, population, obs_dim, hidden, act_dim, episodes, regenerate
     return es_generation, (es_state, member_keys, obs, expert), kw
 
 
+# 36.7 skip-gram with negative sampling: vocabulary-parallel (row-sharded) tables looked up by global ids
+
+
+def _sgns_builder(mesh, pairs, negatives, vocab, dim, table_spec):
+    """word2vec-style skip-gram with negative sampling (SGNS): f32 input and output embedding tables
+    `params = {"in_embed", "out_embed"}` [vocab, dim], a batch of (center, context) id pairs and K sampled
+    negatives per pair (sharded over 'd'), the logistic loss of the dot products, plain SGD, tables
+    donated. table_spec=('d', None): the tables sharded vocabulary-parallel, by rows (the usual choice for
+    a large vocabulary): a row-sharded gather cannot be done locally, so the SPMD partitioner gathers the
+    ids of every device and computes masked lookups for the whole global batch on each device, and the
+    gradients' scatter-add likewise; (None, 'd'): sharded over the embedding dimension, every device
+    looks up its columns of the rows it needs."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def sgns_step(params, batch):
+        def loss_fn(params):
+            c = params["in_embed"][batch["center"]]                                     # [B, dim]
+            o = params["out_embed"][batch["context"]]                                   # [B, dim]
+            n = params["out_embed"][batch["negatives"]]                                 # [B, K, dim]
+            pos = jnp.sum(c * o, -1)
+            neg = jnp.einsum("bd,bkd->bk", c, n)
+            return -jnp.mean(jax.nn.log_sigmoid(pos) + jnp.sum(jax.nn.log_sigmoid(-neg), -1))
+
+        loss, g = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 0.025 * g, params, g), loss
+
+    params = {"in_embed": sds((vocab, dim), f32, mesh, P(*table_spec)),
+              "out_embed": sds((vocab, dim), f32, mesh, P(*table_spec))}
+    b = mesh.devices.size * pairs
+    batch = {"center": sds((b,), jnp.int32, mesh, P("d")), "context": sds((b,), jnp.int32, mesh, P("d")),
+             "negatives": sds((b, negatives), jnp.int32, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return sgns_step, (params, batch), kw
+
+
 pair(
     "ewc_fisher_anchor_replicated", "v6e", "v6e:2x2",
     "Continual fine-tuning of a decoder LM (12 Llama-style blocks, d_model 4096, d_ff 16384, f32 weights and "
@@ -11631,6 +11669,22 @@ pair(
          causes=["large_activation", "batch_too_large"]),
     _es_builder, dict(population=512, obs_dim=64, hidden=2048, act_dim=16, episodes=256, regenerate=False),
     dict(population=512, obs_dim=64, hidden=2048, act_dim=16, episodes=256, regenerate=True),
+    dump=False,
+)
+
+
+pair(
+    "sgns_vocab_parallel_lookup", "v5e", "v5e:4x4",
+    "word2vec skip-gram with negative sampling on v5e:4x4 (16 devices): f32 input and output embedding tables "
+    "[4194304, 512] sharded by rows (vocabulary-parallel), 49152 (center, context) pairs and 5 negatives per "
+    "pair per device: the row-sharded lookups are computed masked for the global batch of 786432 pairs on "
+    "every device (f32[786432, 5, 512] slots), beyond 15.75G.",
+    "Fixed variant of sgns_vocab_parallel_lookup_v5e: the tables sharded over the embedding dimension, "
+    "P(None, 'd'), each device looking up its columns; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "batch_too_large"]),
+    _sgns_builder, dict(pairs=49152, negatives=5, vocab=4194304, dim=512, table_spec=("d", None)),
+    dict(pairs=49152, negatives=5, vocab=4194304, dim=512, table_spec=(None, "d")),
     dump=False,
 )
 
