@@ -11197,6 +11197,498 @@ pair(
     dump=False,
 )
 
+# ---- 36. more broken/fixed pairs (batch tpu25): other models, other names ---------------------
+#
+# Programs of kinds sections 13-35 do not have (an elastic-weight-consolidation penalty whose Fisher diagonal
+# and anchor weights are replicated beside FSDP weights, regex partition rules ported from another codebase whose
+# stale name leaves the MLP down projection and its Adam moments replicated, a ZeRO-Offload-style optimizer
+# whose moments were meant for host memory but are placed in HBM, skip-gram embedding tables sharded by rows
+# whose lookups are computed for the global batch on every device, a restarted GMRES solve whose Krylov basis
+# grows with the restart length, a fused Pallas cross-entropy kernel whose block spans the whole vocabulary,
+# evolution strategies whose population noise is drawn at once).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu25 for which pairs keep their dumps and what did not go as first written.
+
+
+def _lm_block(h, w, heads, f32, bf):
+    """One pre-norm decoder block (causal multi-head attention + SwiGLU MLP), bf16 activations; the
+    weights are Llama-named: attn/{q,k,v,o}_proj, mlp/{gate,up,down}_proj."""
+    import jax
+    import jax.numpy as jnp
+
+    def rms(x):
+        x = x.astype(f32)
+        return (x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)).astype(bf)
+
+    b, s, d = h.shape
+    hd = d // heads
+    x = rms(h)
+    q = (x @ w["attn/q_proj"].astype(bf)).reshape(b, s, heads, hd)
+    k = (x @ w["attn/k_proj"].astype(bf)).reshape(b, s, heads, hd)
+    v = (x @ w["attn/v_proj"].astype(bf)).reshape(b, s, heads, hd)
+    sc = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) * hd ** -0.5
+    sc = jnp.where(jnp.tril(jnp.ones((s, s), bool)), sc, -1e30)
+    a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(sc, -1).astype(bf), v).reshape(b, s, d)
+    h = h + a @ w["attn/o_proj"].astype(bf)
+    x = rms(h)
+    g = jax.nn.silu(x @ w["mlp/gate_proj"].astype(bf)) * (x @ w["mlp/up_proj"].astype(bf))
+    return (h + g @ w["mlp/down_proj"].astype(bf)).astype(bf)
+
+
+def _lm_block_shapes(layers, d_model, d_ff):
+    return {"attn/q_proj": (layers, d_model, d_model), "attn/k_proj": (layers, d_model, d_model),
+            "attn/v_proj": (layers, d_model, d_model), "attn/o_proj": (layers, d_model, d_model),
+            "mlp/gate_proj": (layers, d_model, d_ff), "mlp/up_proj": (layers, d_model, d_ff),
+            "mlp/down_proj": (layers, d_ff, d_model)}
+
+
+# 36.1 elastic weight consolidation: the Fisher diagonal and the anchor weights replicated beside FSDP weights
+
+
+def _ewc_builder(mesh, layers, d_model, d_ff, heads, seqs, seq_len, ewc_spec):
+    """Continual fine-tuning of a decoder LM on a new task with an elastic-weight-consolidation penalty
+    (Kirkpatrick et al.): loss = next-task MSE-on-hidden-states stand-in + lambda/2 * sum F * (theta -
+    theta_star)^2, where `ewc_state = {"fisher": ..., "anchor_params": ...}` holds the previous task's
+    Fisher diagonal and its final weights (f32, shaped like the weights). The f32 weights and the Adam
+    moments are FSDP-sharded P(None, 'd', None) and donated; the EWC state is read-only. ewc_spec: () = the
+    Fisher and the anchor replicated (computed after the previous task by a jitted function without
+    out_shardings and saved/restored as they came out); (None, 'd', None) = sharded like the weights."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    ewc_lambda = 100.0
+
+    def ewc_train_step(params, opt_state, ewc_state, batch):
+        def loss_fn(params):
+            blk = jax.checkpoint(lambda h, w: (_lm_block(h, w, heads, f32, bf), None))
+            h, _ = jax.lax.scan(blk, batch["hidden"], params)
+            task = jnp.mean((h.astype(f32) - batch["target"].astype(f32)) ** 2)
+            penalty = sum(jnp.sum(f * (p - a) ** 2) for f, p, a in zip(
+                jax.tree.leaves(ewc_state["fisher"]), jax.tree.leaves(params),
+                jax.tree.leaves(ewc_state["anchor_params"])))
+            return task + 0.5 * ewc_lambda * penalty
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    shapes = _lm_block_shapes(layers, d_model, d_ff)
+    params = {k: sds(v, f32, mesh, P(None, "d", None)) for k, v in shapes.items()}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": {k: sds(v, f32, mesh, P(None, "d", None)) for k, v in shapes.items()},
+                 "nu": {k: sds(v, f32, mesh, P(None, "d", None)) for k, v in shapes.items()}}
+    ewc_state = {"fisher": {k: sds(v, f32, mesh, P(*ewc_spec)) for k, v in shapes.items()},
+                 "anchor_params": {k: sds(v, f32, mesh, P(*ewc_spec)) for k, v in shapes.items()}}
+    n = mesh.devices.size * seqs
+    batch = {"hidden": sds((n, seq_len, d_model), bf, mesh, P("d")),
+             "target": sds((n, seq_len, d_model), bf, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return ewc_train_step, (params, opt_state, ewc_state, batch), kw
+
+
+# 36.2 regex partition rules ported from another codebase: a stale name leaves mlp/down_proj replicated
+
+
+def _partition_rules_builder(mesh, layers, d_model, d_ff, heads, seqs, seq_len, down_rule):
+    """Megatron-style tensor parallelism over the 8 TensorCores, the specs given by regex partition rules
+    matched against the '/'-joined parameter names (as t5x / EasyLM / levanter do), the last rule a
+    catch-all `('.*', P())`. The rules were written for T5-style names (mlp/wi_0, mlp/wi_1, mlp/wo) and
+    ported to a Llama checkpoint (mlp/gate_proj, mlp/up_proj, mlp/down_proj) by renaming the first two only:
+    down_rule='mlp/wo' (the stale rule) leaves mlp/down_proj, and its Adam moments that follow the same
+    rules, replicated on every core; down_rule='mlp/down_proj' shards it over its input (row) axis.
+    f32 weights and Adam state, donated; the batch is replicated (pure tensor parallelism)."""
+    import re
+
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    rules = [(r"attn/(q|k|v)_proj", P(None, None, "d")), (r"attn/o_proj", P(None, "d", None)),
+             (r"mlp/(gate|up)_proj", P(None, None, "d")), (down_rule, P(None, "d", None)), (r".*", P())]
+
+    def match_partition_rules(names):
+        return {n: next(spec for pat, spec in rules if re.search(pat, n)) for n in names}
+
+    shapes = _lm_block_shapes(layers, d_model, d_ff)
+    specs = match_partition_rules(shapes)
+
+    def tp_train_step(params, opt_state, batch):
+        def loss_fn(params):
+            blk = jax.checkpoint(lambda h, w: (_lm_block(h, w, heads, f32, bf), None))
+            h, _ = jax.lax.scan(blk, batch["hidden"], params)
+            return jnp.mean((h.astype(f32) - batch["target"].astype(f32)) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    params = {k: sds(v, f32, mesh, specs[k]) for k, v in shapes.items()}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": {k: sds(v, f32, mesh, specs[k]) for k, v in shapes.items()},
+                 "nu": {k: sds(v, f32, mesh, specs[k]) for k, v in shapes.items()}}
+    batch = {"hidden": sds((seqs, seq_len, d_model), bf, mesh, P()),
+             "target": sds((seqs, seq_len, d_model), bf, mesh, P())}
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return tp_train_step, (params, opt_state, batch), kw
+
+
+# 36.3 ZeRO-Offload-style optimizer whose moments were meant for host memory but are placed in HBM
+
+
+def _optimizer_offload_builder(mesh, layers, width, tokens, moments_memory):
+    """FSDP training of a bf16 residual MLP trunk (blocks [layers, width, width], P(None, 'd', None)) with
+    Adam whose f32 moments are meant to live in host memory (the config's offload_optimizer=True, as in
+    ZeRO-Offload / MaxText's optimizer_memory_host_offload): the gradients are moved to pinned host memory,
+    the moment update and the Adam direction are computed on the host (compute_on('device_host')), and only
+    the bf16 direction comes back to HBM. moments_memory='device' (the moments' shardings built without
+    memory_kind, so they are placed in HBM, and the update runs on the device); 'pinned_host' (the
+    shardings carry memory_kind='pinned_host'). Weights and moments donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.experimental.compute_on import compute_on
+    bf, f32 = jnp.bfloat16, jnp.float32
+    spec = P(None, "d", None)
+    on_host = moments_memory == "pinned_host"
+
+    def adam_moments(mu, nu, g):
+        g = g.astype(f32)
+        mu = 0.9 * mu + 0.1 * g
+        nu = 0.999 * nu + 0.001 * g * g
+        return mu, nu, (mu / (jnp.sqrt(nu) + 1e-8)).astype(bf)
+
+    def offload_train_step(params, opt_state, batch):
+        def mse(params):
+            def block(h, w):
+                return (h + jax.nn.gelu(h @ w)).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), batch["x"], params["blocks"])
+            return jnp.mean((h.astype(f32) - batch["y"].astype(f32)) ** 2)
+
+        loss, grads = jax.value_and_grad(mse)(params)
+        mu, nu = opt_state["mu"]["blocks"], opt_state["nu"]["blocks"]
+        g = grads["blocks"]
+        if on_host:
+            g = jax.device_put(g, NamedSharding(mesh, spec, memory_kind="pinned_host"))
+            mu, nu, direction = compute_on("device_host")(jax.jit(adam_moments))(mu, nu, g)
+            direction = jax.device_put(direction, NamedSharding(mesh, spec, memory_kind="device"))
+        else:
+            mu, nu, direction = adam_moments(mu, nu, g)
+        params = {"blocks": (params["blocks"] - 1e-4 * direction).astype(bf)}
+        return params, {"mu": {"blocks": mu}, "nu": {"blocks": nu}}, loss
+
+    def arr(dtype, memory_kind="device"):
+        return jax.ShapeDtypeStruct((layers, width, width), dtype,
+                                    sharding=NamedSharding(mesh, spec, memory_kind=memory_kind))
+
+    params = {"blocks": arr(bf)}
+    opt_state = {"mu": {"blocks": arr(f32, moments_memory)}, "nu": {"blocks": arr(f32, moments_memory)}}
+    n = mesh.devices.size * tokens
+    batch = {"x": sds((n, width), bf, mesh, P("d")), "y": sds((n, width), bf, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return offload_train_step, (params, opt_state, batch), kw
+
+
+# 36.4 a restarted GMRES solve whose Krylov basis grows with the restart length
+
+
+def _gmres_restart_builder(mesh, fields, grid, restart):
+    """Pressure projection of a batch of incompressible-flow simulations: the Poisson-like system
+    (I - nu * Laplacian) p = div, a 7-point matrix-free stencil (jnp.roll) on periodic [grid]^3 f32 fields,
+    the batch of fields sharded over the devices and solved as one block-diagonal system with
+    jax.scipy.sparse.linalg.gmres(..., restart=restart, maxiter=...). GMRES keeps its whole Krylov basis,
+    restart + 1 vectors shaped like the right-hand side, in the loop carry. Inference only."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def helmholtz(p):
+        lap = sum(jnp.roll(p, s, a) for a in (1, 2, 3) for s in (1, -1)) - 6.0 * p
+        return p - 0.1 * lap
+
+    def pressure_solve(div, p_prev):
+        p, _ = jax.scipy.sparse.linalg.gmres(helmholtz, div, x0=p_prev, tol=1e-6, restart=restart,
+                                             maxiter=4, solve_method="incremental")
+        return p
+
+    shape = (mesh.devices.size * fields, grid, grid, grid)
+    div = sds(shape, f32, mesh, P("d"))
+    p_prev = sds(shape, f32, mesh, P("d"))
+    return pressure_solve, (div, p_prev), {"out_shardings": NamedSharding(mesh, P("d"))}
+
+
+# 36.5 a fused Pallas cross-entropy kernel whose block spans the whole vocabulary
+
+
+def _pallas_xent_builder(mesh, rows, vocab, block_t, block_v):
+    """Fused softmax cross-entropy over precomputed bf16 logits [T, V] as a Pallas TPU kernel (per device
+    under jax.shard_map, tokens over 'd'): grid (T/block_t, V/block_v), a running max and sum-exp per row
+    in VMEM scratch (online logsumexp) and the target logit picked in the block that holds it; the loss
+    written at the last vocabulary block. block_v = vocab (the first version: "one row block holds the
+    whole vocabulary, no online update needed") makes each step hold [block_t, V] bf16 (double-buffered)
+    and its f32 exp; block_v = 8192 streams the vocabulary."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    nv = vocab // block_v
+
+    def xent_kernel(logits_ref, tgt_ref, loss_ref, m_ref, l_ref, t_ref):
+        j = pl.program_id(1)
+
+        @pl.when(j == 0)
+        def _():
+            m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
+            l_ref[...] = jnp.zeros_like(l_ref)
+            t_ref[...] = jnp.zeros_like(t_ref)
+
+        x = logits_ref[...].astype(jnp.float32)
+        m_new = jnp.maximum(m_ref[...], jnp.max(x, axis=-1, keepdims=True))
+        l_ref[...] = jnp.exp(m_ref[...] - m_new) * l_ref[...] + jnp.sum(jnp.exp(x - m_new), -1, keepdims=True)
+        m_ref[...] = m_new
+        cols = j * block_v + jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)
+        t_ref[...] += jnp.sum(jnp.where(cols == tgt_ref[...], x, 0.0), -1, keepdims=True)
+
+        @pl.when(j == nv - 1)
+        def _():
+            loss_ref[...] = m_ref[...] + jnp.log(l_ref[...]) - t_ref[...]
+
+    def per_shard(logits, targets):
+        t = logits.shape[0]
+        return pl.pallas_call(
+            xent_kernel,
+            out_shape=jax.ShapeDtypeStruct((t, 1), jnp.float32),
+            grid=(t // block_t, nv),
+            in_specs=[pl.BlockSpec((block_t, block_v), lambda i, j: (i, j)),
+                      pl.BlockSpec((block_t, 1), lambda i, j: (i, 0))],
+            out_specs=pl.BlockSpec((block_t, 1), lambda i, j: (i, 0)),
+            scratch_shapes=[pltpu.VMEM((block_t, 1), jnp.float32)] * 3,
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        )(logits, targets)
+
+    fn = jax.shard_map(per_shard, mesh=mesh, in_specs=(P("d"), P("d")), out_specs=P("d"), check_vma=False)
+
+    def fused_cross_entropy(logits, targets):
+        return jnp.mean(fn(logits, targets))
+
+    n = mesh.devices.size * rows
+    logits = sds((n, vocab), jnp.bfloat16, mesh, P("d"))
+    targets = sds((n, 1), jnp.int32, mesh, P("d"))
+    return fused_cross_entropy, (logits, targets), {}
+
+
+# 36.6 OpenAI-style evolution strategies: the perturbations of the whole population drawn at once
+
+
+def _es_builder(mesh, population, obs_dim, hidden, act_dim, episodes, regenerate):
+    """Evolution strategies (OpenAI-ES / evosax-style ask-evaluate-tell) fitting a policy MLP
+    (obs_dim -> hidden -> hidden -> hidden -> act_dim, tanh) as a flat parameter vector `es_state["mean"]`
+    (f32 [D], replicated, unravelled by a parameter reshaper), antithetic Gaussian perturbations, fitness
+    = -MSE to expert actions on a batch of observations, centred-rank fitness shaping, an SGD step on the
+    mean. The population is sharded over the devices. regenerate=False: `ask` draws the noise of the whole
+    (device-local) population at once, eps f32 [pop, D], and the perturbed parameter vectors are evaluated
+    with jax.vmap; regenerate=True: the standard seed trick, each member's noise regenerated from its key
+    inside lax.map, once to evaluate and once to accumulate the gradient estimate."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    shapes = [(obs_dim, hidden), (hidden,), (hidden, hidden), (hidden,), (hidden, hidden), (hidden,),
+              (hidden, act_dim), (act_dim,)]
+    sizes = [int(jnp.prod(jnp.array(sh))) for sh in shapes]
+    dim = sum(sizes)
+
+    def unravel(flat):
+        out, i = [], 0
+        for sh, n in zip(shapes, sizes):
+            out.append(flat[i:i + n].reshape(sh))
+            i += n
+        return out
+
+    def policy(flat, obs):
+        w = unravel(flat)
+        h = obs
+        for k in range(0, len(w) - 2, 2):
+            h = jnp.tanh(h @ w[k] + w[k + 1])
+        return h @ w[-2] + w[-1]
+
+    def fitness(flat, obs, expert):
+        return -jnp.mean((policy(flat, obs) - expert) ** 2)
+
+    def per_shard(mean, sigma, member_keys, obs, expert):
+        pop = member_keys.shape[0]
+        if regenerate:
+            def eval_member(k):
+                eps = jax.random.normal(k, (dim,), f32)
+                return fitness(mean + sigma * eps, obs, expert) - fitness(mean - sigma * eps, obs, expert)
+
+            diff = jax.lax.map(eval_member, member_keys)                              # [pop]
+            def acc(g, kw):
+                k, w = kw
+                return g + w * jax.random.normal(k, (dim,), f32), None
+
+            ranks = jnp.argsort(jnp.argsort(diff)).astype(f32) / (pop - 1) - 0.5
+            grad, _ = jax.lax.scan(acc, jnp.zeros((dim,), f32), (member_keys, ranks))
+        else:
+            eps = jax.vmap(lambda k: jax.random.normal(k, (dim,), f32))(member_keys)    # [pop, D]
+            f_pos = jax.vmap(fitness, in_axes=(0, None, None))(mean + sigma * eps, obs, expert)
+            f_neg = jax.vmap(fitness, in_axes=(0, None, None))(mean - sigma * eps, obs, expert)
+            diff = f_pos - f_neg
+            ranks = jnp.argsort(jnp.argsort(diff)).astype(f32) / (pop - 1) - 0.5
+            grad = ranks @ eps
+        grad = jax.lax.psum(grad, "d") / (2 * sigma * pop * mesh.devices.size)
+        return mean + 0.01 * grad, jax.lax.pmean(jnp.mean(diff), "d")
+
+    fn = jax.shard_map(per_shard, mesh=mesh, in_specs=(P(), P(), P("d"), P(), P()), out_specs=(P(), P()),
+                       check_vma=False)
+
+    def es_generation(es_state, member_keys, obs, expert):
+        mean, stat = fn(es_state["mean"], es_state["sigma"], member_keys, obs, expert)
+        return {"mean": mean, "sigma": es_state["sigma"]}, stat
+
+    es_state = {"mean": sds((dim,), f32, mesh, P()), "sigma": sds((), f32, mesh, P())}
+    member_keys = jax.ShapeDtypeStruct((mesh.devices.size * population, 2), jnp.uint32,
+                                       sharding=NamedSharding(mesh, P("d")))
+    obs = sds((episodes, obs_dim), f32, mesh, P())
+    expert = sds((episodes, act_dim), f32, mesh, P())
+    kw = {"out_shardings": (_shardings(es_state), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return es_generation, (es_state, member_keys, obs, expert), kw
+
+
+# 36.7 skip-gram with negative sampling: vocabulary-parallel (row-sharded) tables looked up by global ids
+
+
+def _sgns_builder(mesh, pairs, negatives, vocab, dim, table_spec):
+    """word2vec-style skip-gram with negative sampling (SGNS): f32 input and output embedding tables
+    `params = {"in_embed", "out_embed"}` [vocab, dim], a batch of (center, context) id pairs and K sampled
+    negatives per pair (sharded over 'd'), the logistic loss of the dot products, plain SGD, tables
+    donated. table_spec=('d', None): the tables sharded vocabulary-parallel, by rows (the usual choice for
+    a large vocabulary): a row-sharded gather cannot be done locally, so the SPMD partitioner gathers the
+    ids of every device and computes masked lookups for the whole global batch on each device, and the
+    gradients' scatter-add likewise; (None, 'd'): sharded over the embedding dimension, every device
+    looks up its columns of the rows it needs."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def sgns_step(params, batch):
+        def loss_fn(params):
+            c = params["in_embed"][batch["center"]]                                     # [B, dim]
+            o = params["out_embed"][batch["context"]]                                   # [B, dim]
+            n = params["out_embed"][batch["negatives"]]                                 # [B, K, dim]
+            pos = jnp.sum(c * o, -1)
+            neg = jnp.einsum("bd,bkd->bk", c, n)
+            return -jnp.mean(jax.nn.log_sigmoid(pos) + jnp.sum(jax.nn.log_sigmoid(-neg), -1))
+
+        loss, g = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 0.025 * g, params, g), loss
+
+    params = {"in_embed": sds((vocab, dim), f32, mesh, P(*table_spec)),
+              "out_embed": sds((vocab, dim), f32, mesh, P(*table_spec))}
+    b = mesh.devices.size * pairs
+    batch = {"center": sds((b,), jnp.int32, mesh, P("d")), "context": sds((b,), jnp.int32, mesh, P("d")),
+             "negatives": sds((b, negatives), jnp.int32, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return sgns_step, (params, batch), kw
+
+
+pair(
+    "ewc_fisher_anchor_replicated", "v6e", "v6e:2x2",
+    "Continual fine-tuning of a decoder LM (12 Llama-style blocks, d_model 4096, d_ff 16384, f32 weights and "
+    "Adam moments FSDP-sharded) with an elastic-weight-consolidation penalty on v6e: the previous task's Fisher "
+    "diagonal and anchor weights (ewc_state, f32, 12 GiB each) are replicated on every device, 33.06G of "
+    "arguments, beyond 31.25G.",
+    "Fixed variant of ewc_fisher_anchor_replicated_v6e: ewc_state sharded like the weights, "
+    "P(None, 'd', None); fits.",
+    dict(category="arguments", category_also=["aggregate"], causes=["replicated_tensor", "arguments_exceed"]),
+    _ewc_builder, dict(layers=12, d_model=4096, d_ff=16384, heads=32, seqs=2, seq_len=2048, ewc_spec=()),
+    dict(layers=12, d_model=4096, d_ff=16384, heads=32, seqs=2, seq_len=2048, ewc_spec=(None, "d", None)),
+    dump=False,
+)
+
+pair(
+    "partition_rules_stale_name", "v4", "v4:2x2x1",
+    "Tensor-parallel training of a Llama-style decoder (12 blocks, d_model 4096, d_ff 14336, f32 weights and "
+    "Adam) on v4 (8 TensorCores) whose regex partition rules were ported from T5 names: the stale rule "
+    "'mlp/wo' matches nothing, so mlp/down_proj and its two Adam moments fall through to ('.*', P()) and are "
+    "replicated on every core, beyond 15.25G.",
+    "Fixed variant of partition_rules_stale_name_v4: the rule renamed to 'mlp/down_proj', the down projection "
+    "and its moments sharded over their input axis; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _partition_rules_builder, dict(layers=12, d_model=4096, d_ff=14336, heads=32, seqs=4, seq_len=2048,
+                                   down_rule="mlp/wo"),
+    dict(layers=12, d_model=4096, d_ff=14336, heads=32, seqs=4, seq_len=2048, down_rule="mlp/down_proj"),
+    dump=False,
+)
+
+pair(
+    "optimizer_offload_in_hbm", "v5p", "v5p:2x2x1",
+    "FSDP training of a bf16 residual MLP trunk (160 blocks of bf16[16384, 16384]) with Adam on v5p whose "
+    "config asks for optimizer offload, but the f32 moments' shardings carry no memory_kind: mu and nu (40 GiB "
+    "each per device) are placed in HBM and updated on the device, 100.06G of arguments, beyond 95.74G.",
+    "Fixed variant of optimizer_offload_in_hbm_v5p: the moments' shardings with memory_kind='pinned_host', "
+    "the gradients moved to the host and the moment update computed there (compute_on('device_host')); fits.",
+    dict(category="arguments", causes=["arguments_exceed", "f32_precision"],
+         basis="the fixed twin's memory_analysis peak counts the 80 GiB of pinned_host moments "
+               "(host_argument_size_in_bytes); in HBM it logs XLA::TPU program HBM usage: 45.09G / 95.74G "
+               "beside 20.06 GiB of arguments"),
+    _optimizer_offload_builder, dict(layers=160, width=16384, tokens=1024, moments_memory="device"),
+    dict(layers=160, width=16384, tokens=1024, moments_memory="pinned_host"),
+    dump=True,
+)
+
+pair(
+    "gmres_restart_basis", "v5e", "v5e:4x4",
+    "Pressure projection of a batch of flow simulations on v5e:4x4 (16 devices), 2 periodic 256^3 f32 fields "
+    "per device, solved with jax.scipy.sparse.linalg.gmres(restart=127): the Krylov basis of 128 vectors, "
+    "f32[2, 256, 256, 256, 128] (16 GiB per device), is carried through the Arnoldi loop, beyond 15.75G.",
+    "Fixed variant of gmres_restart_basis_v5e: restart=30, a basis of 31 vectors; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _gmres_restart_builder, dict(fields=2, grid=256, restart=127), dict(fields=2, grid=256, restart=30),
+    dump=False,
+)
+
+pair(
+    "pallas_xent_vocab_block", "v6e", "v6e:2x2",
+    "A fused Pallas cross-entropy kernel over bf16 logits [4096, 262144] per device on v6e whose block is "
+    "128 rows by the whole vocabulary: the double-buffered input window (128 MiB) and the register "
+    "allocator's spill slots for the f32 row block exceed the core's 127.94M of VMEM.",
+    "Fixed variant of pallas_xent_vocab_block_v6e: block_v = 8192, the vocabulary streamed through an "
+    "online logsumexp; fits.",
+    dict(category="vmem", causes=["kernel_tiling"]),
+    _pallas_xent_builder, dict(rows=4096, vocab=262144, block_t=128, block_v=262144),
+    dict(rows=4096, vocab=262144, block_t=128, block_v=8192),
+    dump=True,
+)
+
+
+pair(
+    "es_population_noise_upfront", "v5e", "v5e:2x2",
+    "Evolution strategies (antithetic OpenAI-ES) on a policy MLP of 8558608 parameters as a flat f32 vector, "
+    "512 population members per device on v5e: ask() draws the noise of the whole population at once, eps "
+    "f32[512, 8558608] (16.32 GiB per device), and the perturbed vectors are evaluated with jax.vmap, beyond "
+    "15.75G.",
+    "Fixed variant of es_population_noise_upfront_v5e: each member's noise regenerated from its key inside "
+    "lax.map (the seed trick), once for the fitness and once for the gradient estimate; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _es_builder, dict(population=512, obs_dim=64, hidden=2048, act_dim=16, episodes=256, regenerate=False),
+    dict(population=512, obs_dim=64, hidden=2048, act_dim=16, episodes=256, regenerate=True),
+    dump=False,
+)
+
+
+pair(
+    "sgns_vocab_parallel_lookup", "v5e", "v5e:4x4",
+    "word2vec skip-gram with negative sampling on v5e:4x4 (16 devices): f32 input and output embedding tables "
+    "[4194304, 512] sharded by rows (vocabulary-parallel), 49152 (center, context) pairs and 5 negatives per "
+    "pair per device: the row-sharded lookups are computed masked for the global batch of 786432 pairs on "
+    "every device (f32[786432, 5, 512] slots), beyond 15.75G.",
+    "Fixed variant of sgns_vocab_parallel_lookup_v5e: the tables sharded over the embedding dimension, "
+    "P(None, 'd'), each device looking up its columns; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "batch_too_large"]),
+    _sgns_builder, dict(pairs=49152, negatives=5, vocab=4194304, dim=512, table_spec=("d", None)),
+    dict(pairs=49152, negatives=5, vocab=4194304, dim=512, table_spec=(None, "d")),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
