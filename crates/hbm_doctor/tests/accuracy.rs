@@ -316,9 +316,12 @@ fn compiler_cases() -> Vec<Case> {
             // else the generation's usable HBM.
             let topology = meta["topology"].as_str().unwrap_or("");
             // (Only an HBM limit: a vmem failure's limit is the kernel's scoped memory.)
-            let limit = meta["figures"]["limit"]
-                .as_str()
-                .filter(|_| meta["figures"]["oom_memory_space"].as_str().unwrap_or("hbm") == "hbm");
+            let limit = meta["figures"]["limit"].as_str().filter(|_| {
+                meta["figures"]["oom_memory_space"]
+                    .as_str()
+                    .unwrap_or("hbm")
+                    == "hbm"
+            });
             let fixed = meta["label"]["fixed"]
                 .as_str()
                 .map(|f| dir.join(f))

@@ -393,7 +393,10 @@ fn short_trend(seg: &Segment, a: &mut Analysis) {
         let y: Vec<f64> = w.iter().map(|w| w.min).collect();
         let first = y[0];
         let last = y[y.len() - 1];
-        if y.windows(2).all(|p| p[1] > p[0]) && first > 0.0 && last >= 1.5 * first {
+        // (Not a rise that dies out: a batch's memory reached, then a little more, `379, 1670,
+        // 1815 MB`, the last rise under a quarter of the first.)
+        let dying = y.len() >= 3 && (y[y.len() - 1] - y[y.len() - 2]) < 0.25 * (y[1] - y[0]);
+        if y.windows(2).all(|p| p[1] > p[0]) && first > 0.0 && last >= 1.5 * first && !dying {
             a.suspected = true;
             let r = a.reason.take().unwrap_or_default();
             a.reason = Some(format!(

@@ -287,6 +287,10 @@ pub struct Reader {
     unitless: BTreeMap<(String, String), Bare>,
     /// A step key (`step`, `iter`...) was seen: `epoch N` no longer counts as the step.
     step_key_seen: bool,
+    /// Sizes under a key no pattern knows (`mbiu: 255 MB, bui: 1 MB`, `14 MB currently in use`),
+    /// by key in the order first seen: read as series only when the input gives no other
+    /// reading ([`Reader::finish`]).
+    keyed: Vec<(String, Bare)>,
 }
 
 /// One line of bare numbers: (first column, value, unit printed on the line, time).
@@ -366,6 +370,14 @@ struct Patterns {
     bare_two: Regex,
     /// Readings posted in a row on one line: `351 → 410 → 357 MB`, `293.2, 293.3, 293.3 MB`.
     inline_run: Regex,
+    /// A size under any key (`mbiu: 255 MB`, `warmup_baseline=27308.0 MiB`).
+    any_key: Regex,
+    /// A line of one key and one size (`mbiu 461.85 MB`).
+    line_key: Regex,
+    /// A size before the words that say it is held (`14 MB currently in use`, `3.2 GiB used`).
+    in_use_after: Regex,
+    /// Sizes in a list, each with its unit, perhaps quoted (`['27310.0 MiB', '27310.0 MiB']`).
+    sized_list: Regex,
     /// A reading's step said after its key: `Memory usage after 3 prediction(s): 349 MiB`,
     /// `Total RSS after R5: 18.08 GB`, `GPU memory at epoch 4: 5.1 GB`.
     after_step: Regex,
@@ -416,6 +428,10 @@ fn pats() -> &'static Patterns {
             used_of_total: r(r"(?i)\b(\d+(?:\.\d+)?)\s*([kmgt]i?b)\s*/\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b)\b"),
             bare_one: r(r"(?i)^\s*(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
             inline_run: r(r"(?i)(\d+(?:\.\d+)?(?:(?:\s*(?:→|->|=>)\s*|,\s+|;\s*)\d+(?:\.\d+)?){2,})\s*([kmgt]i?b|bytes)?(?:\b|$)"),
+            any_key: r(r"(?:^|[\s,;(\[{|*`])([A-Za-z][\w.-]{0,30}(?: [A-Za-z][\w.-]{0,20}){0,3})\s*[:=]\s*'?(\d+(?:\.\d+)?)\s*([KMGT]i?B|[kmg]b|bytes)\b'?(?:\s*[,;)}|]|\s*$|\s+\()"),
+            line_key: r(r"^\s*([A-Za-z][\w.-]{0,30})\s+(\d+(?:\.\d+)?)\s*([KMGT]i?B|[kmg]b|bytes)\s*$"),
+            in_use_after: r(r"(?i)\b(\d+(?:\.\d+)?)\s*([kmgt]i?b)\s+(?:currently\s+|now\s+)?(in[ _]use|used)\b"),
+            sized_list: r(r"(?i)\[\s*'?\d+(?:\.\d+)?\s*[kmgt]i?b'?(?:\s*,\s*'?\d+(?:\.\d+)?\s*[kmgt]i?b'?){2,}\s*,?\s*\]?"),
             after_step: r(r"(?i)\b(mem(?:ory)?(?:[_ ]\w+)?|rss|ram|vram|usage|allocated|reserved)\s+(?:after|at)\s+(?:(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle)s?\s*#?\s*)?[a-z]?(\d+)(?:\s*(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle|time)(?:s|\(s\))?)?\s*([:=])"),
             bare_two: r(r"(?i)^\s*(?:[a-z_]\w{0,15}\s*[=:#]?\s*)?(\d+)(?:\s+|\s*[,;|:]\s*)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
         }
@@ -532,6 +548,7 @@ impl Reader {
             mem_keys: Vec::new(),
             unitless: BTreeMap::new(),
             step_key_seen: false,
+            keyed: Vec::new(),
         }
     }
 
@@ -610,6 +627,9 @@ impl Reader {
         self.flush_unitless(c);
         if c.device_samples() == self.samples_before.unwrap_or(0) {
             self.flush_bare(c);
+        }
+        if c.device_samples() == self.samples_before.unwrap_or(0) {
+            self.flush_keyed(c);
         }
         if self.csv_invalid > 0 && self.csv_valid == 0 {
             c.errors.push(format!(
@@ -1375,6 +1395,134 @@ impl Reader {
                     self.push_log(c, &host, &line_device(line), used, Some(total));
                 }
             }
+            return;
+        }
+        if rss_spans.is_empty() {
+            self.hold_keyed(line);
+        }
+    }
+
+    /// Sizes no pattern knows, held under their key ([`Reader::keyed`]): a list of sized values
+    /// (`post_warmup_samples=['27310.0 MiB', '27310.0 MiB', ...]`, successive readings), a size
+    /// before `in use` / `used` (`14 MB currently in use`; `1024 MB allocated cumulatively` is a
+    /// counter and is not read), else every `KEY: SIZE` of the line (`mbiu: 255 MB, bui: 1 MB`).
+    fn hold_keyed(&mut self, line: &str) {
+        let p = pats();
+        let b = line.as_bytes();
+        if !b.iter().any(|&c| c == b'B' || c == b'b') {
+            return;
+        }
+        let mut held: Vec<(String, f64, Option<f64>)> = Vec::new();
+        let row = line.trim();
+        if row.starts_with('|') && row.ends_with('|') {
+            // A markdown table's row: each cell that is a size (`16 MB`, `**1,670 MB**`) is a
+            // reading of its column's series (`| t+60 | 144.0 MB | +93.1 |`).
+            for (k, cell) in row.trim_matches('|').split('|').enumerate() {
+                let cell = cell
+                    .trim()
+                    .trim_matches(|c| c == '*' || c == '`' || c == '~')
+                    .trim();
+                let at = cell
+                    .find(|c: char| c.is_ascii_alphabetic())
+                    .unwrap_or(cell.len());
+                if at == 0 || at == cell.len() {
+                    continue;
+                }
+                // (A note after the unit is not part of it: `25.8 GB (swapping)`.)
+                let unit = cell[at..].split_whitespace().next().unwrap_or("");
+                let num = cell[..at].trim();
+                if let (Some(v), Some(u)) = (number(num), unit_scale(unit)) {
+                    if !num.starts_with(['+', '-']) {
+                        held.push((format!("column {}", k + 1), v, Some(u)));
+                    }
+                }
+            }
+        } else if let Some(m) = p.sized_list.find(line) {
+            let key = line[..m.start()]
+                .trim_end_matches(|c: char| c == '=' || c == ':' || c.is_whitespace())
+                .rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .filter(|k| !k.is_empty())
+                .unwrap_or("list")
+                .to_ascii_lowercase();
+            let unit_at = |x: &str| x.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(x.len());
+            for item in m.as_str().trim_matches(|c| c == '[' || c == ']').split(',') {
+                let item = item.trim().trim_matches('\'');
+                if item.is_empty() {
+                    continue;
+                }
+                let at = unit_at(item);
+                if let Some(v) = number(item[..at].trim()) {
+                    held.push((key.clone(), v, unit_scale(item[at..].trim())));
+                }
+            }
+        } else if let Some(m) = p.in_use_after.captures(line) {
+            if let Some(v) = number(&m[1]) {
+                held.push((
+                    m[3].replace('_', " ").to_ascii_lowercase(),
+                    v,
+                    unit_scale(&m[2]),
+                ));
+            }
+        } else if let Some(m) = p.line_key.captures(line) {
+            if let Some(v) = number(&m[2]) {
+                held.push((m[1].to_ascii_lowercase(), v, unit_scale(&m[3])));
+            }
+        } else {
+            for m in p.any_key.captures_iter(line) {
+                let key = m[1].trim().to_ascii_lowercase();
+                // A step's or a time's name is not memory (`step: 100 MB` is no such line, but
+                // `eta: 5 kb/s` and `lr=3e-4` are): the unit decides, and a rate is not a size.
+                if line[m.get(3).map_or(0, |u| u.end())..].starts_with('/') {
+                    continue;
+                }
+                if let Some(v) = number(&m[2]) {
+                    held.push((key, v, unit_scale(&m[3])));
+                }
+            }
+        }
+        for (key, v, unit) in held {
+            if unit.is_none() {
+                continue;
+            }
+            let row = (self.step, v, unit, self.ts);
+            match self.keyed.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, bare)) => bare.push(row),
+                None => {
+                    let mut bare = Bare::default();
+                    bare.push(row);
+                    self.keyed.push((key, bare));
+                }
+            }
+        }
+    }
+
+    /// The sizes held under keys no pattern knows, one series per key (the first key's is
+    /// device 0, the others `0 (KEY)`), when the input gave no other reading.
+    fn flush_keyed(&mut self, c: &mut Collected) {
+        let keyed = std::mem::take(&mut self.keyed);
+        let host = self.host.clone();
+        let mut first = true;
+        for (key, bare) in keyed {
+            if bare.rows.len() < 2 {
+                continue;
+            }
+            let dev = if first {
+                "0".to_string()
+            } else {
+                format!("0 ({key})")
+            };
+            first = false;
+            let stepped = bare.rows.iter().all(|r| r.0.is_some())
+                && bare.rows.windows(2).all(|w| w[1].0 > w[0].0);
+            self.push_held(
+                c,
+                &host,
+                &dev,
+                bare.rows,
+                stepped,
+                &format!("sizes under `{key}`"),
+            );
         }
     }
 
@@ -1819,6 +1967,31 @@ mod tests {
         let got = read("   - **main**: `293.2, 293.3, 293.5 MB`\n", "x.log");
         assert_eq!(got[0].1, 3);
         assert!(read("sizes 1,234,567 and 2, 3, 4 items\n", "x.log").is_empty());
+        // Sizes under keys no pattern knows, when nothing else is read: one series per key.
+        let got = read(
+            "mbiu: 255 MB, bui: 1 MB\nmbiu: 3766 MB, bui: 1 MB\n",
+            "x.log",
+        );
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].0.as_str(), got[0].2), ("0", 3766 << 20));
+        assert_eq!(got[1].0, "0 (bui)");
+        // A size before `in use`; a cumulative counter beside it is not read.
+        let got = read(
+            "(1024 MB allocated cumulatively, 14 MB currently in use)\n(2048 MB allocated cumulatively, 15 MB currently in use)\n",
+            "x.log",
+        );
+        assert_eq!((got.len(), got[0].2), (1, 15 << 20));
+        // A list of sized values; a markdown table's sized cells, by column.
+        let got = read(
+            "samples=['27310.0 MiB', '27310.0 MiB', '27312.0 MiB']\n",
+            "x.log",
+        );
+        assert_eq!((got[0].1, got[0].2), (3, 27312 << 20));
+        let got = read(
+            "| | RSS | Δ |\n|---|---|---|\n| pre-load | 16 MB | |\n| t+60 | 144.0 MB | +93.1 |\n| t+120 | **1,197 MB** | +53.3 |\n",
+            "x.log",
+        );
+        assert_eq!((got.len(), got[0].1, got[0].2), (1, 3, 1197 << 20));
         // The step said after the key: `Memory usage after 3 prediction(s): 349 MiB`.
         let got = read(
             "Memory usage after 0 prediction(s): 306.6 MiB\nMemory usage after 1 prediction(s): 328.2 MiB\n",
