@@ -89,7 +89,10 @@ fn figures_agree_with_xla() {
         // A compile OOM's "Used X" is the HBM total.
         let meta = meta(case);
         // (A vmem failure's `Used X` is the kernel's scoped memory, not HBM.)
-        let hbm_oom = meta["figures"]["oom_memory_space"].as_str().unwrap_or("hbm") == "hbm";
+        let hbm_oom = meta["figures"]["oom_memory_space"]
+            .as_str()
+            .unwrap_or("hbm")
+            == "hbm";
         if let Some(used) = meta["figures"]["used"].as_str().filter(|_| hbm_oom) {
             let used = hbm_doctor_log::parse_size(used).expect("used");
             let diff = (h.total_bytes as f64 - used as f64).abs();

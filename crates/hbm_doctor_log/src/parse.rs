@@ -4271,6 +4271,30 @@ fn ipython_frame(t: &str) -> Option<usize> {
     (!t[..i - 4].contains(' ') || t.starts_with('<')).then_some(i)
 }
 
+/// A library's frame that names what the program was doing by its function: loading weights
+/// (`load_weights`, `load_model`, `from_pretrained`, `load_state_dict`) restores them; a model
+/// layer's constructor (`__init__` under a `models/`, `layers/` or `model_executor/` path: vLLM's
+/// `vocab_parallel_embedding.py, line 76, in __init__`) creates the model.
+fn library_frame_stage(lower: &str) -> Option<Stage> {
+    let function = lower.rfind(", in ").map(|i| lower[i + 5..].trim())?;
+    if [
+        "load_weights",
+        "load_model",
+        "from_pretrained",
+        "load_state_dict",
+        "load_checkpoint",
+    ]
+    .iter()
+    .any(|f| function == *f)
+    {
+        return Some(Stage::Restore);
+    }
+    let constructor_of_layers = ["/models/", "/layers/", "/model_executor/"]
+        .iter()
+        .any(|d| lower.contains(d));
+    (function == "__init__" && constructor_of_layers).then_some(Stage::Init)
+}
+
 /// A frame inside a library's model zoo (`keras/applications/`, `torchvision/models/`): the
 /// program is building a model.
 fn model_zoo_frame(lower: &str) -> bool {
@@ -4298,7 +4322,7 @@ fn stage_of(text: &str) -> Option<Stage> {
         return Some(Stage::Init);
     }
     if frame && library_path(&lower) {
-        return None;
+        return library_frame_stage(&lower);
     }
     // Of a frame, only the function name counts (`generate.py` is a file, not a stage).
     let lower = if let Some(i) = ipython {
@@ -4520,7 +4544,7 @@ fn prose_stage(t: &str) -> Option<Stage> {
     }
     let re = LOAD.get_or_init(|| {
         Regex::new(
-            r"(?i)\b(?:fail\w*|unable|not able|cannot|can't|can not|crash\w*|error|when|while|during)\b[^\n]{0,24}\bload(?:ing)?\b(?:\s+\S+){0,6}?\s+(?:model|weights|checkpoint|parameters)\b",
+            r"(?i)\b(?:fail\w*|unable|not able|cannot|can't|can not|crash\w*|error|when|while|during)\b[^\n]{0,24}\bload(?:ing)?\b(?:(?:\s+\S+){0,6}?\s+(?:model|weights|checkpoint|parameters)\b|\s+(?:the\s+|a\s+|my\s+)?[a-z][\w.-]*?-?\d+(?:\.\d+)?[bm]\b)",
         )
         .expect("prose stage pattern")
     });
@@ -5087,6 +5111,7 @@ mod tests {
             "I am not able to load the Flax GPT-Neo 2.7B model in my TPU VM v3-8 instance.",
             "while loading model getting below error :",
             "my program crashes with a resource exhaustion error when I try to load the model parameters:",
+            "When I try to load opt-30b the process is killed from memory exhaustion.",
         ] {
             assert_eq!(prose_stage(t), Some(Stage::Restore), "{t}");
         }
