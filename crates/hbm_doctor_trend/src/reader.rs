@@ -291,6 +291,9 @@ pub struct Reader {
     /// by key in the order first seen: read as series only when the input gives no other
     /// reading ([`Reader::finish`]).
     keyed: Vec<(String, Bare)>,
+    /// `ps` / `top` output: the columns of the PID and of the resident memory (`RSS` in KiB,
+    /// `RES` in KiB unless suffixed), from the last header line.
+    ps_cols: Option<(usize, usize)>,
 }
 
 /// One line of bare numbers: (first column, value, unit printed on the line, time).
@@ -549,6 +552,7 @@ impl Reader {
             unitless: BTreeMap::new(),
             step_key_seen: false,
             keyed: Vec::new(),
+            ps_cols: None,
         }
     }
 
@@ -1207,6 +1211,9 @@ impl Reader {
         {
             return;
         }
+        if self.ps_line(c, line, &host) {
+            return;
+        }
         // nvidia-smi's table, printed again and again (`nvidia-smi -l`, `watch nvidia-smi`): the
         // date line above it, the GPU's row, then its memory cell `12345MiB / 81559MiB`.
         if let Some(m) = p.ctime.captures(line) {
@@ -1400,6 +1407,66 @@ impl Reader {
         if rss_spans.is_empty() {
             self.hold_keyed(line);
         }
+    }
+
+    /// `ps aux` / `ps -o pid,rss,cmd` / `top` output: a header naming `PID` and `RSS` (or
+    /// `RES`), then rows whose resident memory is read in KiB (`top`'s `1.2g` / `512m` as
+    /// suffixed), one series per process (`pid 1166`). `true` when the line was one of these.
+    fn ps_line(&mut self, c: &mut Collected, line: &str, host: &str) -> bool {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        if line.contains("PID") && (line.contains("RSS") || line.contains("RES")) {
+            let pid = cells.iter().position(|x| *x == "PID");
+            let mem = cells.iter().position(|x| *x == "RSS" || *x == "RES");
+            if let (Some(p), Some(m)) = (pid, mem) {
+                self.ps_cols = Some((p, m));
+                return true;
+            }
+        }
+        let Some((p, m)) = self.ps_cols else {
+            return false;
+        };
+        // The table ends at the first line that is not one of its rows.
+        let row = match (cells.get(p), cells.get(m)) {
+            (Some(pid), Some(mem)) if pid.bytes().all(|b| b.is_ascii_digit()) => Some((*pid, *mem)),
+            _ => None,
+        };
+        let Some((pid, mem)) = row else {
+            self.ps_cols = None;
+            return false;
+        };
+        let (num, scale) = match mem.char_indices().last() {
+            Some((i, u)) if u.is_ascii_alphabetic() => {
+                let s = match u.to_ascii_lowercase() {
+                    'k' => 1024.0,
+                    'm' => 1024.0 * 1024.0,
+                    'g' => 1024.0 * 1024.0 * 1024.0,
+                    't' => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+                    _ => return false,
+                };
+                (&mem[..i], s)
+            }
+            _ => (mem, 1024.0),
+        };
+        let Some(v) = number(num) else {
+            self.ps_cols = None;
+            return false;
+        };
+        let b = v * scale;
+        if !valid_bytes(b, None) {
+            return false;
+        }
+        let dev = format!("pid {pid}");
+        let sample = Sample {
+            step: self.step,
+            ts: self.ts,
+            used: b as u64,
+            limit: None,
+            peak: None,
+        };
+        c.device(host, &dev, "ps: resident memory (RSS, KiB)")
+            .series
+            .push_from(sample, None);
+        true
     }
 
     /// Sizes no pattern knows, held under their key ([`Reader::keyed`]): a list of sized values
@@ -1981,6 +2048,15 @@ mod tests {
             "x.log",
         );
         assert_eq!((got.len(), got[0].2), (1, 15 << 20));
+        // `ps aux`: one series per process, RSS in KiB.
+        let got = read(
+            "USER  PID %CPU %MEM    VSZ   RSS TTY STAT START TIME COMMAND\nroot 1166 6.2 0.5 68235476 5179612 ? RNl 17:36 0:36 ray::Worker\n\nUSER  PID %CPU %MEM    VSZ   RSS TTY STAT START TIME COMMAND\nroot 1166 3.4 0.6 69346516 6284616 ? SNl 17:36 4:57 ray::Worker\n",
+            "x.log",
+        );
+        assert_eq!(
+            (got[0].0.as_str(), got[0].1, got[0].2),
+            ("pid 1166", 2, 6284616 << 10)
+        );
         // A list of sized values; a markdown table's sized cells, by column.
         let got = read(
             "samples=['27310.0 MiB', '27310.0 MiB', '27312.0 MiB']\n",
