@@ -4284,8 +4284,7 @@ fn library_frame_stage(lower: &str) -> Option<Stage> {
         "load_state_dict",
         "load_checkpoint",
     ]
-    .iter()
-    .any(|f| function == *f)
+    .contains(&function)
     {
         return Some(Stage::Restore);
     }
