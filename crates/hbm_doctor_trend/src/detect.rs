@@ -116,6 +116,9 @@ pub struct Marker {
     pub step: Option<u64>,
     /// The time of the line.
     pub ts: Option<f64>,
+    /// Readings of the log's device series before the line (a series with neither steps nor
+    /// times is placed by its readings); `None` where the log has several series.
+    pub ordinal: Option<u64>,
 }
 
 /// One excursion above the normal ceiling.
@@ -380,10 +383,39 @@ fn decelerating_from(x: &[f64], f: &[f64], min_half: usize) -> bool {
     t1.slope > 0.0 && t2.slope < 0.4 * t1.slope
 }
 
+/// The reading after which an evaluation or checkpoint marker splits the series into two phases
+/// of 3 readings or more, neither rising by itself (Mann-Kendall p > 0.05 each).
+fn phase_split(
+    seg: &Segment,
+    markers: &[Marker],
+    x: &[f64],
+    y: &[f64],
+) -> Option<(usize, MarkerKind)> {
+    markers
+        .iter()
+        .filter(|m| matches!(m.kind, MarkerKind::Eval | MarkerKind::Checkpoint))
+        .filter_map(|m| {
+            let mx = match seg.axis {
+                Axis::Step => m.step.map(|s| s as f64),
+                Axis::Time => m.ts,
+                Axis::Ordinal => m.ordinal.map(|o| o as f64),
+            }?;
+            Some((mx, m.kind))
+        })
+        .find_map(|(mx, kind)| {
+            let k = x.iter().take_while(|&&v| v < mx).count();
+            if k < 3 || y.len() - k < 3 {
+                return None;
+            }
+            let flat = |part: &[f64]| mann_kendall(part).p_up > 0.05;
+            (flat(&y[..k]) && flat(&y[k..])).then_some((k, kind))
+        })
+}
+
 /// On a series too short to judge (posted logs: a few dozen readings), whether the samples
 /// still rise clearly: Mann–Kendall p < 0.01 with Sen's 95% lower bound > 0 on at least 6
 /// readings sets `suspected` (the verdict stays `insufficient_data`) and says so in `reason`.
-fn short_trend(seg: &Segment, a: &mut Analysis) {
+fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
     let fs = |v: f64| hbm_doctor_log::format_size(v.max(0.0) as u64);
     let w = &seg.windows;
     // Three to five readings are too few for a test, but not for a careful reader: each one
@@ -416,6 +448,19 @@ fn short_trend(seg: &Segment, a: &mut Analysis) {
     let y: Vec<f64> = w.iter().map(|w| w.min).collect();
     let mk = mann_kendall(&y);
     let ts = theil_sen(&x, &y, mk.var, 0.025);
+    // An evaluation (or a checkpoint) between two phases neither of which rises: the memory
+    // stepped up with the phase (fairchem#199: training, `Evaluating on val.`, evaluation).
+    if mk.p_up < 0.01 {
+        if let Some((at, kind)) = phase_split(seg, markers, &x, &y) {
+            let r = a.reason.take().unwrap_or_default();
+            a.reason = Some(format!(
+                "{r}; the {} readings rise only across the {} after reading {at}: two phases, neither rising by itself, not a leak",
+                w.len(),
+                if kind == MarkerKind::Eval { "evaluation" } else { "checkpoint" }
+            ));
+            return;
+        }
+    }
     if mk.p_up < 0.01 && ts.lo > 0.0 && decelerating_from(&x, &y, 4) {
         let r = a.reason.take().unwrap_or_default();
         a.reason = Some(format!(
@@ -560,7 +605,7 @@ fn analyze_inner(seg: &Segment, markers: &[Marker], p: &Params) -> (Analysis, Op
     let wins = &seg.windows;
     let short = |reason: &str| {
         let mut e = empty(seg, reason);
-        short_trend(seg, &mut e);
+        short_trend(seg, markers, &mut e);
         e
     };
     // The sample minimum follows the data: a series sampled every k steps over a long enough

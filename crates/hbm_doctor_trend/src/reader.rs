@@ -1168,10 +1168,20 @@ impl Reader {
             self.tail.pop_front();
         }
         self.tail.push_back(ending);
+        // Readings so far, held ones included (a log of one series places its markers by them).
+        let ordinal = c.device_samples()
+            + self
+                .unitless
+                .values()
+                .chain(std::iter::once(&self.bare))
+                .chain(self.keyed.iter().map(|(_, b)| b))
+                .map(|b| b.seen)
+                .sum::<u64>();
         let mk = |kind| Marker {
             kind,
             step: self.step,
             ts: self.ts,
+            ordinal: Some(ordinal),
         };
         if p.compile.is_match(line) {
             c.marker(mk(MarkerKind::Recompilation));

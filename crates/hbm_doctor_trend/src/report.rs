@@ -3,7 +3,7 @@
 //! end of the run (silent death vs host OOM), causes from the contract vocabulary, and the debug
 //! switches to turn on next with their cost.
 
-use crate::detect::{analyze, Analysis, MarkerKind, Params, Verdict};
+use crate::detect::{analyze, Analysis, Marker, MarkerKind, Params, Verdict};
 use crate::reader::{format_time, Collected, CounterPoint, Ending, Framework};
 use crate::stats::{mann_kendall, median, theil_sen};
 use crate::store::Axis;
@@ -308,7 +308,16 @@ fn series_report(
 ) -> Option<(SeriesReport, Analysis)> {
     let series = d.series.settled();
     let seg = series.current()?;
-    let markers: Vec<_> = c.markers.iter().copied().collect();
+    // A marker's place among the readings holds only where the log has one series.
+    let one = c.devices.len() == 1;
+    let markers: Vec<_> = c
+        .markers
+        .iter()
+        .map(|m| Marker {
+            ordinal: m.ordinal.filter(|_| one),
+            ..*m
+        })
+        .collect();
     let a = analyze(seg, &markers, p);
     let mut r = build_series(
         host,
