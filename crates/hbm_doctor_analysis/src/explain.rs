@@ -443,8 +443,20 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         rank!(0.5, jax_gpu_pool(&ctx));
         // A limit no device has is decisive: nothing else is worth doing before lifting it.
         rank!(2.6, hbm_cap(&ctx));
+        // PyTorch's `N allowed;` with the device's free memory covering the request: the
+        // fraction, not the device, refused it.
+        let fraction_refused = fraction_capped(e)
+            && e.free_bytes
+                .zip(e.requested_bytes)
+                .is_some_and(|(f, r)| f >= r);
         rank!(
-            if e.phase == Phase::Runtime { 2.3 } else { 1.2 },
+            if fraction_refused {
+                3.0
+            } else if e.phase == Phase::Runtime {
+                2.3
+            } else {
+                1.2
+            },
             pool_named(&ctx)
         );
         // Growth needs evidence: a failure after many good steps. Growth the user saw (memory
@@ -1991,7 +2003,8 @@ optimizer.step()",
 
 fn f32_precision(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    let base = ctx.used.or(ctx.limit)?;
+    // (`0 bytes already allocated` is no requirement to take a share of.)
+    let base = ctx.used.or(ctx.limit).filter(|&b| b > 0)?;
     let f32: Vec<&Allocation> = e
         .allocations
         .iter()
@@ -2002,7 +2015,7 @@ fn f32_precision(ctx: &Ctx<'_>) -> Option<Cause> {
         })
         .collect();
     let total: u64 = f32.iter().map(|a| a.size_bytes).sum();
-    if (total as f64) < base as f64 * 0.2 {
+    if f32.is_empty() || (total as f64) < base as f64 * 0.2 {
         return None;
     }
     Some(ctx.cause(
@@ -3424,14 +3437,22 @@ fn allocation_cap(ctx: &Ctx<'_>) -> Option<Cause> {
     let m = &e.message;
     let stated = m.contains("one block may not exceed")
         || m.contains("must not exceed")
-        || m.contains("maximum allowed buffer size");
+        || m.contains("maximum allowed buffer size")
+        // Intel's XPU runtime: `Current platform can NOT allocate memory block with size larger
+        // than 4GB!`
+        || m.contains("allocate memory block with size larger than");
     let r = e.requested_bytes?;
     let empty = e
         .free_bytes
         .zip(e.used_bytes.or(e.allocated_bytes))
         .zip(ctx.limit)
         .is_some_and(|((f, u), l)| f >= r && u.saturating_mul(100) < l);
-    if !stated && !empty {
+    // (A memory fraction PyTorch names, `8.27 GiB allowed;`, is the cap: `pool_named`'s.)
+    let fraction = e
+        .pool_setting
+        .as_deref()
+        .is_some_and(|p| p.contains("allowed"));
+    if !stated && (!empty || fraction) {
         return None;
     }
     let evidence = if stated {
@@ -3759,6 +3780,27 @@ mod tests {
         let (_, after) = causes(&text);
         assert_ne!(after.first(), Some(&CauseKind::BatchTooLarge), "{after:?}");
         assert!(after.contains(&CauseKind::ArgumentsExceed), "{after:?}");
+    }
+
+    /// Intel XPU's messages (intel-extension-for-pytorch#629, torch-xpu-ops#2392): a refusal the
+    /// runtime states for one block, and a memory fraction PyTorch names (`8.27 GiB allowed;`)
+    /// with the device's free memory covering the request, lead with those caps; `0 bytes
+    /// already allocated` is no requirement for f32 buffers to take a share of.
+    #[test]
+    fn caps_a_message_states_lead() {
+        let (_, capped) = causes("RuntimeError: Current platform can NOT allocate memory block with size larger than 4GB! Tried to allocate 6.85 GiB (GPU  0; 15.56 GiB total capacity; 0 bytes already allocated; 0 bytes reserved in total by PyTorch)\n");
+        assert_eq!(
+            capped.first(),
+            Some(&CauseKind::DeviceTooSmall),
+            "{capped:?}"
+        );
+        assert!(!capped.contains(&CauseKind::F32Precision), "{capped:?}");
+        let (_, fraction) = causes("torch.OutOfMemoryError: XPU out of memory. Tried to allocate 8.11 GiB. GPU 0 has a total capacity of 16.54 GiB of which 16.54 GiB is free. 8.27 GiB allowed; Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. Please use `empty_cache` to release all unoccupied cached memory.\n");
+        assert_eq!(
+            fraction.first(),
+            Some(&CauseKind::Preallocation),
+            "{fraction:?}"
+        );
     }
 }
 
