@@ -11689,6 +11689,504 @@ pair(
 )
 
 
+# ---- 37. more broken/fixed pairs (batch tpu26): other models, other names ---------------------
+#
+# Programs of kinds sections 13-36 do not have (a synchronized batch norm written with an all_gather of the
+# activations, a multi-tenant LoRA server whose adapter pool was meant for host memory but sits in HBM, the
+# Muon optimizer whose Newton-Schulz step runs on momentum gathered for every layer, a paged-attention decode
+# kernel whose block table is scalar-prefetched into SMEM, a MuZero-style tree search whose tree stores every
+# node's latent state in f32, a full-resolution denoising conv net whose 32 feature channels are padded to 128
+# lanes).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu26 for which pairs keep their dumps and what did not go as first written.
+
+
+# 37.1 synchronized batch norm written as an all_gather of the activations (global batch on every core)
+
+
+def _syncbn_builder(mesh, images, size, width, blocks, classes, stats):
+    """A ResNet-style conv net (3x3 convs, NHWC, bf16 weights and activations, BN statistics in f32) trained
+    data-parallel with synchronized batch norm, written per device under jax.shard_map (pmap-style code):
+    stats='all_gather' (the first version: `xg = lax.all_gather(x, 'batch', tiled=True)` and the mean and
+    variance taken over the gathered global batch, as a port of torch's SyncBatchNorm might read);
+    stats='psum' (the per-device sum and sum of squares all-reduced, only [C] vectors cross devices).
+    The loss is differentiated through the shard_map; SGD on replicated params, donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    n_dev = mesh.devices.size
+
+    def batch_norm(x, gamma, beta):
+        x32 = x.astype(f32)
+        if stats == "all_gather":
+            xg = jax.lax.all_gather(x32, "d", axis=0, tiled=True)            # [global batch, H, W, C]
+            mean = jnp.mean(xg, (0, 1, 2))
+            var = jnp.mean(jnp.square(xg - mean), (0, 1, 2))
+        else:
+            cnt = x.shape[0] * x.shape[1] * x.shape[2] * n_dev
+            mean = jax.lax.psum(jnp.sum(x32, (0, 1, 2)), "d") / cnt
+            var = jax.lax.psum(jnp.sum(jnp.square(x32), (0, 1, 2)), "d") / cnt - jnp.square(mean)
+        return ((x32 - mean) * jax.lax.rsqrt(var + 1e-5) * gamma + beta).astype(bf)
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w.astype(bf), (1, 1), "SAME",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def forward(params, imgs, labels):
+        h = jax.nn.relu(batch_norm(conv(imgs, params["stem"]["kernel"]), params["stem"]["bn_scale"],
+                                   params["stem"]["bn_bias"]))
+        for i in range(blocks):
+            p = params[f"block_{i}"]
+            y = jax.nn.relu(batch_norm(conv(h, p["conv1"]["kernel"]), p["bn1"]["scale"], p["bn1"]["bias"]))
+            y = batch_norm(conv(y, p["conv2"]["kernel"]), p["bn2"]["scale"], p["bn2"]["bias"])
+            h = jax.nn.relu(h + y)
+        logits = jnp.mean(h.astype(f32), (1, 2)) @ params["head"]["kernel"]
+        xent = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], -1))
+        return jax.lax.pmean(xent, "d")
+
+    loss_fn = jax.shard_map(forward, mesh=mesh, in_specs=(P(), P("d"), P("d")), out_specs=P())
+
+    def train_step(params, imgs, labels):
+        loss, grads = jax.value_and_grad(loss_fn)(params, imgs, labels)
+        return _tm(lambda p, g: p - 0.1 * g, params, grads), loss
+
+    def r(*shape):
+        return sds(shape, f32, mesh, P())
+
+    params = {"stem": {"kernel": r(3, 3, 3, width), "bn_scale": r(width), "bn_bias": r(width)},
+              "head": {"kernel": r(width, classes)}}
+    for i in range(blocks):
+        params[f"block_{i}"] = {"conv1": {"kernel": r(3, 3, width, width)}, "bn1": {"scale": r(width), "bias": r(width)},
+                                "conv2": {"kernel": r(3, 3, width, width)}, "bn2": {"scale": r(width), "bias": r(width)}}
+    n = n_dev * images
+    imgs = sds((n, size, size, 3), bf, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return train_step, (params, imgs, labels), kw
+
+
+# 37.2 a multi-tenant LoRA server whose adapter pool was meant for host memory but is placed in HBM
+
+
+def _lora_pool_builder(mesh, layers, d_model, d_ff, heads, rank, n_adapters, seqs, seq_len, pool_memory):
+    """S-LoRA / multi-LoRA serving of a tensor-parallel bf16 decoder (heads and MLP sharded over 'd'): every
+    request of the batch names its adapter (`adapter_ids`), the LoRA deltas on q_proj and v_proj are applied
+    per request, (x A[id]) B[id]. The pool of all tenants' adapters `lora_pool = {"q_proj": {"lora_A",
+    "lora_B"}, "v_proj": ...}` [n_adapters, layers, ...] is sharded over the model dimension like the base.
+    pool_memory='device': the config's adapters_on_host=True was not carried into the pool's shardings (no
+    memory_kind), the whole pool is resident in HBM; 'pinned_host': the pool lives in pinned host memory, the
+    batch's adapters are gathered there (compute_on('device_host')) and only they are brought to HBM."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.experimental.compute_on import compute_on
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    on_host = pool_memory == "pinned_host"
+
+    def take(pool, ids):
+        return _tm(lambda a: a[ids], pool)
+
+    def prefill(base, lora_pool, adapter_ids, hidden):
+        if on_host:
+            ids = jax.device_put(adapter_ids, NamedSharding(mesh, P(), memory_kind="pinned_host"))
+            active = compute_on("device_host")(jax.jit(take))(lora_pool, ids)
+            active = _tm(lambda a, s: jax.device_put(a, NamedSharding(mesh, s.spec, memory_kind="device")),
+                         active, pool_sh)
+        else:
+            active = take(lora_pool, adapter_ids)                          # [B, L, ...] per request
+        act = _tm(lambda a: jnp.moveaxis(a, 1, 0), active)                 # layer-major for the scan
+
+        def block(h, w):
+            b, s, d = h.shape
+            x = h * jax.lax.rsqrt(jnp.mean(jnp.square(h.astype(f32)), -1, keepdims=True) + 1e-6).astype(bf)
+
+            def lora(name):
+                return jnp.einsum("bsr,brd->bsd", jnp.einsum("bsd,bdr->bsr", x, w[name]["lora_A"]),
+                                  w[name]["lora_B"])
+
+            q = (x @ w["q_proj"] + lora("lora_q")).reshape(b, s, heads, hd)
+            k = (x @ w["k_proj"]).reshape(b, s, heads, hd)
+            v = (x @ w["v_proj"] + lora("lora_v")).reshape(b, s, heads, hd)
+            sc = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) * hd ** -0.5
+            sc = jnp.where(jnp.tril(jnp.ones((s, s), bool)), sc, -1e30)
+            a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(sc, -1).astype(bf), v).reshape(b, s, d)
+            h = h + a @ w["o_proj"]
+            x = h * jax.lax.rsqrt(jnp.mean(jnp.square(h.astype(f32)), -1, keepdims=True) + 1e-6).astype(bf)
+            g = jax.nn.silu(x @ w["gate_proj"]) * (x @ w["up_proj"])
+            return h + g @ w["down_proj"], None
+
+        ws = dict(base)
+        ws["lora_q"], ws["lora_v"] = act["q_proj"], act["v_proj"]
+        h, _ = jax.lax.scan(block, hidden, ws)
+        return h[:, -1]
+
+    col, row = P(None, None, "d"), P(None, "d", None)
+    base = {"q_proj": sds((layers, d_model, d_model), bf, mesh, col),
+            "k_proj": sds((layers, d_model, d_model), bf, mesh, col),
+            "v_proj": sds((layers, d_model, d_model), bf, mesh, col),
+            "o_proj": sds((layers, d_model, d_model), bf, mesh, row),
+            "gate_proj": sds((layers, d_model, d_ff), bf, mesh, col),
+            "up_proj": sds((layers, d_model, d_ff), bf, mesh, col),
+            "down_proj": sds((layers, d_ff, d_model), bf, mesh, row)}
+    # lora_A [n, L, D, r] over the input dim (like the row-parallel input), lora_B [n, L, r, D] over the output
+    pool_sh = {"q_proj": {"lora_A": NamedSharding(mesh, P(None, None, "d", None)),
+                          "lora_B": NamedSharding(mesh, P(None, None, None, "d"))}}
+    pool_sh["v_proj"] = dict(pool_sh["q_proj"])
+    mk = "pinned_host" if on_host else "device"
+    shapes = {"lora_A": (n_adapters, layers, d_model, rank), "lora_B": (n_adapters, layers, rank, d_model)}
+    lora_pool = {m: {k: jax.ShapeDtypeStruct(shapes[k], bf, sharding=NamedSharding(
+        mesh, pool_sh[m][k].spec, memory_kind=mk)) for k in shapes} for m in ("q_proj", "v_proj")}
+    adapter_ids = sds((seqs,), jnp.int32, mesh, P())
+    hidden = sds((seqs, seq_len, d_model), bf, mesh, P())
+    return prefill, (base, lora_pool, adapter_ids, hidden), {"out_shardings": NamedSharding(mesh, P())}
+
+
+# 37.3 a paged-attention decode kernel whose block table is scalar-prefetched into SMEM
+
+
+def _paged_attention_builder(mesh, seqs, max_len, page_size, heads, head_dim, pool_pages):
+    """Decode-step attention over a paged KV cache (vLLM / JetStream-style serving) as a Pallas TPU kernel,
+    per device under jax.shard_map (sequences over 'd'): multi-query attention, q [B, H, hd], one K and one V
+    page pool [num_pages, page_size, hd] per device, `block_tables` int32 [B, max_len // page_size] and
+    `seq_lens` int32 [B] passed as scalar-prefetch operands (PrefetchScalarGridSpec), so they are copied to
+    SMEM before the grid runs; the K/V index maps read the page number from the table. Grid (B, pages per
+    sequence), an online softmax over the pages in VMEM scratch, pages past the length skipped. The number
+    of pages per sequence is max_len / page_size."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+    bf, f32 = jnp.bfloat16, jnp.float32
+    pages_per_seq = max_len // page_size
+
+    def kernel(lens_ref, tables_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref):
+        b, p = pl.program_id(0), pl.program_id(1)
+
+        @pl.when(p == 0)
+        def _():
+            m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
+            l_ref[...] = jnp.zeros_like(l_ref)
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        @pl.when(p * page_size < lens_ref[b])
+        def _():
+            q = q_ref[0]                                                            # [H, hd]
+            k = k_ref[0]                                                            # [page, hd]
+            s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=f32)
+            pos = p * page_size + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+            s = jnp.where(pos < lens_ref[b], s * head_dim ** -0.5, -1e30)
+            m_new = jnp.maximum(m_ref[...], jnp.max(s, -1, keepdims=True))
+            e = jnp.exp(s - m_new)
+            alpha = jnp.exp(m_ref[...] - m_new)
+            l_ref[...] = alpha * l_ref[...] + jnp.sum(e, -1, keepdims=True)
+            acc_ref[...] = alpha * acc_ref[...] + jnp.dot(e.astype(bf), v_ref[0], preferred_element_type=f32)
+            m_ref[...] = m_new
+
+        @pl.when(p == pages_per_seq - 1)
+        def _():
+            o_ref[0] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+
+    def per_shard(seq_lens, block_tables, q, k_pages, v_pages):
+        b = q.shape[0]
+        page_map = lambda i, p, lens, tables: (tables[i, p], 0, 0)
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=2,
+                grid=(b, pages_per_seq),
+                in_specs=[pl.BlockSpec((1, heads, head_dim), lambda i, p, lens, tables: (i, 0, 0)),
+                          pl.BlockSpec((1, page_size, head_dim), page_map),
+                          pl.BlockSpec((1, page_size, head_dim), page_map)],
+                out_specs=pl.BlockSpec((1, heads, head_dim), lambda i, p, lens, tables: (i, 0, 0)),
+                scratch_shapes=[pltpu.VMEM((heads, 1), f32), pltpu.VMEM((heads, 1), f32),
+                                pltpu.VMEM((heads, head_dim), f32)]),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        )(seq_lens, block_tables, q, k_pages, v_pages)
+
+    fn = jax.shard_map(per_shard, mesh=mesh, in_specs=(P("d"),) * 5, out_specs=P("d"), check_vma=False)
+
+    def paged_decode_attention(seq_lens, block_tables, q, k_pages, v_pages):
+        return fn(seq_lens, block_tables, q, k_pages, v_pages)
+
+    nd = mesh.devices.size
+    n = nd * seqs
+    seq_lens = sds((n,), jnp.int32, mesh, P("d"))
+    block_tables = sds((n, pages_per_seq), jnp.int32, mesh, P("d"))
+    q = sds((n, heads, head_dim), bf, mesh, P("d"))
+    k_pages = sds((nd * pool_pages, page_size, head_dim), bf, mesh, P("d"))
+    v_pages = sds((nd * pool_pages, page_size, head_dim), bf, mesh, P("d"))
+    return paged_decode_attention, (seq_lens, block_tables, q, k_pages, v_pages), {}
+
+
+# 37.4 a MuZero-style tree search whose tree stores every node's latent state, in f32
+
+
+def _mcts_builder(mesh, batch, sims, board, channels, emb_dtype):
+    """Acting with a MuZero-style search (an mctx-like batched tree in arrays): the representation net turns
+    each position into a latent state [board, board, channels]; every simulation selects a node (PUCT over
+    the expanded nodes), expands it with the dynamics net (two 3x3 convs on latent + action plane) and the
+    prediction net, writes the new node's latent into `tree.embeddings` [B, sims + 1, latent] and backs the
+    value up. The tree is the carry of a lax.fori_loop over the simulations. The nets are f32 (as the
+    reference pseudocode has them); emb_dtype: the dtype of the stored latents (f32 as the nets give them, or
+    bf16, cast when written and upcast when read back)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    n_nodes = sims + 1
+    A = board * board + 1
+    lat = board * board * channels
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def dynamics(params, s, action):
+        plane = jax.nn.one_hot(action, board * board, dtype=f32).reshape(-1, board, board, 1)
+        x = jnp.concatenate([s, plane], -1)
+        h = jax.nn.relu(conv(x, params["dyn_conv1"]))
+        return jax.nn.relu(conv(h, params["dyn_conv2"]) + s)
+
+    def prediction(params, s):
+        pooled = jnp.mean(s, (1, 2))
+        return pooled @ params["policy_head"], jnp.tanh(pooled @ params["value_head"])[:, 0]
+
+    def search(params, observations):
+        b = observations.shape[0]
+        s0 = jax.nn.relu(conv(observations, params["repr_conv"]))
+        logits0, v0 = prediction(params, s0)
+        emb = jnp.zeros((b, n_nodes, lat), emb_dtype).at[:, 0].set(s0.reshape(b, lat).astype(emb_dtype))
+        tree = {"embeddings": emb,
+                "node_visits": jnp.zeros((b, n_nodes), f32).at[:, 0].set(1.0),
+                "node_values": jnp.zeros((b, n_nodes), f32).at[:, 0].set(v0),
+                "children_prior": jnp.zeros((b, n_nodes, A), f32).at[:, 0].set(jax.nn.softmax(logits0)),
+                "children_visits": jnp.zeros((b, n_nodes, A), f32)}
+
+        def simulate(sim, tree):
+            expanded = jnp.arange(n_nodes) <= sim
+            q = tree["node_values"] / jnp.maximum(tree["node_visits"], 1.0)
+            score = jnp.where(expanded, q + 1.25 / (1.0 + tree["node_visits"]), -jnp.inf)
+            parent = jnp.argmax(score, -1)                                            # [B]
+            rows = jnp.arange(b)
+            prior = tree["children_prior"][rows, parent]
+            visits = tree["children_visits"][rows, parent]
+            action = jnp.argmax(prior / (1.0 + visits), -1)
+            s = tree["embeddings"][rows, parent].astype(f32).reshape(b, board, board, channels)
+            s_new = dynamics(params, s, action)
+            logits, v = prediction(params, s_new)
+            node = sim + 1
+            return {"embeddings": jax.lax.dynamic_update_index_in_dim(
+                        tree["embeddings"], s_new.reshape(b, lat).astype(emb_dtype), node, 1),
+                    "node_visits": tree["node_visits"].at[:, node].set(1.0).at[rows, parent].add(1.0),
+                    "node_values": tree["node_values"].at[:, node].set(v).at[rows, parent].add(v),
+                    "children_prior": tree["children_prior"].at[:, node].set(jax.nn.softmax(logits)),
+                    "children_visits": tree["children_visits"].at[rows, parent, action].add(1.0)}
+
+        tree = jax.lax.fori_loop(0, sims, simulate, tree)
+        root_visits = tree["children_visits"][:, 0]
+        return root_visits / jnp.maximum(jnp.sum(root_visits, -1, keepdims=True), 1.0), tree["node_values"][:, 0]
+
+    params = {"repr_conv": sds((3, 3, 17, channels), f32, mesh, P()),
+              "dyn_conv1": sds((3, 3, channels + 1, channels), f32, mesh, P()),
+              "dyn_conv2": sds((3, 3, channels, channels), f32, mesh, P()),
+              "policy_head": sds((channels, A), f32, mesh, P()),
+              "value_head": sds((channels, 1), f32, mesh, P())}
+    observations = sds((mesh.devices.size * batch, board, board, 17), f32, mesh, P("d"))
+    kw = {"out_shardings": (NamedSharding(mesh, P("d")), NamedSharding(mesh, P("d")))}
+    return search, (params, observations), kw
+
+
+# 37.5 Muon: the Newton-Schulz orthogonalization run on momentum gathered (replicated) for every layer at once
+
+
+def _muon_builder(mesh, layers, width, tokens, ortho_spec):
+    """FSDP training (weights P(None, 'd', None), f32, donated) of a residual MLP trunk scanned over `layers`
+    blocks with the Muon optimizer: momentum `muon_momentum` (f32, sharded like the weights) and the update
+    orthogonalized by 5 Newton-Schulz iterations in bf16 (the quintic of Keller Jordan's reference), vmapped
+    over the stacked layers. The Newton-Schulz matmuls need whole matrices, so the momentum is resharded
+    first: ortho_spec=() (the first version: `with_sharding_constraint(m, P())`, every matrix of every layer
+    gathered on every device); ortho_spec=('d', None, None): the matrices distributed over the devices by
+    layer (each device orthogonalizes whole matrices of its layers), the result resharded back."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    spec = P(None, "d", None)
+
+    def newton_schulz(g, steps=5):
+        a, b, c = 3.4445, -4.7750, 2.0315
+        x = g.astype(bf)
+        x = x / (jnp.linalg.norm(x.astype(f32)) + 1e-7).astype(bf)
+        for _ in range(steps):
+            A = x @ x.T
+            B = b * A + c * A @ A
+            x = a * x + B @ x
+        return x
+
+    def muon_train_step(params, muon_momentum, batch):
+        def loss_fn(params):
+            def block(h, w):
+                return (h + jax.nn.gelu(h @ w.astype(bf))).astype(bf), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), batch["x"], params["mlp"]["kernel"])
+            return jnp.mean((h.astype(f32) - batch["y"].astype(f32)) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        m = 0.95 * muon_momentum["mlp"]["kernel"] + grads["mlp"]["kernel"]
+        m_o = jax.lax.with_sharding_constraint(m, NamedSharding(mesh, P(*ortho_spec)))
+        u = jax.vmap(newton_schulz)(m_o)
+        u = jax.lax.with_sharding_constraint(u, NamedSharding(mesh, spec))
+        new = params["mlp"]["kernel"] - 0.02 * u.astype(f32)
+        return {"mlp": {"kernel": new}}, {"mlp": {"kernel": m}}, loss
+
+    params = {"mlp": {"kernel": sds((layers, width, width), f32, mesh, spec)}}
+    muon_momentum = {"mlp": {"kernel": sds((layers, width, width), f32, mesh, spec)}}
+    n = mesh.devices.size * tokens
+    batch = {"x": sds((n, width), bf, mesh, P("d")), "y": sds((n, width), bf, mesh, P("d"))}
+    kw = {"out_shardings": (_shardings(params), _shardings(muon_momentum), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return muon_train_step, (params, muon_momentum, batch), kw
+
+
+# 37.6 a full-resolution denoising conv net with 32 feature channels: every activation padded to 128 lanes
+
+
+def _denoiser_builder(mesh, images, size, channels, depth, s2d):
+    """A DnCNN-style image denoiser (a stack of 3x3 conv + ReLU, residual learning: the net predicts the
+    noise) trained data-parallel on noisy/clean RGB crops, bf16 activations, f32 params replicated and
+    donated, SGD. s2d=1: the convs run at full resolution with `channels` feature maps (NHWC, so the
+    feature axis, 32 wide, is the minor, 128-lane tiled dimension of every activation); s2d=2: the image is
+    pixel-unshuffled first (space-to-depth, 2x2 pixels into the channels: [B, H/2, W/2, 12]), the convs run
+    with 4 * channels feature maps on the half-resolution grid (the same number of activation values per
+    layer, 128 lanes filled), and the predicted noise is shuffled back (depth-to-space)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    cin = 3 * s2d * s2d
+    feat = channels * s2d * s2d
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w.astype(bf), (1, 1), "SAME",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def unshuffle(x):
+        b, h, w, c = x.shape
+        x = x.reshape(b, h // s2d, s2d, w // s2d, s2d, c)
+        return x.transpose(0, 1, 3, 2, 4, 5).reshape(b, h // s2d, w // s2d, s2d * s2d * c)
+
+    def shuffle(x):
+        b, h, w, c = x.shape
+        x = x.reshape(b, h, w, s2d, s2d, c // (s2d * s2d))
+        return x.transpose(0, 1, 3, 2, 4, 5).reshape(b, h * s2d, w * s2d, c // (s2d * s2d))
+
+    def denoise_train_step(params, noisy, clean):
+        def loss_fn(params):
+            x = noisy.astype(bf)
+            if s2d > 1:
+                x = unshuffle(x)
+            h = jax.nn.relu(conv(x, params["conv_in"]["kernel"]))
+            for i in range(depth):
+                h = jax.nn.relu(conv(h, params[f"conv_{i}"]["kernel"]))
+            noise = conv(h, params["conv_out"]["kernel"])
+            if s2d > 1:
+                noise = shuffle(noise)
+            return jnp.mean(jnp.square(noisy - noise.astype(f32) - clean))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {"conv_in": {"kernel": sds((3, 3, cin, feat), f32, mesh, P())},
+              "conv_out": {"kernel": sds((3, 3, feat, cin), f32, mesh, P())}}
+    for i in range(depth):
+        params[f"conv_{i}"] = {"kernel": sds((3, 3, feat, feat), f32, mesh, P())}
+    n = mesh.devices.size * images
+    noisy = sds((n, size, size, 3), f32, mesh, P("d"))
+    clean = sds((n, size, size, 3), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return denoise_train_step, (params, noisy, clean), kw
+
+
+pair(
+    "syncbn_all_gather_stats", "v4", "v4:2x2x1",
+    "A ResNet-style conv net (3 conv-BN layers of width 128 on 512x512 images, 12 per TensorCore) trained "
+    "data-parallel on v4 (8 TensorCores) with synchronized batch norm written under shard_map as an all_gather "
+    "of the activations: every core holds the f32 activations of the global batch of 96 images, "
+    "f32[96, 512, 512, 128] (12 GiB), beyond 15.25G.",
+    "Fixed variant of syncbn_all_gather_stats_v4: the batch-norm statistics from the per-core sum and sum of "
+    "squares, psum'd ([C] vectors); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "large_activation", "batch_too_large"]),
+    _syncbn_builder, dict(images=12, size=512, width=128, blocks=1, classes=1000, stats="all_gather"),
+    dict(images=12, size=512, width=128, blocks=1, classes=1000, stats="psum"),
+    dump=False,
+)
+
+pair(
+    "lora_adapter_pool_in_hbm", "v6e", "v6e:2x2",
+    "Multi-tenant LoRA serving (S-LoRA style) of a tensor-parallel 32-layer bf16 decoder (d_model 4096) on v6e: "
+    "the pool of 2048 tenants' rank-64 q_proj/v_proj adapters was meant for host memory, but its shardings carry "
+    "no memory_kind, so the pool (32 GiB per device) sits in HBM beside the base weights, 35.14G of arguments, "
+    "beyond 31.25G.",
+    "Fixed variant of lora_adapter_pool_in_hbm_v6e: the pool's shardings with memory_kind='pinned_host', the "
+    "batch's adapters gathered on the host (compute_on('device_host')) and only they moved to HBM; fits.",
+    dict(category="arguments", causes=["arguments_exceed"],
+         basis="the fixed twin's memory_analysis peak counts the 32 GiB pinned_host adapter pool; in HBM it logs "
+               "XLA::TPU program HBM usage: 1.48G / 31.25G beside the base weights"),
+    _lora_pool_builder, dict(layers=32, d_model=4096, d_ff=11008, heads=32, rank=64, n_adapters=2048, seqs=8,
+                             seq_len=2048, pool_memory="device"),
+    dict(layers=32, d_model=4096, d_ff=11008, heads=32, rank=64, n_adapters=2048, seqs=8, seq_len=2048,
+         pool_memory="pinned_host"),
+    dump=False,
+)
+
+pair(
+    "muon_ortho_gathered", "v5p", "v5p:2x2x1",
+    "FSDP training of a residual MLP trunk (192 blocks of f32[8192, 8192]) with the Muon optimizer on v5p: the "
+    "momentum is constrained to P() before the vmapped Newton-Schulz orthogonalization, so every device holds "
+    "the whole f32[192, 8192, 8192] momentum (48 GiB) and its bf16 iterates, beyond 95.74G.",
+    "Fixed variant of muon_ortho_gathered_v5p: the momentum resharded by layer, P('d', None, None), each device "
+    "orthogonalizing whole matrices of its 48 layers; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _muon_builder, dict(layers=192, width=8192, tokens=4096, ortho_spec=()),
+    dict(layers=192, width=8192, tokens=4096, ortho_spec=("d", None, None)),
+    dump=False,
+)
+
+pair(
+    "paged_attention_block_table_smem", "v5e", "v5e:2x2",
+    "A Pallas paged-attention decode kernel on v5e (256 sequences per device, up to 32768 tokens, 16-token "
+    "pages): the block table int32[256, 2048] is a scalar-prefetch operand, copied to SMEM (2 MiB) before the "
+    "grid runs, beyond the 1 MiB of SMEM.",
+    "Fixed variant of paged_attention_block_table_smem_v5e: 64-token pages, a block table of int32[256, 512] "
+    "(512 KiB); fits.",
+    dict(category="vmem", causes=["kernel_tiling"]),
+    _paged_attention_builder, dict(seqs=256, max_len=32768, page_size=16, heads=16, head_dim=128, pool_pages=65536),
+    dict(seqs=256, max_len=32768, page_size=64, heads=16, head_dim=128, pool_pages=16384),
+    dump=True,
+)
+
+pair(
+    "mcts_tree_latents_f32", "v5e", "v5e:4x4",
+    "Acting with a MuZero-style tree search on v5e:4x4 (16 devices), 96 Go positions per device and 400 "
+    "simulations: the tree stores every node's 19x19x256 latent state in f32, tree.embeddings "
+    "f32[96, 401, 92416] (13.25 GiB per device), carried through the simulation loop, beyond 15.75G.",
+    "Fixed variant of mcts_tree_latents_f32_v5e: the latents stored in bfloat16 (cast when written, upcast when "
+    "read); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["f32_precision", "large_activation", "batch_too_large"]),
+    _mcts_builder, dict(batch=96, sims=400, board=19, channels=256, emb_dtype="float32"),
+    dict(batch=96, sims=400, board=19, channels=256, emb_dtype="bfloat16"),
+    dump=True,
+)
+
+pair(
+    "denoiser_32ch_full_res", "v5e", "v5e:2x2",
+    "A DnCNN-style denoiser (14 3x3 convs with 32 feature maps, bf16 activations) trained on 1024x1024 RGB crops, "
+    "4 per device on v5e: NHWC activations whose minor dimension is the 32 feature channels are tiled to 128 "
+    "lanes, every activation slot padded about 4x, beyond 15.75G.",
+    "Fixed variant of denoiser_32ch_full_res_v5e: the crops pixel-unshuffled 2x2 first (space-to-depth), the "
+    "convs run with 128 feature maps on the half-resolution grid (the same number of activation values, 128 "
+    "lanes filled), depth-to-space at the end; fits.",
+    dict(category="aggregate", causes=["padding", "batch_too_large", "no_remat"]),
+    _denoiser_builder, dict(images=4, size=1024, channels=32, depth=12, s2d=1),
+    dict(images=4, size=1024, channels=32, depth=12, s2d=2),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
