@@ -334,6 +334,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             .take(3)
             .any(|a| shape_of(a).and_then(|s| activation_kind(&s)).is_some());
         rank!(2.0, gathered_whole(&ctx));
+        rank!(1.4, gathered_from_held(&ctx));
         rank!(2.6, held_whole_beside_shard(&ctx));
         rank!(if shaped { 1.8 } else { 1.2 }, large_activation(&ctx));
         let pad = padding(&ctx);
@@ -2279,6 +2280,62 @@ fn gathered_whole(ctx: &Ctx<'_>) -> Option<Cause> {
             whole.dims[0]
         ),
         vec!["shard stacked layer parameters along a weight axis, not the layer axis: P(None, 'fsdp', None) on [layers, d, f] (not P('fsdp', None, None)), so each step of the scan gathers one layer; an array gathered for one op: keep the op sharded (with_sharding_constraint) instead".into()],
+        Vec::new(),
+    ))
+}
+
+/// A temporary that is an argument gathered whole: a large listed buffer (a tenth of the
+/// requirement or more) of the type and rank of an array the program holds (the memory usage
+/// report's tables after its first), equal to it but for one dimension k times as wide (k = 2,
+/// 4, 8 or 16, a mesh axis): the program holds that array sharded k ways and materialises it
+/// whole on every device (an optimizer's step on momentum copied whole, an all-gather before
+/// an op that could stay sharded).
+fn gathered_from_held(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.backend == Some(Backend::Gpu) || e.memory_space == Some(MemorySpace::Host) {
+        return None;
+    }
+    let used = ctx.used.or(ctx.limit)?;
+    let held: Vec<Shape> = e.held.iter().filter_map(|(_, s)| Shape::parse(s)).collect();
+    let ways = |w: &Shape, s: &Shape| -> Option<u64> {
+        if s.type_name != w.type_name || s.dims.len() != w.dims.len() || w.dims.len() < 2 {
+            return None;
+        }
+        let mut diff = (0..w.dims.len()).filter(|&i| w.dims[i] != s.dims[i]);
+        let i = diff.next()?;
+        if diff.next().is_some() {
+            return None;
+        }
+        let (a, b) = (w.dims[i], s.dims[i]);
+        // (Not a square weight beside a long activation: the narrow side is no other axis.)
+        let square = s.dims.iter().enumerate().any(|(j, &d)| j != i && d == b);
+        (b >= 2 && a > b && a % b == 0 && matches!(a / b, 2 | 4 | 8 | 16) && !square)
+            .then_some(a / b)
+    };
+    let (a, w, k) = e.allocations.iter().find_map(|a| {
+        if a.size_bytes.saturating_mul(10) < used {
+            return None;
+        }
+        let w = shape_of(a)?;
+        // (An array the program holds whole is no gathered copy of itself.)
+        if held
+            .iter()
+            .any(|h| h.type_name == w.type_name && h.dims == w.dims)
+        {
+            return None;
+        }
+        let k = held.iter().find_map(|s| ways(&w, s))?;
+        Some((a, w, k))
+    })?;
+    let name = hbm_doctor_hlo::shape::format_dims(w.type_name, &w.dims);
+    Some(ctx.cause(
+        CauseKind::ReplicatedTensor,
+        Some(a.size_bytes - a.size_bytes / k),
+        format!(
+            "{} is {name}, {k} times an array the program holds split along one of its dimensions: the sharded array is gathered whole on every device for its use",
+            describe(a)
+        ),
+        vec![format!("Keep the computation on {name} sharded like its argument (jax.lax.with_sharding_constraint on the result, or shard_map over the sharded axis), so each device works on its 1/{k}; an operation that needs the whole matrix (an orthogonalization, a factorization) can gather one block at a time.")],
         Vec::new(),
     ))
 }
