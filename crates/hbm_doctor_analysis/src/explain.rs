@@ -2178,6 +2178,23 @@ fn held_whole_beside_shard(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
+/// How many ways `s` splits `w`: the same type and rank, equal but for one dimension that is
+/// k times as wide in `w`, k a mesh axis (2, 4, 8 or 16); not a square weight beside a long
+/// activation (`[16384, 16384]` beside `[524288, 16384]`: the narrow side is another axis).
+fn split_ways(w: &Shape, s: &Shape) -> Option<u64> {
+    if s.type_name != w.type_name || s.dims.len() != w.dims.len() {
+        return None;
+    }
+    let mut diff = (0..w.dims.len()).filter(|&i| w.dims[i] != s.dims[i]);
+    let i = diff.next()?;
+    if diff.next().is_some() {
+        return None;
+    }
+    let (a, b) = (w.dims[i], s.dims[i]);
+    let square = s.dims.iter().enumerate().any(|(j, &d)| j != i && d == b);
+    (b >= 1 && a > b && a % b == 0 && matches!(a / b, 2 | 4 | 8 | 16) && !square).then_some(a / b)
+}
+
 /// The array [`held_whole_beside_shard`] finds: (its bytes in all, its shape, the ways its
 /// siblings are split).
 fn held_whole(ctx: &Ctx<'_>) -> Option<(u64, Shape, u64)> {
@@ -2191,22 +2208,7 @@ fn held_whole(ctx: &Ctx<'_>) -> Option<(u64, Shape, u64)> {
         .iter()
         .filter_map(|(b, s)| Some((*b, Shape::parse(s)?)))
         .collect();
-    let split = |w: &Shape, s: &Shape| -> Option<u64> {
-        if s.type_name != w.type_name || s.dims.len() != w.dims.len() {
-            return None;
-        }
-        let mut diff = (0..w.dims.len()).filter(|&i| w.dims[i] != s.dims[i]);
-        let i = diff.next()?;
-        if diff.next().is_some() {
-            return None;
-        }
-        let (a, b) = (w.dims[i], s.dims[i]);
-        // A mesh's axis (2 to 16 devices), and not a square weight beside a long activation
-        // (`[16384, 16384]` beside `[524288, 16384]`).
-        let square = s.dims.iter().enumerate().any(|(j, &d)| j != i && d == b);
-        (b >= 1 && a > b && a % b == 0 && matches!(a / b, 2 | 4 | 8 | 16) && !square)
-            .then_some(a / b)
-    };
+    let split = split_ways;
     let mut best: Option<(u64, &Shape, u64)> = None;
     for (_, w) in &held {
         if w.dims.len() < 2 {
@@ -2297,21 +2299,6 @@ fn gathered_from_held(ctx: &Ctx<'_>) -> Option<Cause> {
     }
     let used = ctx.used.or(ctx.limit)?;
     let held: Vec<Shape> = e.held.iter().filter_map(|(_, s)| Shape::parse(s)).collect();
-    let ways = |w: &Shape, s: &Shape| -> Option<u64> {
-        if s.type_name != w.type_name || s.dims.len() != w.dims.len() || w.dims.len() < 2 {
-            return None;
-        }
-        let mut diff = (0..w.dims.len()).filter(|&i| w.dims[i] != s.dims[i]);
-        let i = diff.next()?;
-        if diff.next().is_some() {
-            return None;
-        }
-        let (a, b) = (w.dims[i], s.dims[i]);
-        // (Not a square weight beside a long activation: the narrow side is no other axis.)
-        let square = s.dims.iter().enumerate().any(|(j, &d)| j != i && d == b);
-        (b >= 2 && a > b && a % b == 0 && matches!(a / b, 2 | 4 | 8 | 16) && !square)
-            .then_some(a / b)
-    };
     let (a, w, k) = e.allocations.iter().find_map(|a| {
         if a.size_bytes.saturating_mul(10) < used {
             return None;
@@ -2324,7 +2311,9 @@ fn gathered_from_held(ctx: &Ctx<'_>) -> Option<Cause> {
         {
             return None;
         }
-        let k = held.iter().find_map(|s| ways(&w, s))?;
+        let k = held
+            .iter()
+            .find_map(|s| split_ways(&w, s).filter(|_| w.dims.len() >= 2))?;
         Some((a, w, k))
     })?;
     let name = hbm_doctor_hlo::shape::format_dims(w.type_name, &w.dims);
