@@ -723,6 +723,8 @@ struct SeriesScore {
     leaks: usize,
     leaks_found: usize,
     false_alarms: usize,
+    /// Not-leaks whose input gave no series at all: "right" only because nothing was called.
+    not_leaks_unread: usize,
     with_samples: usize,
     samples_exact: usize,
     misses: Vec<String>,
@@ -772,6 +774,7 @@ fn series_score() -> SeriesScore {
         s.leaks += usize::from(leak);
         s.leaks_found += usize::from(leak && called);
         s.false_alarms += usize::from(!leak && called);
+        s.not_leaks_unread += usize::from(!leak && series.is_empty());
         let ok = leak == called;
         s.right += usize::from(ok);
         if let Some(want) = c.samples {
@@ -815,7 +818,7 @@ fn series_report(s: &SeriesScore) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nReal memory series (tests/corpus/trend/MANIFEST.toml, thread settled): {} series, leak called right {}/{} ({:.1}%); leaks found {}/{}, false alarms {}/{}; readings read exactly {}/{}",
+        "\nReal memory series (tests/corpus/trend/MANIFEST.toml, thread settled): {} series, leak called right {}/{} ({:.1}%); leaks found {}/{}, false alarms {}/{} (of the not-leaks, {} right only because nothing was read); readings read exactly {}/{}",
         s.n,
         s.right,
         s.n,
@@ -824,6 +827,7 @@ fn series_report(s: &SeriesScore) -> String {
         s.leaks,
         s.false_alarms,
         s.n - s.leaks,
+        s.not_leaks_unread,
         s.samples_exact,
         s.with_samples
     );
