@@ -308,6 +308,9 @@ struct Bare {
     seen: u64,
 }
 
+/// Keys held by [`Reader::hold_keyed`] at most.
+const MAX_KEYED: usize = 64;
+
 /// Rows of bare numbers held before they are thinned (a log of only numbers is rarely this long).
 const BARE_CAP: usize = 1 << 20;
 
@@ -1299,7 +1302,8 @@ impl Reader {
         // `Memory usage after 3 prediction(s): 349 MiB`: the step said after the key, read as
         // the step and the line read without it.
         let rewritten;
-        let line = match p.after_step.captures(line) {
+        let maybe = line.contains("fter") || line.contains(" at ") || line.contains(" At ");
+        let line = match maybe.then(|| p.after_step.captures(line)).flatten() {
             Some(m) => {
                 self.step = m[2].parse().ok().or(self.step);
                 self.step_key_seen = true;
@@ -1414,7 +1418,8 @@ impl Reader {
             }
             return;
         }
-        if rss_spans.is_empty() {
+        // (Held sizes are read only when nothing else is: none once a reading was.)
+        if rss_spans.is_empty() && c.device_samples() == self.samples_before.unwrap_or(0) {
             self.hold_keyed(line);
         }
     }
@@ -1423,6 +1428,9 @@ impl Reader {
     /// `RES`), then rows whose resident memory is read in KiB (`top`'s `1.2g` / `512m` as
     /// suffixed), one series per process (`pid 1166`). `true` when the line was one of these.
     fn ps_line(&mut self, c: &mut Collected, line: &str, host: &str) -> bool {
+        if self.ps_cols.is_none() && !line.contains("PID") {
+            return false;
+        }
         let cells: Vec<&str> = line.split_whitespace().collect();
         if line.contains("PID") && (line.contains("RSS") || line.contains("RES")) {
             let pid = cells.iter().position(|x| *x == "PID");
@@ -1485,8 +1493,18 @@ impl Reader {
     /// counter and is not read), else every `KEY: SIZE` of the line (`mbiu: 255 MB, bui: 1 MB`).
     fn hold_keyed(&mut self, line: &str) {
         let p = pats();
+        // Cheap filter first: a digit then a size unit (`255 MB`, `1.5GiB`, `16 kb`, `bytes`).
         let b = line.as_bytes();
-        if !b.iter().any(|&c| c == b'B' || c == b'b') {
+        let sized = b.windows(3).enumerate().any(|(i, w)| {
+            let unit = |c: u8| matches!(c | 0x20, b'k' | b'm' | b'g' | b't');
+            let byte = |c: u8| c | 0x20 == b'b';
+            w[0].is_ascii_digit()
+                && (unit(w[1]) && (byte(w[2]) || w[2] == b'i')
+                    || w[1] == b' '
+                        && unit(w[2])
+                        && b.get(i + 3).is_some_and(|&c| byte(c) || c == b'i'))
+        }) || line.contains("bytes");
+        if !sized {
             return;
         }
         let mut held: Vec<(String, f64, Option<f64>)> = Vec::new();
@@ -1563,8 +1581,11 @@ impl Reader {
                 continue;
             }
             let row = (self.step, v, unit, self.ts);
+            let full = self.keyed.len() >= MAX_KEYED;
             match self.keyed.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, bare)) => bare.push(row),
+                // (A bounded number of keys: past it, a key not seen before is not held.)
+                None if full => {}
                 None => {
                     let mut bare = Bare::default();
                     bare.push(row);
