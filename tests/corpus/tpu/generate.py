@@ -12187,6 +12187,377 @@ pair(
 )
 
 
+# ---- 38. more broken/fixed pairs (batch tpu27): other models, other names ---------------------
+#
+# Programs of kinds sections 13-37 do not have (a circular (vmapped-stage) pipeline whose stacked stage
+# weights are left replicated; a FedAvg round simulated on one slice whose per-client model copies are
+# replicated; a Mixtral-style MoE decoder served on a slice too small for its weights; a latent-diffusion VAE
+# decoder run in f32 because of its force_upcast setting; a VoxelNet-style LiDAR backbone that scatters its
+# points into a dense 3-D voxel grid).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu27 for which pairs keep their dumps and what did not go as first written.
+
+
+# 38.1 a circular pipeline (stages vmapped over a stage axis) whose stacked stage weights are left replicated
+
+
+def _pipeline_builder(mesh, stages, layers_per_stage, d_model, d_ff, microbatches, mb_tokens, stage_spec):
+    """GPipe-style pipeline parallelism written the praxis / MaxText way: the weights of all stages stacked
+    `params["stages"]["w_in"|"w_out"]` [S, layers per stage, ...], the pipeline state [S, mb, D] constrained
+    to P('d') on its stage axis, every tick a jax.vmap of the stage function over the stage axis, then a
+    jnp.roll passes each stage's output to the next and the next micro-batch enters stage 0; S + M - 1 ticks
+    under lax.scan, the last stage's outputs collected. f32 weights, bf16 compute, SGD, donated.
+    stage_spec=() (the first version: the stacked weights placed P(), every device holds every stage);
+    stage_spec=('d',): the stage axis of the weights over the devices, like the pipeline state."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    state_sh = NamedSharding(mesh, P("d"))
+
+    def stage_fn(w, x):
+        def layer(h, lw):
+            y = jax.nn.gelu(h.astype(bf) @ lw["w_in"].astype(bf)) @ lw["w_out"].astype(bf)
+            return h + y.astype(f32), None
+
+        h, _ = jax.lax.scan(jax.checkpoint(layer), x, w)
+        return h
+
+    def pipeline_train_step(params, microbatch_inputs, microbatch_targets):
+        def loss_fn(params):
+            ticks = microbatches + stages - 1
+
+            def tick(state, t):
+                x_in = jax.lax.dynamic_index_in_dim(microbatch_inputs, jnp.minimum(t, microbatches - 1), 0,
+                                                    keepdims=False)
+                state = jax.lax.with_sharding_constraint(state.at[0].set(x_in), state_sh)
+                state = jax.vmap(stage_fn)(params["stages"], state)
+                out = state[-1]
+                return jax.lax.with_sharding_constraint(jnp.roll(state, 1, axis=0), state_sh), out
+
+            state0 = jnp.zeros((stages, mb_tokens, d_model), f32)
+            _, outs = jax.lax.scan(tick, state0, jnp.arange(ticks))
+            return jnp.mean(jnp.square(outs[stages - 1:] - microbatch_targets))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-2 * g, params, grads), loss
+
+    spec = P(*stage_spec)
+    params = {"stages": {"w_in": sds((stages, layers_per_stage, d_model, d_ff), f32, mesh, spec),
+                         "w_out": sds((stages, layers_per_stage, d_ff, d_model), f32, mesh, spec)}}
+    mb_in = sds((microbatches, mb_tokens, d_model), f32, mesh, P())
+    mb_tgt = sds((microbatches, mb_tokens, d_model), f32, mesh, P())
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return pipeline_train_step, (params, mb_in, mb_tgt), kw
+
+
+# 38.2 federated averaging simulated on one slice: the per-client model copies replicated
+
+
+def _fedavg_builder(mesh, clients, layers, width, local_steps, client_tokens, client_spec):
+    """A FedAvg round simulated on one TPU slice (FedJAX-style): every client of the round starts from the
+    server model, runs `local_steps` of SGD on its own data (jax.vmap of the local training loop over the
+    client axis), and the server averages the client deltas (FedAvg with server learning rate 1). The client
+    models are materialised as `client_params` [C, L, W, W] f32 (the server model broadcast to every client)
+    and the client data `client_batches` [C, steps, tokens, W] is sharded over the devices by client.
+    client_spec=() (the first version: the broadcast client copies constrained to P(), as the single-host
+    script had them, so every device holds every client's model and its gradients); client_spec=('d',): the
+    client copies distributed over the devices with their data (each device trains its clients)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    c_sh = NamedSharding(mesh, P(*client_spec))
+
+    def local_train(params, batches):
+        def loss_fn(p, x):
+            def block(h, w):
+                return h + jnp.tanh(h @ w.astype(bf)), None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), x, p)
+            return jnp.mean(jnp.square(h.astype(f32) - x.astype(f32)))
+
+        def sgd_step(p, x):
+            g = jax.grad(loss_fn)(p, x)
+            return p - 0.01 * g, None
+
+        p, _ = jax.lax.scan(sgd_step, params, batches)
+        return p
+
+    def fedavg_round(server_params, client_batches):
+        w = server_params["dense"]["kernel"]
+        client_params = jax.lax.with_sharding_constraint(
+            jnp.broadcast_to(w, (clients,) + w.shape), c_sh)
+        trained = jax.vmap(local_train)(client_params, client_batches)
+        trained = jax.lax.with_sharding_constraint(trained, c_sh)
+        delta = jnp.mean(trained - client_params, axis=0)
+        return {"dense": {"kernel": w + delta}}
+
+    server_params = {"dense": {"kernel": sds((layers, width, width), f32, mesh, P())}}
+    client_batches = sds((clients, local_steps, client_tokens, width), bf, mesh, P("d"))
+    kw = {"out_shardings": _shardings(server_params), "donate_argnums": (0,)}
+    return fedavg_round, (server_params, client_batches), kw
+
+
+# 38.3 a Mixtral-style sparse MoE decoder served on a slice too small for its weights
+
+
+def _moe_serving_builder(mesh, layers, d_model, d_ff, experts, heads, kv_heads, vocab, batch, max_len):
+    """One decode step of a Mixtral-8x7B-style sparse MoE decoder (bf16; GQA attention, top-2 routing over
+    8 SwiGLU experts per layer, RMSNorm), tensor-parallel over all devices: the expert FFNs sharded over
+    d_ff, the attention projections over the model dimension, the embedding and the LM head over the
+    vocabulary; the KV cache (bf16, [L, B, S, kv_heads, hd]) sharded over the batch and donated. The same
+    program on two slices: v5e:2x2 (4 chips, the first plan) and v5e:4x4 (16 chips)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    rep = heads // kv_heads
+
+    def rms(x, g):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-5) * g).astype(bf)
+
+    def decode_step(params, kv_cache, tokens, pos):
+        x = params["embed_tokens"][tokens]                                     # [B, D]
+        b = x.shape[0]
+
+        def layer(h, lw):
+            w, k_cache, v_cache = lw
+            a = rms(h, w["input_layernorm"])
+            q = (a @ w["q_proj"]).reshape(b, kv_heads, rep, hd)
+            k = (a @ w["k_proj"]).reshape(b, 1, kv_heads, hd)
+            v = (a @ w["v_proj"]).reshape(b, 1, kv_heads, hd)
+            k_cache = jax.lax.dynamic_update_slice_in_dim(k_cache, k, pos, 1)
+            v_cache = jax.lax.dynamic_update_slice_in_dim(v_cache, v, pos, 1)
+            s = jnp.einsum("bgrd,bsgd->bgrs", q, k_cache).astype(f32) * hd ** -0.5
+            s = jnp.where(jnp.arange(max_len) <= pos, s, -1e30)
+            o = jnp.einsum("bgrs,bsgd->bgrd", jax.nn.softmax(s, -1).astype(bf), v_cache).reshape(b, d_model)
+            h = h + o @ w["o_proj"]
+            m = rms(h, w["post_attention_layernorm"])
+            router = (m @ w["block_sparse_moe"]["gate"]).astype(f32)          # [B, E]
+            top_v, top_i = jax.lax.top_k(router, 2)
+            gates = jnp.sum(jax.nn.one_hot(top_i, experts, dtype=f32) * jax.nn.softmax(top_v, -1)[..., None], 1)
+            e = w["block_sparse_moe"]["experts"]
+            g = jax.nn.silu(jnp.einsum("bd,edf->bef", m, e["w1"])) * jnp.einsum("bd,edf->bef", m, e["w3"])
+            y = jnp.einsum("bef,efd->bed", g, e["w2"])
+            h = h + jnp.einsum("bed,be->bd", y, gates.astype(bf))
+            return h, (k_cache, v_cache)
+
+        h, (k_new, v_new) = jax.lax.scan(layer, x, (params["layers"], kv_cache["k"], kv_cache["v"]))
+        logits = rms(h, params["norm"]) @ params["lm_head"]
+        return jnp.argmax(logits, -1).astype(jnp.int32), {"k": k_new, "v": v_new}
+
+    L, D, F, E = layers, d_model, d_ff, experts
+    dcol, drow = P(None, None, "d"), P(None, "d", None)
+    params = {
+        "embed_tokens": sds((vocab, D), bf, mesh, P("d", None)),
+        "norm": sds((D,), f32, mesh, P()),
+        "lm_head": sds((D, vocab), bf, mesh, P(None, "d")),
+        "layers": {
+            "input_layernorm": sds((L, D), f32, mesh, P()),
+            "post_attention_layernorm": sds((L, D), f32, mesh, P()),
+            "q_proj": sds((L, D, D), bf, mesh, dcol),
+            "k_proj": sds((L, D, kv_heads * hd), bf, mesh, drow),
+            "v_proj": sds((L, D, kv_heads * hd), bf, mesh, drow),
+            "o_proj": sds((L, D, D), bf, mesh, drow),
+            "block_sparse_moe": {
+                "gate": sds((L, D, E), bf, mesh, P()),
+                "experts": {"w1": sds((L, E, D, F), bf, mesh, P(None, None, None, "d")),
+                            "w3": sds((L, E, D, F), bf, mesh, P(None, None, None, "d")),
+                            "w2": sds((L, E, F, D), bf, mesh, P(None, None, "d", None))}}}}
+    cache_spec = P(None, "d")
+    kv_cache = {"k": sds((L, batch, max_len, kv_heads, hd), bf, mesh, cache_spec),
+                "v": sds((L, batch, max_len, kv_heads, hd), bf, mesh, cache_spec)}
+    tokens = sds((batch,), jnp.int32, mesh, P())
+    pos = sds((), jnp.int32, mesh, P())
+    kw = {"out_shardings": (NamedSharding(mesh, P()), _shardings(kv_cache)), "donate_argnums": (1,)}
+    return decode_step, (params, kv_cache, tokens, pos), kw
+
+
+# 38.4 a latent-diffusion VAE decoder run in f32 (force_upcast) at full resolution
+
+
+def _vae_decode_builder(mesh, images, latent_size, base, dtype):
+    """The image decoder of a latent-diffusion VAE (the SD/SDXL AutoencoderKL layout: conv_in to 4*base
+    channels at the latent resolution, then up blocks of two 3x3 convs (+ residual) with nearest 2x
+    upsampling, channel multipliers (4, 4, 2, 1) from the bottom, GroupNorm-free here, conv_out to RGB),
+    inference only, latents [B, latent_size, latent_size, 4] per device (8x upsampled: 144 -> 1152x1152 images).
+    The weights are stored f32.
+    dtype='float32' (the first version: the pipeline's `force_upcast` setting makes the decode run with the
+    latents and the weights upcast to f32); dtype='bfloat16': the weights cast to bf16 once and the decode
+    run in bf16, the image returned in f32."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    dt = jnp.dtype(dtype)
+    mults = (4, 4, 2, 1)
+
+    def conv(x, w, b):
+        y = jax.lax.conv_general_dilated(x, w.astype(dt), (1, 1), "SAME",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return y + b.astype(dt)
+
+    def upsample(x):
+        b, h, w, c = x.shape
+        return jnp.broadcast_to(x[:, :, None, :, None, :], (b, h, 2, w, 2, c)).reshape(b, 2 * h, 2 * w, c)
+
+    def vae_decode(decoder_params, latents):
+        p = decoder_params
+        h = conv(latents.astype(dt) / 0.13025, p["conv_in"]["kernel"], p["conv_in"]["bias"])
+        for i in range(len(mults)):
+            blk = p[f"up_blocks_{i}"]
+            if "conv_shortcut" in blk:
+                skip = conv(h, blk["conv_shortcut"]["kernel"], blk["conv_shortcut"]["bias"])
+            else:
+                skip = h
+            y = conv(jax.nn.silu(h), blk["conv1"]["kernel"], blk["conv1"]["bias"])
+            y = conv(jax.nn.silu(y), blk["conv2"]["kernel"], blk["conv2"]["bias"])
+            h = skip + y
+            if i < len(mults) - 1:
+                h = upsample(h)
+                h = conv(h, blk["upsampler"]["kernel"], blk["upsampler"]["bias"])
+        img = conv(jax.nn.silu(h), p["conv_out"]["kernel"], p["conv_out"]["bias"])
+        return jnp.clip(img.astype(f32) * 0.5 + 0.5, 0.0, 1.0)
+
+    def cw(cin, cout):
+        return {"kernel": sds((3, 3, cin, cout), f32, mesh, P()), "bias": sds((cout,), f32, mesh, P())}
+
+    params = {"conv_in": cw(4, base * mults[0]), "conv_out": cw(base * mults[-1], 3)}
+    cin = base * mults[0]
+    for i, m in enumerate(mults):
+        cout = base * m
+        blk = {"conv1": cw(cin, cout), "conv2": cw(cout, cout)}
+        if cin != cout:
+            blk["conv_shortcut"] = cw(cin, cout)
+        if i < len(mults) - 1:
+            blk["upsampler"] = cw(cout, cout)
+        params[f"up_blocks_{i}"] = blk
+        cin = cout
+    n = mesh.devices.size * images
+    latents = sds((n, latent_size, latent_size, 4), f32, mesh, P("d"))
+    return vae_decode, (params, latents), {"out_shardings": NamedSharding(mesh, P("d"))}
+
+
+# 38.5 a LiDAR detector that scatters its points into a dense 3-D voxel grid
+
+
+def _voxel_grid_builder(mesh, scenes, points, grid_xy, grid_z, channels, pillars):
+    """A LiDAR 3-D detector backbone trained data-parallel (scenes over 'd', bf16 activations, f32 params
+    replicated and donated, SGD): a shared point MLP lifts each point (x, y, z, intensity) to `channels`
+    features, the points are scattered (segment-sum by voxel index) into a dense grid, a conv stack runs on
+    it and a 1x1 head regresses a BEV centre heatmap. pillars=False (the first version, VoxelNet-style): the
+    grid is [B, X, Y, Z, C] with grid_z height bins and a 3x3x3 conv middle layer before the height is
+    collapsed; pillars=True (PointPillars-style): the points are scattered straight into [B, X, Y, C] pillars
+    (no height bins) and the convs are 2-D."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    nz = 1 if pillars else grid_z
+
+    def train_step(params, point_cloud, voxel_index, heatmap):
+        def loss_fn(params):
+            f = jax.nn.relu(point_cloud.astype(bf) @ params["pfn"]["kernel"].astype(bf))       # [B, N, C]
+            grid = jax.vmap(lambda feat, idx: jax.ops.segment_sum(feat, idx, grid_xy * grid_xy * nz))(
+                f, voxel_index)
+            if pillars:
+                x = grid.reshape(-1, grid_xy, grid_xy, channels)
+            else:
+                v = grid.reshape(-1, grid_xy, grid_xy, nz, channels)
+                v = jax.nn.relu(jax.lax.conv_general_dilated(
+                    v, params["middle_conv3d"]["kernel"].astype(bf), (1, 1, 1), "SAME",
+                    dimension_numbers=("NDHWC", "DHWIO", "NDHWC")))
+                x = jnp.max(v, axis=3)                                                            # collapse Z
+            for i in range(2):
+                x = jax.nn.relu(jax.lax.conv_general_dilated(
+                    x, params[f"bev_conv_{i}"]["kernel"].astype(bf), (1, 1), "SAME",
+                    dimension_numbers=("NHWC", "HWIO", "NHWC")))
+            pred = (x @ params["head"]["kernel"].astype(bf))[..., 0].astype(f32)
+            return jnp.mean(jnp.square(pred - heatmap))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {"pfn": {"kernel": sds((4, channels), f32, mesh, P())},
+              "bev_conv_0": {"kernel": sds((3, 3, channels, channels), f32, mesh, P())},
+              "bev_conv_1": {"kernel": sds((3, 3, channels, channels), f32, mesh, P())},
+              "head": {"kernel": sds((channels, 1), f32, mesh, P())}}
+    if not pillars:
+        params["middle_conv3d"] = {"kernel": sds((3, 3, 3, channels, channels), f32, mesh, P())}
+    n = mesh.devices.size * scenes
+    point_cloud = sds((n, points, 4), f32, mesh, P("d"))
+    voxel_index = sds((n, points), jnp.int32, mesh, P("d"))
+    heatmap = sds((n, grid_xy, grid_xy), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return train_step, (params, point_cloud, voxel_index, heatmap), kw
+
+
+pair(
+    "pipeline_stage_weights_replicated", "v4", "v4:2x2x1",
+    "A circular (praxis/MaxText-style, vmapped-stage) pipeline of 8 stages x 3 MLP layers (d_model 4096, d_ff "
+    "16384, f32 weights) trained on v4 (8 TensorCores): the pipeline state is sharded over the stages but the "
+    "stacked stage weights are placed P(), so every core holds all 8 stages' weights (12 GiB) and their whole "
+    "gradients, beyond 15.25G.",
+    "Fixed variant of pipeline_stage_weights_replicated_v4: the stage axis of the stacked weights over the "
+    "devices, P('d'), like the pipeline state (each core holds its stage); fits.",
+    dict(category="aggregate", causes=["replicated_tensor"]),
+    _pipeline_builder, dict(stages=8, layers_per_stage=3, d_model=4096, d_ff=16384, microbatches=16,
+                            mb_tokens=1024, stage_spec=()),
+    dict(stages=8, layers_per_stage=3, d_model=4096, d_ff=16384, microbatches=16, mb_tokens=1024,
+         stage_spec=("d",)),
+    dump=False,
+)
+
+pair(
+    "fedavg_client_copies_replicated", "v5p", "v5p:2x2x1",
+    "A FedAvg round of 20 clients simulated on v5p (4 local SGD steps each, jax.vmap over the clients, a 16-layer "
+    "f32[8192, 8192] trunk): the server model broadcast to the clients is constrained to P(), so every device "
+    "holds all 20 client copies, f32[20, 16, 8192, 8192] (80 GiB), beyond 95.74G.",
+    "Fixed variant of fedavg_client_copies_replicated_v5p: the client copies constrained to P('d') like the "
+    "client data (5 clients per device); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "large_activation"]),
+    _fedavg_builder, dict(clients=20, layers=16, width=8192, local_steps=4, client_tokens=1024, client_spec=()),
+    dict(clients=20, layers=16, width=8192, local_steps=4, client_tokens=1024, client_spec=("d",)),
+    dump=False,
+)
+
+pair(
+    "mixtral_decode_on_v5e_2x2", "v5e", "v5e:2x2",
+    "One decode step of a Mixtral-8x7B-style MoE decoder (32 layers, 8 experts of d_ff 14336, GQA, vocabulary "
+    "32000, bf16 weights tensor-parallel over all devices, KV cache donated) on v5e:2x2: the 46.7B parameters "
+    "are 23.75G of arguments per chip, beyond 15.75G.",
+    "Fixed variant of mixtral_decode_on_v5e_2x2_v5e: the same program on v5e:4x4 (16 chips, 5.9 GiB of "
+    "arguments each); fits.",
+    dict(category="arguments", causes=["arguments_exceed", "device_too_small"]),
+    _moe_serving_builder, dict(layers=32, d_model=4096, d_ff=14336, experts=8, heads=32, kv_heads=8, vocab=32000,
+                               batch=16, max_len=4096),
+    dict(layers=32, d_model=4096, d_ff=14336, experts=8, heads=32, kv_heads=8, vocab=32000, batch=16,
+         max_len=4096),
+    fixed_topology="v5e:4x4", dump=False,
+)
+
+pair(
+    "voxelnet_dense_3d_grid", "v6e", "v6e:2x2",
+    "A VoxelNet-style LiDAR backbone trained on v6e (4 scenes of 120k points per device): the point features are "
+    "scattered into a dense 432x432x40 voxel grid of 64 channels, bf16[4,432,432,40,64], and a 3x3x3 conv runs on "
+    "it; its input, output and conv temporaries are slots of 5-11 GiB, beyond 31.25G.",
+    "Fixed variant of voxelnet_dense_3d_grid_v6e: PointPillars-style, the points scattered straight into "
+    "432x432 pillars (no height bins), 2-D convs only; fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large", "padding"]),
+    _voxel_grid_builder, dict(scenes=4, points=120000, grid_xy=432, grid_z=40, channels=64, pillars=False),
+    dict(scenes=4, points=120000, grid_xy=432, grid_z=40, channels=64, pillars=True),
+    dump=False,
+)
+
+pair(
+    "vae_decoder_force_upcast_f32", "v5e", "v5e:2x2",
+    "The image decoder of a latent-diffusion VAE (SD/SDXL AutoencoderKL layout) decoding 8 latents of 144x144 "
+    "(1152x1152 images) per device on v5e with force_upcast: latents and weights upcast to f32, the "
+    "full-resolution activations f32[8,1152,1152,256] / [.., 128] in slots of 10.12 and 5.06 GiB, beyond 15.75G.",
+    "Fixed variant of vae_decoder_force_upcast_f32_v5e: the weights cast to bf16 once and the decode run in "
+    "bf16 (the image returned in f32); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["f32_precision", "batch_too_large", "large_activation"]),
+    _vae_decode_builder, dict(images=8, latent_size=144, base=128, dtype="float32"),
+    dict(images=8, latent_size=144, base=128, dtype="bfloat16"),
+    dump=True,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
