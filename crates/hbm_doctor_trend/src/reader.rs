@@ -1171,22 +1171,30 @@ impl Reader {
             self.tail.pop_front();
         }
         self.tail.push_back(ending);
-        // Readings so far, held ones included (a log of one series places its markers by them).
-        let ordinal = c.device_samples()
-            + self
-                .unitless
-                .values()
-                .chain(std::iter::once(&self.bare))
-                .chain(self.keyed.iter().map(|(_, b)| b))
-                .map(|b| b.seen)
-                .sum::<u64>();
+        let (compile, eval, ckpt) = (
+            p.compile.is_match(line),
+            p.eval.is_match(line),
+            p.ckpt.is_match(line),
+        );
+        // Readings so far, held ones included (a log of one series places its markers by them);
+        // counted only on a marker's line.
+        let ordinal = (compile || eval || ckpt).then(|| {
+            c.device_samples()
+                + self
+                    .unitless
+                    .values()
+                    .chain(std::iter::once(&self.bare))
+                    .chain(self.keyed.iter().map(|(_, b)| b))
+                    .map(|b| b.seen)
+                    .sum::<u64>()
+        });
         let mk = |kind| Marker {
             kind,
             step: self.step,
             ts: self.ts,
-            ordinal: Some(ordinal),
+            ordinal,
         };
-        if p.compile.is_match(line) {
+        if compile {
             c.marker(mk(MarkerKind::Recompilation));
             let late = self.step.is_some_and(|s| s > 50);
             let h = c.host(&host);
@@ -1210,10 +1218,10 @@ impl Reader {
                 });
             }
         }
-        if p.eval.is_match(line) {
+        if eval {
             c.marker(mk(MarkerKind::Eval));
         }
-        if p.ckpt.is_match(line) {
+        if ckpt {
             c.marker(mk(MarkerKind::Checkpoint));
         }
         // Dicts: JAX memory_stats(), torch_xla get_memory_info().
