@@ -415,6 +415,12 @@ fn phase_split(
 /// On a series too short to judge (posted logs: a few dozen readings), whether the samples
 /// still rise clearly: Mann–Kendall p < 0.01 with Sen's 95% lower bound > 0 on at least 6
 /// readings sets `suspected` (the verdict stays `insufficient_data`) and says so in `reason`.
+/// Adds `what` to the analysis's reason, after what it says already.
+fn add_reason(a: &mut Analysis, what: String) {
+    let r = a.reason.take().unwrap_or_default();
+    a.reason = Some(format!("{r}; {what}"));
+}
+
 fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
     let fs = |v: f64| hbm_doctor_log::format_size(v.max(0.0) as u64);
     let w = &seg.windows;
@@ -427,12 +433,13 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
         let last = y[y.len() - 1];
         // (Not a rise that dies out: a batch's memory reached, then a little more, `379, 1670,
         // 1815 MB`, the last rise under a quarter of the first.)
-        let dying = y.len() >= 3 && (y[y.len() - 1] - y[y.len() - 2]) < 0.25 * (y[1] - y[0]);
+        let dying = (y[y.len() - 1] - y[y.len() - 2]) < 0.25 * (y[1] - y[0]);
         if y.windows(2).all(|p| p[1] > p[0]) && first > 0.0 && last >= 1.5 * first && !dying {
             a.suspected = true;
-            let r = a.reason.take().unwrap_or_default();
-            a.reason = Some(format!(
-                "{r}; yet each of the {} readings is higher than the one before, {} to {} ({:.1}x): a leak is suspected, record longer to judge it",
+            add_reason(
+                a,
+                format!(
+                    "yet each of the {} readings is higher than the one before, {} to {} ({:.1}x): a leak is suspected, record longer to judge it",
                 y.len(),
                 fs(first),
                 fs(last),
@@ -452,9 +459,10 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
     // stepped up with the phase (fairchem#199: training, `Evaluating on val.`, evaluation).
     if mk.p_up < 0.01 {
         if let Some((at, kind)) = phase_split(seg, markers, &x, &y) {
-            let r = a.reason.take().unwrap_or_default();
-            a.reason = Some(format!(
-                "{r}; the {} readings rise only across the {} after reading {at}: two phases, neither rising by itself, not a leak",
+            add_reason(
+                a,
+                format!(
+                    "the {} readings rise only across the {} after reading {at}: two phases, neither rising by itself, not a leak",
                 w.len(),
                 if kind == MarkerKind::Eval { "evaluation" } else { "checkpoint" }
             ));
@@ -462,9 +470,10 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
         }
     }
     if mk.p_up < 0.01 && ts.lo > 0.0 && decelerating_from(&x, &y, 4) {
-        let r = a.reason.take().unwrap_or_default();
-        a.reason = Some(format!(
-            "{r}; the {} readings rise but slow down (the second half less than 40% as fast as the first): a warm-up or a cache filling up, not a steady leak; record longer to see it level off",
+        add_reason(
+            a,
+            format!(
+                "the {} readings rise but slow down (the second half less than 40% as fast as the first): a warm-up or a cache filling up, not a steady leak; record longer to see it level off",
             w.len()
         ));
         return;
@@ -474,9 +483,10 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
     // steadiness itself is the evidence (Lasagne#860: +0.2% over 39, a leak).
     let (first, last) = (y[0], y[y.len() - 1]);
     if mk.p_up < 0.01 && ts.lo > 0.0 && w.len() < 12 && first > 0.0 && last - first < 0.02 * first {
-        let r = a.reason.take().unwrap_or_default();
-        a.reason = Some(format!(
-            "{r}; the {} readings rise, but by {} in all, {:.1}% of the first: too little to call from so few readings",
+        add_reason(
+            a,
+            format!(
+                "the {} readings rise, but by {} in all, {:.1}% of the first: too little to call from so few readings",
             w.len(),
             fs(last - first),
             100.0 * (last - first) / first
@@ -493,9 +503,10 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
             Axis::Time => "second",
             Axis::Ordinal => "reading",
         };
-        let r = a.reason.take().unwrap_or_default();
-        a.reason = Some(format!(
-            "{r}; yet the {} readings rise (Mann-Kendall p {}, {} per {unit}, 95% [{} .. {}]): a leak is suspected, record longer to judge it",
+        add_reason(
+            a,
+            format!(
+                "yet the {} readings rise (Mann-Kendall p {}, {} per {unit}, 95% [{} .. {}]): a leak is suspected, record longer to judge it",
             w.len(),
             if mk.p_up < 1e-9 {
                 "< 1e-9".to_string()
