@@ -481,8 +481,18 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
     // Under a dozen readings, a rise of a few hundredths of the level (`107.1, 107.3, ...
     // 107.8 MB`, an allocator's bookkeeping) is nothing to call a leak; over more readings the
     // steadiness itself is the evidence (Lasagne#860: +0.2% over 39, a leak).
+    // Unless every one of eight or more readings is higher than the one before: a sign test's
+    // p = 2^-(n-1) < 0.01, as no bookkeeping noise rises (pytorch#96937: 32 bytes leaked per
+    // kernel launch, +0.5% over 10 readings, each one higher).
     let (first, last) = (y[0], y[y.len() - 1]);
-    if mk.p_up < 0.01 && ts.lo > 0.0 && w.len() < 12 && first > 0.0 && last - first < 0.02 * first {
+    let every_higher = w.len() >= 8 && y.windows(2).all(|p| p[1] > p[0]);
+    if mk.p_up < 0.01
+        && ts.lo > 0.0
+        && w.len() < 12
+        && first > 0.0
+        && last - first < 0.02 * first
+        && !every_higher
+    {
         add_reason(
             a,
             format!(

@@ -291,6 +291,10 @@ pub struct Reader {
     /// by key in the order first seen: read as series only when the input gives no other
     /// reading ([`Reader::finish`]).
     keyed: Vec<(String, Bare)>,
+    /// Sizes told in sentences about memory (`the used memory is about 4.8GB ... up to 9.2GB`,
+    /// `~6.0 → 6.57 GiB over a 12h run`), in the order told: one series, read only when nothing
+    /// else is ([`Reader::hold_prose`]).
+    prose: Bare,
     /// `ps` / `top` output: the columns of the PID and of the resident memory (`RSS` in KiB,
     /// `RES` in KiB unless suffixed), from the last header line.
     ps_cols: Option<(usize, usize)>,
@@ -384,6 +388,12 @@ struct Patterns {
     in_use_after: Regex,
     /// Sizes in a list, each with its unit, perhaps quoted (`['27310.0 MiB', '27310.0 MiB']`).
     sized_list: Regex,
+    /// A size in a sentence: a number, an optional `+` or `~`, a unit (`4.8GB`, `7000+MiB`,
+    /// `120 MB`), and what follows it (a rate's `per` / `/` is not a reading).
+    prose_size: Regex,
+    /// Two readings joined by an arrow or `from ... to`, the unit after the second (`~6.0 →
+    /// 6.57 GiB`, `from 120 to 300 MB`, `20.9 -> 32.7 GB`).
+    prose_pair: Regex,
     /// A reading's step said after its key: `Memory usage after 3 prediction(s): 349 MiB`,
     /// `Total RSS after R5: 18.08 GB`, `GPU memory at epoch 4: 5.1 GB`.
     after_step: Regex,
@@ -437,6 +447,8 @@ fn pats() -> &'static Patterns {
             any_key: r(r"(?:^|[\s,;(\[{|*`])([A-Za-z][\w.-]{0,30}(?: [A-Za-z][\w.-]{0,20}){0,3})\s*[:=]\s*'?(\d+(?:\.\d+)?)\s*([KMGT]i?B|[kmg]b|bytes)\b'?(?:\s*[,;)}|]|\s*$|\s+\()"),
             line_key: r(r"^\s*([A-Za-z][\w.-]{0,30})\s+(\d+(?:\.\d+)?)\s*([KMGT]i?B|[kmg]b|bytes)\s*$"),
             in_use_after: r(r"(?i)\b(\d+(?:\.\d+)?)\s*([kmgt]i?b)\s+(?:currently\s+|now\s+)?(in[ _]use|used)\b"),
+            prose_size: r(r"(?i)(?:^|[^\w.])(\d+(?:\.\d+)?)\s*\+?\s*([kmgt]i?b|bytes)\b(\s*(?:/|per\b))?"),
+            prose_pair: r(r"(?i)(?:\bfrom\s+~?\s*(\d+(?:\.\d+)?)\s*(?:[kmgt]i?b)?\s+to\s+~?\s*(\d+(?:\.\d+)?)|(?:^|[^\w.])~?(\d+(?:\.\d+)?)\s*(?:[kmgt]i?b)?\s*(?:→|->|=>)\s*~?\s*(\d+(?:\.\d+)?))\s*([kmgt]i?b)\b"),
             sized_list: r(r"(?i)\[\s*'?\d+(?:\.\d+)?\s*[kmgt]i?b'?(?:\s*,\s*'?\d+(?:\.\d+)?\s*[kmgt]i?b'?){2,}\s*,?\s*\]?"),
             after_step: r(r"(?i)\b(mem(?:ory)?(?:[_ ]\w+)?|rss|ram|vram|usage|allocated|reserved)\s+(?:after|at)\s+(?:(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle)s?\s*#?\s*)?[a-z]?(\d+)(?:\s*(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle|time)(?:s|\(s\))?)?\s*([:=])"),
             bare_two: r(r"(?i)^\s*(?:[a-z_]\w{0,15}\s*[=:#]?\s*)?(\d+)(?:\s+|\s*[,;|:]\s*)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
@@ -555,6 +567,7 @@ impl Reader {
             unitless: BTreeMap::new(),
             step_key_seen: false,
             keyed: Vec::new(),
+            prose: Bare::default(),
             ps_cols: None,
         }
     }
@@ -637,6 +650,9 @@ impl Reader {
         }
         if c.device_samples() == self.samples_before.unwrap_or(0) {
             self.flush_keyed(c);
+        }
+        if c.device_samples() == self.samples_before.unwrap_or(0) {
+            self.flush_prose(c);
         }
         if self.csv_invalid > 0 && self.csv_valid == 0 {
             c.errors.push(format!(
@@ -1584,6 +1600,10 @@ impl Reader {
                 }
             }
         }
+        if held.iter().all(|h| h.2.is_none()) {
+            self.hold_prose(line);
+            return;
+        }
         for (key, v, unit) in held {
             if unit.is_none() {
                 continue;
@@ -1601,6 +1621,78 @@ impl Reader {
                 }
             }
         }
+    }
+
+    /// Sizes told in a sentence about memory, kept in the order told ([`Reader::prose`]): the
+    /// two of an arrow or a `from ... to` (`~6.0 → 6.57 GiB`), else every size of the sentence
+    /// that is not a rate (`about 4.8GB ... added up to 9.2GB`; `~5 GB per request` is not
+    /// read). A sentence names memory (`memory`, `RSS`, `VRAM`, `显存`...); code is not prose.
+    fn hold_prose(&mut self, line: &str) {
+        let lower = line.to_ascii_lowercase();
+        let memory = [
+            "memory",
+            "memery",
+            "rss",
+            "vram",
+            "ram ",
+            "ram:",
+            "footprint",
+            "heap",
+            "显存",
+            "内存",
+        ]
+        .iter()
+        .any(|w| lower.contains(w));
+        // (An assignment is code; `==` quoted in a sentence is not.)
+        let assigns = line.match_indices('=').any(|(i, _)| {
+            !matches!(line.as_bytes().get(i + 1), Some(b'=' | b'>'))
+                && !matches!(
+                    line.as_bytes().get(i.wrapping_sub(1)),
+                    Some(b'=' | b'!' | b'<' | b'>')
+                )
+        });
+        let code = (line.contains('(') && assigns) || line.contains("File \"");
+        let words = line
+            .split_whitespace()
+            .filter(|w| w.len() > 2 && w.bytes().all(|b| b.is_ascii_alphabetic()))
+            .count();
+        if !memory || code || words < 3 {
+            return;
+        }
+        let p = pats();
+        if let Some(m) = p.prose_pair.captures(line) {
+            let unit = unit_scale(&m[5]);
+            let (a, b) = match (m.get(1), m.get(2)) {
+                (Some(a), Some(b)) => (a.as_str(), b.as_str()),
+                _ => (
+                    m.get(3).map_or("", |g| g.as_str()),
+                    m.get(4).map_or("", |g| g.as_str()),
+                ),
+            };
+            if let (Some(a), Some(b)) = (number(a), number(b)) {
+                self.prose.push((None, a, unit, self.ts));
+                self.prose.push((None, b, unit, self.ts));
+            }
+            return;
+        }
+        for m in p.prose_size.captures_iter(line) {
+            if m.get(3).is_some() {
+                continue;
+            }
+            if let (Some(v), Some(u)) = (number(&m[1]), unit_scale(&m[2])) {
+                self.prose.push((None, v, Some(u), self.ts));
+            }
+        }
+    }
+
+    /// The sizes told in sentences, as the input's one series, when nothing else was read.
+    fn flush_prose(&mut self, c: &mut Collected) {
+        let rows = std::mem::take(&mut self.prose.rows);
+        if rows.len() < 2 {
+            return;
+        }
+        let host = self.host.clone();
+        self.push_held(c, &host, "0", rows, false, "sizes told in sentences");
     }
 
     /// The sizes held under keys no pattern knows, one series per key (the first key's is

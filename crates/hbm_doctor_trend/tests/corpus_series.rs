@@ -235,6 +235,42 @@ fn series3_formats_read_with_their_figures() {
     );
 }
 
+/// Readings told in sentences (series9, series10) are read when the post gives no other: two
+/// readings are too few to judge, but their figures are reported.
+#[test]
+fn readings_told_in_sentences() {
+    let gib = |v: f64| (v * (1u64 << 30) as f64) as u64;
+    // `Initially, the used memery is about 4.8GB. After about 1000 iters, ... up to 9.2GB.`
+    let (v, _) = trend("posted/yuleiniu-vc-1.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 2);
+    assert_eq!(s["last_bytes"], gib(9.2));
+    assert_eq!(s["verdict"], "insufficient_data");
+    // An arrow between two readings (`~6.0 → 6.57 GiB`); `==` quoted in a sentence is not code.
+    let (v, _) = trend("posted/vllm-project-vllm-44490.log");
+    assert_eq!(v["series"][0]["samples"], 2);
+    assert_eq!(v["series"][0]["last_bytes"], gib(6.57));
+    let (v, _) = trend("posted/raullenchai-Rapid-MLX-1024.log");
+    assert_eq!(v["series"][0]["samples"], 2, "`~5 GB per cluster` is a rate");
+    assert_eq!(v["series"][0]["last_bytes"], gib(32.7));
+    // `7000+MiB ... 10000+MiB`.
+    let (v, _) = trend("posted/ppengtang-pcl.pytorch-32.log");
+    assert_eq!(v["series"][0]["last_bytes"], 10000u64 << 20);
+}
+
+/// Under a dozen readings a rise of a few hundredths of the level is not called, unless every
+/// one of eight or more is higher than the one before (a sign test's p < 0.01).
+#[test]
+fn every_reading_higher_is_suspected_however_small() {
+    let (v, _) = trend("posted/pytorch-pytorch-96937.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 10);
+    assert_eq!(s["leak_suspected"], true, "+0.5% over 10 readings, each higher");
+    // Six readings each higher by 0.1 MB (headroom#211, the thread's "no drift"): not called.
+    let (v, _) = trend("posted/headroomlabs-ai-headroom-211-2.log");
+    assert_eq!(v["series"][0]["leak_suspected"], false);
+}
+
 /// A series added to the corpus comes with its test here.
 #[test]
 fn every_series_in_the_corpus_has_a_test() {
