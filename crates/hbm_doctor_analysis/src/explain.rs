@@ -2195,6 +2195,43 @@ fn split_ways(w: &Shape, s: &Shape) -> Option<u64> {
     (b >= 1 && a > b && a % b == 0 && matches!(a / b, 2 | 4 | 8 | 16) && !square).then_some(a / b)
 }
 
+/// [`split_ways`], or the split of `w`'s transpose: an MLP's down projection `[L, ff, d]` held
+/// whole beside its up projection's shard `[L, d, ff/k]` (the same dimensions, the split one k
+/// times narrower, in another order: one rule left the other out).
+fn split_ways_any_order(w: &Shape, s: &Shape) -> Option<u64> {
+    if let Some(k) = split_ways(w, s) {
+        return Some(k);
+    }
+    if s.type_name != w.type_name || s.dims.len() != w.dims.len() || s.dims.len() < 2 {
+        return None;
+    }
+    let mut want: Vec<u64> = s.dims.clone();
+    want.sort_unstable();
+    for i in 0..w.dims.len() {
+        for k in [2u64, 4, 8, 16] {
+            let a = w.dims[i];
+            if a % k != 0 || a / k < 2 {
+                continue;
+            }
+            let mut got = w.dims.clone();
+            got[i] = a / k;
+            // (Not a square weight beside a long activation: the narrow side is another axis.)
+            if w.dims
+                .iter()
+                .enumerate()
+                .any(|(j, &d)| j != i && d == a / k)
+            {
+                continue;
+            }
+            got.sort_unstable();
+            if got == want {
+                return Some(k);
+            }
+        }
+    }
+    None
+}
+
 /// The array [`held_whole_beside_shard`] finds: (its bytes in all, its shape, the ways its
 /// siblings are split).
 fn held_whole(ctx: &Ctx<'_>) -> Option<(u64, Shape, u64)> {
@@ -2208,7 +2245,7 @@ fn held_whole(ctx: &Ctx<'_>) -> Option<(u64, Shape, u64)> {
         .iter()
         .filter_map(|(b, s)| Some((*b, Shape::parse(s)?)))
         .collect();
-    let split = split_ways;
+    let split = split_ways_any_order;
     let mut best: Option<(u64, &Shape, u64)> = None;
     for (_, w) in &held {
         if w.dims.len() < 2 {
@@ -3792,6 +3829,34 @@ mod tests {
             },
         ];
         assert_eq!(common_batch(&allocs).map(|b| b.0), Some(64));
+    }
+
+    #[test]
+    fn a_shard_in_another_order_is_a_split_sibling() {
+        let sh = |t: &str| Shape::parse(t).expect("shape");
+        // An MLP's down projection whole beside its up projection's shard, transposed.
+        assert_eq!(
+            split_ways_any_order(&sh("f32[12,14336,4096]"), &sh("f32[12,4096,1792]")),
+            Some(8)
+        );
+        assert_eq!(
+            split_ways_any_order(&sh("f32[12,14336,4096]"), &sh("f32[12,1792,4096]")),
+            Some(8)
+        );
+        // Another type, or two dimensions changed, is no sibling.
+        assert_eq!(
+            split_ways_any_order(&sh("f32[12,14336,4096]"), &sh("bf16[12,4096,1792]")),
+            None
+        );
+        assert_eq!(
+            split_ways_any_order(&sh("f32[12,14336,4096]"), &sh("f32[12,2048,1792]")),
+            None
+        );
+        // Not a square weight beside the narrow side of another axis.
+        assert_eq!(
+            split_ways_any_order(&sh("bf16[16384,4096]"), &sh("bf16[4096,4096]")),
+            None
+        );
     }
 
     #[test]

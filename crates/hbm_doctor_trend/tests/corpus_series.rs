@@ -251,7 +251,10 @@ fn readings_told_in_sentences() {
     assert_eq!(v["series"][0]["samples"], 2);
     assert_eq!(v["series"][0]["last_bytes"], gib(6.57));
     let (v, _) = trend("posted/raullenchai-Rapid-MLX-1024.log");
-    assert_eq!(v["series"][0]["samples"], 2, "`~5 GB per cluster` is a rate");
+    assert_eq!(
+        v["series"][0]["samples"], 2,
+        "`~5 GB per cluster` is a rate"
+    );
     assert_eq!(v["series"][0]["last_bytes"], gib(32.7));
     // `7000+MiB ... 10000+MiB`.
     let (v, _) = trend("posted/ppengtang-pcl.pytorch-32.log");
@@ -265,7 +268,10 @@ fn every_reading_higher_is_suspected_however_small() {
     let (v, _) = trend("posted/pytorch-pytorch-96937.log");
     let s = &v["series"][0];
     assert_eq!(s["samples"], 10);
-    assert_eq!(s["leak_suspected"], true, "+0.5% over 10 readings, each higher");
+    assert_eq!(
+        s["leak_suspected"], true,
+        "+0.5% over 10 readings, each higher"
+    );
     // Six readings each higher by 0.1 MB (headroom#211, the thread's "no drift"): not called.
     let (v, _) = trend("posted/headroomlabs-ai-headroom-211-2.log");
     assert_eq!(v["series"][0]["leak_suspected"], false);
