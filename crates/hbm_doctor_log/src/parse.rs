@@ -636,7 +636,11 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
             // A remedy tried and failed is a report, though it names the remedy (`I even tried
             // reducing the micro_batch_size to 1 but it still runs out of memory`).
             let persisted = !sentence.contains('?') && still.is_match(sentence);
-            if !oom.is_match(sentence) || talk.is_match(sentence) && !persisted {
+            // The words of a remedy, a negation or a possibility count in the clause that tells
+            // the failure: `it doesn't work as I get cuda out of memory error` reports one (a
+            // clause of the user's own after `as I` / `because I` / `since I` / `but I`).
+            let clause = own_clause(sentence, oom);
+            if !oom.is_match(sentence) || talk.is_match(clause) && !persisted {
                 continue;
             }
             let mine = first_person.is_match(sentence);
@@ -687,6 +691,28 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
     None
 }
 
+/// The clause of a sentence that tells the failure when it is the user's own, after another
+/// (`it doesn't work as I get cuda out of memory error`: `I get cuda out of memory error`), else
+/// the whole sentence.
+fn own_clause<'a>(sentence: &'a str, oom: &Regex) -> &'a str {
+    let lower = sentence.to_ascii_lowercase();
+    let Some(m) = oom.find(sentence) else {
+        return sentence;
+    };
+    [
+        " as i ",
+        " because i ",
+        " since i ",
+        " but i ",
+        " as we ",
+        " because we ",
+    ]
+    .iter()
+    .filter_map(|k| lower[..m.start()].rfind(k).map(|i| i + 1))
+    .max()
+    .map_or(sentence, |i| &sentence[i..])
+}
+
 /// The clause of a line that tells a failure in Chinese: a failure verb (`出现`, `报`, `遇到`,
 /// `发生`, `会`, `爆`, `提示`) right before OOM or the words for memory running short, in a clause
 /// that does not ask (`？`, `吗`) and does not talk of a remedy or a possibility.
@@ -696,9 +722,23 @@ fn cjk_failure(line: &str) -> Option<&str> {
         &RE,
         [
             r"(?:出现|出現|报|報|遇到|碰到|发生|發生|会|會|爆|提示|导致|導致|直到)了?\s*(?:(?i:cuda|gpu|npu)\s*)?(?:OOM|oom|内存不足|显存不足|顯存不足|記憶體不足|显存溢出|内存溢出|out of memory|Out of memory|out-of-memory|(?i:cannot allocate memory|memoryerror))",
-            r"避免|解决|解決|如何|怎么|怎樣|修复|修復|可能|如果|是否|为什么|為什麼|防止|减少|減少|降低",
+            r"避免|解决|解決|如何|怎么|怎樣|修复|修復|可能|如果|是否|为什么|為什麼|防止|减少|減少|降低|방지|해결\s*방법|어떻게|경우에는|방법|않|どうすれば|回避|防ぐ|しない|しません|ないよう",
         ],
     );
+    static KO_JA: OnceLock<Regex> = OnceLock::new();
+    // Told in Korean (`OOM 문제가 발생합니다`, `cuda out of memory가 뜨는`) or Japanese
+    // (`OOMが発生しました`, `メモリ不足で落ちます`): the failure's words, then the verb that it
+    // happened (발생 / 뜨 / 나; 発生 / 出 / 落ち / なり).
+    let ko_ja = KO_JA.get_or_init(|| {
+        Regex::new(r"(?i)(?:\boom|out of memory|outofmemory\w*|메모리\s*부족|메모리\s*초과|メモリ不足|メモリーエラー)\s*(?:error|에러|오류|문제|エラー)?\s*(?:가|이|が|に|で)?\s*(?:발생|뜨|떠|나[요는고]|났|発生|出|落ち|なり|なっ)")
+            .expect("told failure, Korean and Japanese")
+    });
+    if let Some(c) = line
+        .split(['。', '．', '!', '.', '\n'])
+        .find(|c| ko_ja.is_match(c) && !talk.is_match(c) && !c.contains(['？', '?']))
+    {
+        return Some(c);
+    }
     line.split(['，', '。', '；', '！', ',', ';'])
         .find(|c| said.is_match(c) && !talk.is_match(c) && !c.contains(['？', '?', '吗', '嗎']))
 }
@@ -3442,7 +3482,10 @@ fn prose_report(h: &Headline<'_>) -> Read {
         ]
         .iter()
         .any(|k| l.contains(k))
-            || l.contains('?') && !l.contains(" i ") && !l.starts_with("my ") && !l.contains(" my ")
+            || (l.contains('?') || l.contains('？'))
+                && !l.contains(" i ")
+                && !l.starts_with("my ")
+                && !l.contains(" my ")
     };
     // Failures in the plural after the phrase (`it throws OOM errors because ...`), or a line
     // that goes on to say the error was fixed (a pull request's description), are talk too.
@@ -4704,6 +4747,9 @@ mod tests {
             "I cropped 800x800, overlap=200, and get oom for a few steps(~ 300).\n",
             // A sentence that introduces a log which was not pasted still tells the failure.
             "Yes even with BF16 I get the OOM error. Here is how the log looks like.\n",
+            // A negation in another clause: the user's own clause tells the failure.
+            "I tried different configurations but it doesn't work as I get an OOM error.\n",
+            "파라미터 값을 키울 경우 다음과 같이 cuda out of memory가 뜨는 것을 확인했습니다.\n",
         ] {
             let ev = scan_all(told.as_bytes());
             assert_eq!(ev.len(), 1, "{told}");
@@ -4735,6 +4781,9 @@ mod tests {
             "However, it shows Cuda out-of-memory error even with setting batch size as 1.\n",
             "可是却出现了OOM，想知道问题出在哪里\n",
             "但出现了CUDA内存不足的问题，见下图。\n",
+            // Korean and Japanese: the failure's words, then the verb that it happened.
+            "3000개 정도 되는 문장 리스트에 대해 임베딩을 시도하면 OOM 문제가 발생합니다.\n",
+            "学習を始めるとすぐにOOMが発生しました。\n",
         ] {
             let ev = scan_all(told.as_bytes());
             assert_eq!(ev.len(), 1, "{told}");
@@ -4747,6 +4796,9 @@ mod tests {
             "If the training gets OOM, the script retries with half the batch.\n",
             "Does it get OOM on a T4?\n",
             "如何避免出现OOM\n",
+            "OOM이 발생하는 경우에는 어떻게 해야 하나요?\n",
+            "OOMが発生しないようにするにはどうすればいいですか？\n",
+            "It doesn't run out of memory as I reduced the batch.\n",
             "The CI tests frequently fail with CUDA out of memory errors.\n",
             "if the gt boxes of one image reach 300, we often get GPU out of memory errors.\n",
         ] {

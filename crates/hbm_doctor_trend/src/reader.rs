@@ -404,7 +404,8 @@ fn pats() -> &'static Patterns {
     P.get_or_init(|| {
         let r = |s: &str| Regex::new(s).expect("valid pattern");
         let size = r"(\d[\d_,]*(?:\.\d+)?)\s*([kmgtp]i?b?|bytes|b)?\b";
-        let unit_in_key = r"(?:[_ ]?\(?(gib|gb|mib|mb|kib|kb|bytes)\)?)?";
+        // (`memory_gb`, `memory (MiB)`, `Memory usage (in MiB)`, `memory [MB]`.)
+        let unit_in_key = r"(?:[_ ]?[(\[]?(?:in\s+)?(gib|gb|mib|mb|kib|kb|bytes)[)\]]?)?";
         Patterns {
             step: r(r#"(?i)\b(?:global_step|step|iteration|iter|it)\b['"]?\s*[:=#]?\s*\[?(\d+)"#),
             time: r(r"^\s*\[?(\d{4})[-/](\d{2})[-/](\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?\s*(Z|[+-]\d{2}:?\d{2})?"),
@@ -450,7 +451,7 @@ fn pats() -> &'static Patterns {
             prose_size: r(r"(?i)(?:^|[^\w.])(\d+(?:\.\d+)?)\s*\+?\s*([kmgt]i?b|bytes)\b(\s*(?:/|per\b))?"),
             prose_pair: r(r"(?i)(?:\bfrom\s+~?\s*(\d+(?:\.\d+)?)\s*(?:[kmgt]i?b)?\s+to\s+~?\s*(\d+(?:\.\d+)?)|(?:^|[^\w.])~?(\d+(?:\.\d+)?)\s*(?:[kmgt]i?b)?\s*(?:→|->|=>)\s*~?\s*(\d+(?:\.\d+)?))\s*([kmgt]i?b)\b"),
             sized_list: r(r"(?i)\[\s*'?\d+(?:\.\d+)?\s*[kmgt]i?b'?(?:\s*,\s*'?\d+(?:\.\d+)?\s*[kmgt]i?b'?){2,}\s*,?\s*\]?"),
-            after_step: r(r"(?i)\b(mem(?:ory)?(?:[_ ]\w+)?|rss|ram|vram|usage|allocated|reserved)\s+(?:after|at)\s+(?:(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle)s?\s*#?\s*)?[a-z]?(\d+)(?:\s*(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle|time)(?:s|\(s\))?)?\s*([:=])"),
+            after_step: r(r"(?i)\b(mem(?:ory)?(?:[_ ]\w+)?|rss|ram|vram|usage|allocated|reserved)\s+(?:after|at)\s+(?:(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle)s?\s*#?\s*)?[a-z]?(\d+)(?:\s*(?:step|epoch|iter(?:ation)?|batch|round|request|call|prediction|inference|run|cycle|time)(?:s|\(s\))?)?(\s*[(\[](?:in\s+)?(?:gib|gb|mib|mb|kib|kb|bytes)[)\]])?\s*([:=])"),
             bare_two: r(r"(?i)^\s*(?:[a-z_]\w{0,15}\s*[=:#]?\s*)?(\d+)(?:\s+|\s*[,;|:]\s*)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*([kmgt]i?b|bytes)?\s*$"),
         }
     })
@@ -1331,11 +1332,13 @@ impl Reader {
             Some(m) => {
                 self.step = m[2].parse().ok().or(self.step);
                 self.step_key_seen = true;
-                let (key, end) = (
+                // (The unit said between the step and the colon stays: `(in MiB)`.)
+                let (key, unit, end) = (
                     m.get(1).map_or(0..0, |g| g.range()),
-                    m.get(3).map_or(0, |g| g.start()),
+                    m.get(3).map_or("", |g| g.as_str()),
+                    m.get(4).map_or(0, |g| g.start()),
                 );
-                rewritten = format!("{}{}", &line[..key.end], &line[end..]);
+                rewritten = format!("{}{unit}{}", &line[..key.end], &line[end..]);
                 rewritten.as_str()
             }
             None => line,

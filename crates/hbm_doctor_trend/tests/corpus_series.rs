@@ -277,6 +277,23 @@ fn every_reading_higher_is_suspected_however_small() {
     assert_eq!(v["series"][0]["leak_suspected"], false);
 }
 
+/// The unit said in the key, between the step and the colon (`Memory usage after 3 run(s) (in
+/// MiB): 993.359`; tensorflow#63701): read in it, and a rise that slows down is not a leak.
+#[test]
+fn the_unit_said_in_the_key() {
+    let (v, _) = trend("posted/tensorflow-tensorflow-63701.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 22);
+    assert_eq!(s["first_step"], 0);
+    assert_eq!(s["leak_suspected"], false, "the rise slows down");
+    let (v, _) = trend("posted/tensorflow-tensorflow-63701-2.log");
+    assert_eq!(v["series"][0]["samples"], 7);
+    assert_eq!(
+        v["series"][0]["last_bytes"],
+        (5611.828 * (1u64 << 20) as f64) as u64
+    );
+}
+
 /// A series added to the corpus comes with its test here.
 #[test]
 fn every_series_in_the_corpus_has_a_test() {
