@@ -12558,6 +12558,504 @@ pair(
 )
 
 
+# ---- 39. more broken/fixed pairs (batch tpu28): other models, other names ---------------------
+#
+# Programs of kinds sections 13-38 do not have, training-side (flax-style logical axis rules whose defaults are
+# listed before the run's FSDP overrides; gradient accumulation whose micro-batch reshape puts the data-sharded
+# axis on the micro-step axis; a MeshGraphNet-style weather GNN whose edge set is passed with in_shardings P();
+# a wav2vec 2.0 contrastive loss that gathers the distractor vectors; AlphaFold-style triangle attention without
+# chunking; MAML whose meta-batch of tasks is vmapped through the inner loop).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu28 for which pairs keep their dumps and what did not go as first written.
+
+
+# 39.1 flax logical axis rules: the project's defaults listed before the run's FSDP overrides (first match wins)
+
+_UNASSIGNED_AXIS = object()
+
+
+def _flax_logical_to_mesh_axes(names, rules):
+    """flax.linen.partitioning.logical_to_mesh_axes as flax implements it (flax is not in this venv): the rules
+    are read in order; a dimension takes the mesh axis of the FIRST rule that names its logical axis, provided
+    the dimension is still unassigned and no other dimension of the array already uses that mesh axis; a
+    dimension no rule assigns is None (replicated)."""
+    _, _, _, P = _jax()
+    res = [_UNASSIGNED_AXIS] * len(names)
+    for logical, mesh_axes in rules:
+        if logical in names:
+            pos = names.index(logical)
+            new = set(mesh_axes if isinstance(mesh_axes, tuple) else (mesh_axes,)) - {None}
+            used = set()
+            for r in res:
+                if r is not _UNASSIGNED_AXIS and r is not None:
+                    used |= set(r if isinstance(r, tuple) else (r,))
+            if res[pos] is _UNASSIGNED_AXIS and not (new & used):
+                res[pos] = mesh_axes
+    return P(*[None if r is _UNASSIGNED_AXIS else r for r in res])
+
+
+def _logical_rules_builder(mesh, layers, d_model, d_ff, heads, vocab, seqs, seq_len, overrides_first):
+    """A decoder-only LM (t5x / flax-style: parameters annotated with logical axis names, the mesh shardings
+    derived from a list of logical-axis rules) trained with Adam on a 1-D ('data',) mesh, params and Adam
+    moments donated. The project's DEFAULT_AXIS_RULES are the pure data-parallel preset (only 'batch' -> 'data',
+    every parameter axis None); the run adds FSDP_OVERRIDES = [('embed', 'data')] to shard every parameter
+    (and its moments) over the data axis.
+    overrides_first=False (the first version): rules = DEFAULT_AXIS_RULES + FSDP_OVERRIDES; flax takes the first
+    rule that names 'embed', ('embed', None), so the override never applies and every parameter and moment is
+    replicated; overrides_first=True: rules = FSDP_OVERRIDES + DEFAULT_AXIS_RULES."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf, f32 = jnp.bfloat16, jnp.float32
+    dmesh = Mesh(mesh.devices, ("data",))
+    DEFAULT_AXIS_RULES = [("batch", "data"), ("length", None), ("vocab", None), ("embed", None), ("mlp", None),
+                          ("heads", None), ("kv", None), ("joined_kv", None), ("layers", None)]
+    FSDP_OVERRIDES = [("embed", "data")]
+    rules = FSDP_OVERRIDES + DEFAULT_AXIS_RULES if overrides_first else DEFAULT_AXIS_RULES + FSDP_OVERRIDES
+    hd = d_model // heads
+
+    def spec(*names):
+        return NamedSharding(dmesh, _flax_logical_to_mesh_axes(names, rules))
+
+    def rms(x, g):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6) * g).astype(bf)
+
+    def decoder_train_step(params, opt_state, batch):
+        def loss_fn(params):
+            x = params["token_embedder"]["embedding"].astype(bf)[batch["inputs"]]       # [B, S, D]
+            b, s, _ = x.shape
+
+            def block(h, lw):
+                a = rms(h, lw["pre_attention_norm"]["scale"])
+                qkv = (a @ lw["attention"]["qkv"]["kernel"].astype(bf)).reshape(b, s, 3, heads, hd)
+                q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+                sc = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) * hd ** -0.5
+                sc = jnp.where(jnp.tril(jnp.ones((s, s), bool)), sc, -1e30)
+                o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(sc, -1).astype(bf), v).reshape(b, s, d_model)
+                h = h + o @ lw["attention"]["out"]["kernel"].astype(bf)
+                m = rms(h, lw["pre_mlp_norm"]["scale"])
+                y = jax.nn.gelu(m @ lw["mlp"]["wi"]["kernel"].astype(bf)) @ lw["mlp"]["wo"]["kernel"].astype(bf)
+                return h + y, None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), x, params["decoder"]["layers"])
+            h = rms(h, params["decoder"]["final_norm"]["scale"])
+            logits = (h @ params["token_embedder"]["embedding"].astype(bf).T).astype(f32)
+            lse = jax.nn.logsumexp(logits, -1)
+            tgt = jnp.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
+            return jnp.mean(lse - tgt)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        new_params, new_state = adam_update(params, grads, opt_state)
+        return new_params, new_state, loss
+
+    L, D, F = layers, d_model, d_ff
+    param_axes = {
+        "token_embedder": {"embedding": ((vocab, D), ("vocab", "embed"))},
+        "decoder": {
+            "final_norm": {"scale": ((D,), ("embed",))},
+            "layers": {
+                "pre_attention_norm": {"scale": ((L, D), ("layers", "embed"))},
+                "pre_mlp_norm": {"scale": ((L, D), ("layers", "embed"))},
+                "attention": {"qkv": {"kernel": ((L, D, 3 * D), ("layers", "embed", "joined_kv"))},
+                              "out": {"kernel": ((L, D, D), ("layers", "joined_kv", "embed"))}},
+                "mlp": {"wi": {"kernel": ((L, D, F), ("layers", "embed", "mlp"))},
+                        "wo": {"kernel": ((L, F, D), ("layers", "mlp", "embed"))}}}}}
+    is_leaf = lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], tuple)  # noqa: E731
+    params = jax.tree_util.tree_map(
+        lambda t: jax.ShapeDtypeStruct(t[0], f32, sharding=spec(*t[1])), param_axes, is_leaf=is_leaf)
+    opt_state = {"count": jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(dmesh, P())),
+                 "mu": params, "nu": params}
+    n = dmesh.devices.size * seqs
+    tok = jax.ShapeDtypeStruct((n, seq_len), jnp.int32, sharding=spec("batch", "length"))
+    batch = {"inputs": tok, "targets": tok}
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(dmesh, P())),
+          "donate_argnums": (0, 1)}
+    return decoder_train_step, (params, opt_state, batch), kw
+
+
+# 39.2 gradient accumulation whose micro-batch reshape puts the data-sharded batch axis on the micro-step axis
+
+
+def _accum_reshape_builder(mesh, micro_steps, rows_per_device, seq_len, d_model, d_ff, layers, rows_major):
+    """A data-parallel transformer-MLP encoder (pre-norm residual MLP blocks under lax.scan + jax.checkpoint,
+    bf16 compute, f32 params replicated and donated, SGD with momentum) trained with gradient accumulation:
+    the per-step batch [B, S, D] (B = devices x rows_per_device, sharded P('d')) is split into `micro_steps`
+    micro-batches, scanned, the gradients summed.
+    rows_major=False (the first version): `batch.reshape(micro_steps, B // micro_steps, S, D)`: with
+    micro_steps a multiple of the device count, the sharded batch axis becomes the micro-step axis, so each
+    micro-batch lives on one device and the scan body runs every micro-batch whole (the global micro-batch) on
+    every device; rows_major=True: `batch.reshape(B // micro_steps, micro_steps, S, D).swapaxes(0, 1)`, each
+    device splits its own rows, the micro-batch axis stays sharded over 'd'."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    n = mesh.devices.size
+    B = n * rows_per_device
+
+    def block(h, lw):
+        x32 = h.astype(f32)
+        a = (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6)).astype(bf)
+        y = jax.nn.gelu(a @ lw["wi"].astype(bf)) @ lw["wo"].astype(bf)
+        return h + y, None
+
+    def loss_fn(params, x, y):
+        h, _ = jax.lax.scan(jax.checkpoint(block), x, params["encoder"])
+        pred = h @ params["head"].astype(bf)
+        return jnp.mean(jnp.square(pred.astype(f32) - y))
+
+    def accumulate_and_apply(params, momentum, features, targets):
+        if rows_major:
+            xs = features.reshape(B // micro_steps, micro_steps, seq_len, d_model).swapaxes(0, 1)
+            ys = targets.reshape(B // micro_steps, micro_steps, seq_len, 1).swapaxes(0, 1)
+        else:
+            xs = features.reshape(micro_steps, B // micro_steps, seq_len, d_model)
+            ys = targets.reshape(micro_steps, B // micro_steps, seq_len, 1)
+
+        def micro_step(acc, xy):
+            g = jax.grad(loss_fn)(params, *xy)
+            return _tm(jnp.add, acc, g), None
+
+        zeros = _tm(jnp.zeros_like, params)
+        grads, _ = jax.lax.scan(micro_step, zeros, (xs, ys))
+        new_m = _tm(lambda m, g: 0.9 * m + g / micro_steps, momentum, grads)
+        return _tm(lambda p, m: p - 1e-3 * m, params, new_m), new_m
+
+    rep = P()
+    params = {"encoder": {"wi": sds((layers, d_model, d_ff), f32, mesh, rep),
+                          "wo": sds((layers, d_ff, d_model), f32, mesh, rep)},
+              "head": sds((d_model, 1), f32, mesh, rep)}
+    momentum = _tm(lambda a: a, params)
+    features = sds((B, seq_len, d_model), bf, mesh, P("d"))
+    targets = sds((B, seq_len, 1), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), _shardings(momentum)), "donate_argnums": (0, 1)}
+    return accumulate_and_apply, (params, momentum, features, targets), kw
+
+
+# 39.3 a MeshGraphNet-style weather GNN whose edge set is passed with in_shardings P() (replicated)
+
+
+def _weather_gnn_builder(mesh, nodes, edges_per_node, latent, rounds, node_vars, edge_spec):
+    """One training step of an encode-process-decode mesh GNN (MeshGraphNet / GraphCast processor style) on a
+    weather grid: node latents [N, H] from `node_vars` input variables, `rounds` interaction-network rounds
+    (edge MLP on [edge, sender, receiver] latents, segment-sum to the receivers, node MLP), a decoder back to
+    the variables, MSE to the next state; bf16 latents, f32 params replicated and donated, SGD. The step is
+    jitted as `jax.jit(train_step, in_shardings=(params_sh, node_sh, edge_sh, edge_sh, edge_sh), ...)` with the
+    grid nodes sharded over 'd'.
+    edge_spec=() (the first version: "the graph structure is small, replicate it": senders, receivers and the
+    edge features [E, 4] P(), so every device computes the messages of every edge); edge_spec=('d',): the edges
+    sharded over the devices too (each device computes its share of the messages)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    E = nodes * edges_per_node
+    H = latent
+
+    def mlp(p, x):
+        return jax.nn.silu(x @ p["w1"].astype(bf)) @ p["w2"].astype(bf)
+
+    def train_step(params, grid_state, senders, receivers, edge_displacement):
+        def loss_fn(params):
+            v = mlp(params["node_encoder"], grid_state.astype(bf))                          # [N, H]
+            e = mlp(params["edge_encoder"], edge_displacement.astype(bf))                   # [E, H]
+
+            def interaction(carry, p):
+                v, e = carry
+                m = mlp(p["edge_mlp"], jnp.concatenate([e, v[senders], v[receivers]], -1))
+                e = e + m
+                agg = jax.ops.segment_sum(m, receivers, nodes)
+                v = v + mlp(p["node_mlp"], jnp.concatenate([v, agg], -1))
+                return (v, e), None
+
+            (v, _), _ = jax.lax.scan(jax.checkpoint(interaction), (v, e), params["processor"])
+            pred = mlp(params["node_decoder"], v).astype(f32)
+            return jnp.mean(jnp.square(grid_state + pred - grid_state))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    def mlp_p(lead, din, dout):
+        return {"w1": sds(lead + (din, H), f32, mesh, P()), "w2": sds(lead + (H, dout), f32, mesh, P())}
+
+    params = {"node_encoder": mlp_p((), node_vars, H), "edge_encoder": mlp_p((), 4, H),
+              "processor": {"edge_mlp": mlp_p((rounds,), 3 * H, H), "node_mlp": mlp_p((rounds,), 2 * H, H)},
+              "node_decoder": mlp_p((), H, node_vars)}
+    grid_state = sds((nodes, node_vars), f32, mesh, P("d"))
+    es = P(*edge_spec)
+    senders = sds((E,), jnp.int32, mesh, es)
+    receivers = sds((E,), jnp.int32, mesh, es)
+    edge_displacement = sds((E, 4), f32, mesh, es)
+    args = (params, grid_state, senders, receivers, edge_displacement)
+    kw = {"in_shardings": tuple(_shardings(a) for a in args),
+          "out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return train_step, args, kw
+
+
+# 39.4 wav2vec 2.0 contrastive loss that gathers K distractor vectors for every masked frame
+
+
+def _w2v_negatives_builder(mesh, utts, frames, dim, num_negatives, score_then_gather):
+    """The contrastive task of wav2vec 2.0 pre-training (fairseq's `sample_negatives` + `compute_preds`): for
+    every frame t of an utterance the context vector c_t is compared, by cosine similarity / temperature 0.1,
+    with its quantized target q_t and K distractors q_j sampled from other frames of the same utterance; the
+    loss is cross-entropy with the target at index 0. c and q [B, T, D] come from the (not shown) encoder and
+    quantizer as inputs; the step returns the loss and its gradients w.r.t. c and q; B utterances per device,
+    sharded over 'd'.
+    score_then_gather=False (the first version, as fairseq writes it): the distractors are gathered
+    q[b, neg_idxs] -> [B, T, K, D] and the similarities computed against them; score_then_gather=True: the
+    cosine similarity of every frame with every frame of its utterance [B, T, T] (one batched matmul), then the
+    K + 1 scores gathered by index."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def normalize(x):
+        return x * jax.lax.rsqrt(jnp.sum(x * x, -1, keepdims=True) + 1e-8)
+
+    def contrastive_loss(context, quantized, neg_idxs):
+        c = normalize(context.astype(f32))
+        q = normalize(quantized.astype(f32))
+        idx = jnp.concatenate([jnp.broadcast_to(jnp.arange(frames)[None, :, None], (c.shape[0], frames, 1)),
+                               neg_idxs], -1)                                              # [B, T, K+1]
+        if score_then_gather:
+            sim = jnp.einsum("btd,bsd->bts", c, q)                                         # [B, T, T]
+            logits = jnp.take_along_axis(sim, idx, -1)
+        else:
+            targets = jax.vmap(lambda qb, ib: qb[ib])(q, idx)                             # [B, T, K+1, D]
+            logits = jnp.einsum("btd,btkd->btk", c, targets)
+        logits = logits / 0.1
+        return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[..., 0])
+
+    def w2v_contrastive_step(context, quantized, neg_idxs):
+        loss, (gc, gq) = jax.value_and_grad(contrastive_loss, argnums=(0, 1))(context, quantized, neg_idxs)
+        return loss, gc, gq
+
+    n = mesh.devices.size * utts
+    context = sds((n, frames, dim), jnp.bfloat16, mesh, P("d"))
+    quantized = sds((n, frames, dim), jnp.bfloat16, mesh, P("d"))
+    neg_idxs = sds((n, frames, num_negatives), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (NamedSharding(mesh, P()), NamedSharding(mesh, P("d")), NamedSharding(mesh, P("d")))}
+    return w2v_contrastive_step, (context, quantized, neg_idxs), kw
+
+
+# 39.5 AlphaFold-style triangle attention over a long chain without chunking
+
+
+def _triangle_attention_builder(mesh, chains, residues, c_z, heads, head_dim, chunk):
+    """Inference through the pair stack of an AlphaFold 2 / OpenFold-style structure model: two blocks of
+    triangle attention around the starting node (row-wise) and the ending node (column-wise) on the pair
+    representation z [N, N, c_z] (one complex per device, sharded over 'd'), each followed by a pair
+    transition; bf16. The attention of row i over (j, k) takes a bias from z[j, k] per head, so its logits are
+    [N, H, N, N] for the whole pair map.
+    chunk=None (the first version: OpenFold's `chunk_size=None`, every row at once); chunk=R: the rows
+    processed R at a time with lax.map (OpenFold's chunk_layer / AlphaFold's `subbatch_size`)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hc = heads * head_dim
+
+    def layer_norm(x):
+        x32 = x.astype(f32)
+        m = jnp.mean(x32, -1, keepdims=True)
+        v = jnp.mean(jnp.square(x32 - m), -1, keepdims=True)
+        return ((x32 - m) * jax.lax.rsqrt(v + 1e-5)).astype(bf)
+
+    def tri_att(p, z):
+        zn = layer_norm(z)
+        bias = jnp.einsum("jkc,ch->hjk", zn, p["linear_b"].astype(bf))                   # [H, N, N]
+
+        def rows(zr):                                                                      # [R, N, c]
+            q = (zr @ p["q"].astype(bf)).reshape(zr.shape[0], residues, heads, head_dim)
+            k = (zr @ p["k"].astype(bf)).reshape(zr.shape[0], residues, heads, head_dim)
+            v = (zr @ p["v"].astype(bf)).reshape(zr.shape[0], residues, heads, head_dim)
+            g = jax.nn.sigmoid(zr @ p["g"].astype(bf)).reshape(zr.shape[0], residues, heads, head_dim)
+            a = jnp.einsum("rjhd,rkhd->rhjk", q, k).astype(f32) * head_dim ** -0.5 + bias[None].astype(f32)
+            o = jnp.einsum("rhjk,rkhd->rjhd", jax.nn.softmax(a, -1).astype(bf), v) * g
+            return o.reshape(zr.shape[0], residues, hc) @ p["o"].astype(bf)
+
+        if chunk is None:
+            out = rows(zn)
+        else:
+            out = jax.lax.map(rows, zn.reshape(residues // chunk, chunk, residues, c_z))
+            out = out.reshape(residues, residues, c_z)
+        return z + out
+
+    def transition(p, z):
+        return z + jax.nn.relu(layer_norm(z) @ p["w1"].astype(bf)) @ p["w2"].astype(bf)
+
+    def pair_stack(params, pair_act):
+        def one(z):
+            for blk in params["pair_blocks"]:
+                z = tri_att(blk["triangle_attention_starting_node"], z)
+                z = jnp.swapaxes(tri_att(blk["triangle_attention_ending_node"], jnp.swapaxes(z, 0, 1)), 0, 1)
+                z = transition(blk["pair_transition"], z)
+            return z
+
+        return jax.vmap(one)(pair_act)
+
+    def att_p():
+        return {"linear_b": sds((c_z, heads), f32, mesh, P()), "q": sds((c_z, hc), f32, mesh, P()),
+                "k": sds((c_z, hc), f32, mesh, P()), "v": sds((c_z, hc), f32, mesh, P()),
+                "g": sds((c_z, hc), f32, mesh, P()), "o": sds((hc, c_z), f32, mesh, P())}
+
+    params = {"pair_blocks": [{"triangle_attention_starting_node": att_p(),
+                               "triangle_attention_ending_node": att_p(),
+                               "pair_transition": {"w1": sds((c_z, 4 * c_z), f32, mesh, P()),
+                                                   "w2": sds((4 * c_z, c_z), f32, mesh, P())}}
+                              for _ in range(2)]}
+    n = mesh.devices.size * chains
+    pair_act = sds((n, residues, residues, c_z), bf, mesh, P("d"))
+    return pair_stack, (params, pair_act), {"out_shardings": NamedSharding(mesh, P("d"))}
+
+
+# 39.6 MAML whose meta-batch of tasks is vmapped through the differentiated inner loop
+
+
+def _maml_builder(mesh, tasks, inner_steps, shots, width, depth, in_dim, per_task_grads):
+    """Second-order MAML (Finn et al.) for few-shot regression on a residual MLP: each task adapts a copy of the
+    meta-parameters with `inner_steps` SGD steps on its support set, the query loss of the adapted weights is
+    differentiated back through the inner loop (lax.scan over the inner steps, the hidden layers stacked and
+    scanned) to the meta-parameters; meta-SGD, bf16 compute, f32 params replicated and donated; the tasks sharded
+    over 'd' (`tasks` per device).
+    per_task_grads=False (the first version, as in most JAX MAML examples): the meta-loss is the mean over
+    `jax.vmap(task_query_loss)` of the meta-batch, one jax.grad of it: every task's fast weights and the
+    residuals of every inner step of every task are live at once; per_task_grads=True: the meta-gradient of one
+    task at a time (jax.grad inside lax.scan over the device's tasks, summed), so only one task's inner-loop
+    residuals are live."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def net(w, x):
+        h = jnp.tanh(x.astype(bf) @ w["embed"].astype(bf))
+        h, _ = jax.lax.scan(lambda h, wl: (h + jnp.tanh(h @ wl.astype(bf)), None), h, w["hidden"])
+        return (h @ w["head"].astype(bf)).astype(f32)
+
+    def support_loss(w, x, y):
+        return jnp.mean(jnp.square(net(w, x) - y))
+
+    def task_query_loss(meta_params, sx, sy, qx, qy):
+        def inner_sgd(fast, _):
+            g = jax.grad(support_loss)(fast, sx, sy)
+            return _tm(lambda w, gw: w - 0.01 * gw, fast, g), None
+
+        fast, _ = jax.lax.scan(inner_sgd, meta_params, None, length=inner_steps)
+        return support_loss(fast, qx, qy)
+
+    def maml_meta_step(meta_params, support_x, support_y, query_x, query_y):
+        if per_task_grads:
+            n = support_x.shape[0]
+            n_dev = n // tasks
+            # [tasks, devices, ...]: step t takes task t of every device's share (the device axis stays sharded)
+            xs = [a.reshape(n_dev, tasks, *a.shape[1:]).swapaxes(0, 1)
+                  for a in (support_x, support_y, query_x, query_y)]
+            per_task = jax.vmap(jax.value_and_grad(task_query_loss), in_axes=(None, 0, 0, 0, 0))
+
+            def one(acc, t):
+                l, g = per_task(meta_params, *t)
+                return (acc[0] + l, _tm(jnp.add, acc[1], g)), None
+
+            acc0 = (jnp.zeros((n_dev,), f32), _tm(lambda w: jnp.zeros((n_dev,) + w.shape, f32), meta_params))
+            (lsum, gsum), _ = jax.lax.scan(one, acc0, xs)
+            loss = jnp.sum(lsum) / n
+            grads = _tm(lambda g: jnp.sum(g, 0) / n, gsum)
+        else:
+            def meta_loss(mp):
+                return jnp.mean(jax.vmap(task_query_loss, in_axes=(None, 0, 0, 0, 0))(
+                    mp, support_x, support_y, query_x, query_y))
+
+            loss, grads = jax.value_and_grad(meta_loss)(meta_params)
+        return _tm(lambda p, g: p - 1e-3 * g, meta_params, grads), loss
+
+    params = {"embed": sds((in_dim, width), f32, mesh, P()), "hidden": sds((depth, width, width), f32, mesh, P()),
+              "head": sds((width, 1), f32, mesh, P())}
+    n = mesh.devices.size * tasks
+    support_x = sds((n, shots, in_dim), f32, mesh, P("d"))
+    support_y = sds((n, shots, 1), f32, mesh, P("d"))
+    query_x = sds((n, shots, in_dim), f32, mesh, P("d"))
+    query_y = sds((n, shots, 1), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return maml_meta_step, (params, support_x, support_y, query_x, query_y), kw
+
+
+pair(
+    "flax_axis_rules_defaults_first", "v6e", "v6e:2x2",
+    "A decoder-only LM (flax-style logical axis names, 10 layers, d_model 4096, d_ff 16384, f32 params, Adam) "
+    "trained on v6e: rules = DEFAULT_AXIS_RULES + FSDP_OVERRIDES; flax takes the first rule naming 'embed', "
+    "('embed', None), so the override ('embed', 'data') never applies: params and both moments replicated, "
+    "beyond 31.25G.",
+    "Fixed variant of flax_axis_rules_defaults_first_v6e: rules = FSDP_OVERRIDES + DEFAULT_AXIS_RULES, every "
+    "parameter and moment sharded over 'data' on its 'embed' axis; fits.",
+    dict(category="aggregate", category_also=["arguments"], causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _logical_rules_builder, dict(layers=10, d_model=4096, d_ff=16384, heads=32, vocab=32768, seqs=4, seq_len=1024,
+                                 overrides_first=False),
+    dict(layers=10, d_model=4096, d_ff=16384, heads=32, vocab=32768, seqs=4, seq_len=1024, overrides_first=True),
+    dump=False,
+)
+
+pair(
+    "grad_accum_micro_axis_sharded", "v4", "v4:2x2x1",
+    "Gradient accumulation in a data-parallel MLP encoder on v4 (8 TensorCores, 256 sequences of 2048 x 1024 per "
+    "core, 8 micro-steps): batch.reshape(8, B // 8, S, D) puts the data-sharded batch axis on the micro-step "
+    "axis; the whole batch is gathered on every core (bf16[8,256,2048,1024], an 8 GiB slot) and every core runs "
+    "every micro-batch whole (256 sequences, not 32) in the scan body, beyond 15.25G.",
+    "Fixed variant of grad_accum_micro_axis_sharded_v4: batch.reshape(B // 8, 8, S, D).swapaxes(0, 1), each core "
+    "splits its own rows, the micro-batch stays sharded; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "batch_too_large"]),
+    _accum_reshape_builder, dict(micro_steps=8, rows_per_device=256, seq_len=2048, d_model=1024, d_ff=4096,
+                                 layers=8, rows_major=False),
+    dict(micro_steps=8, rows_per_device=256, seq_len=2048, d_model=1024, d_ff=4096, layers=8, rows_major=True),
+    dump=True,
+)
+
+pair(
+    "weather_gnn_edges_replicated", "v5e", "v5e:4x4",
+    "A MeshGraphNet-style weather GNN on a 0.25-degree grid (721 x 1440 nodes, padded to 1,038,336 for 16 devices, "
+    "8 edges each, latent 256, 8 rounds) trained on v5e:4x4 (16 devices): jax.jit(..., in_shardings=...) shards the grid nodes but passes "
+    "senders, receivers and edge features P(), so every device computes every edge's messages, beyond 15.75G.",
+    "Fixed variant of weather_gnn_edges_replicated_v5e: the edge arrays sharded P('d') too; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["replicated_tensor", "large_activation"]),
+    _weather_gnn_builder, dict(nodes=1038336, edges_per_node=8, latent=256, rounds=8, node_vars=80, edge_spec=()),
+    dict(nodes=1038336, edges_per_node=8, latent=256, rounds=8, node_vars=80, edge_spec=("d",)),
+    dump=False,
+)
+
+pair(
+    "w2v_negatives_gathered", "v5e", "v5e:2x2",
+    "The wav2vec 2.0 contrastive loss on v5e (32 utterances of 1024 frames per device, 100 distractors, dim "
+    "768): the target and distractor vectors are gathered, q[b, idx] -> f32[32, 1024, 101, 768] (a 9.75 GiB "
+    "slot), and compared with the context vectors; with the scatter-add of its gradient, beyond 15.75G.",
+    "Fixed variant of w2v_negatives_gathered_v5e: the cosine similarity of every frame with every frame of its "
+    "utterance [B, T, T], then the 101 scores gathered by index; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["large_activation", "batch_too_large"]),
+    _w2v_negatives_builder, dict(utts=32, frames=1024, dim=768, num_negatives=100, score_then_gather=False),
+    dict(utts=32, frames=1024, dim=768, num_negatives=100, score_then_gather=True),
+    dump=True,
+)
+
+pair(
+    "triangle_attention_unchunked", "v5p", "v5p:2x2x1",
+    "Inference through an AlphaFold/OpenFold-style pair stack (2 blocks of triangle attention around the "
+    "starting and the ending node, c_z 128, 4 heads) on a 2560-residue complex per v5p device without chunking: "
+    "the attention weights of every row at once, bf16[2560, 4, 2560, 2560] in a 125 GiB slot, beyond 95.74G.",
+    "Fixed variant of triangle_attention_unchunked_v5p: the rows processed 64 at a time with lax.map (OpenFold's "
+    "chunk_size); fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _triangle_attention_builder, dict(chains=1, residues=2560, c_z=128, heads=4, head_dim=32, chunk=None),
+    dict(chains=1, residues=2560, c_z=128, heads=4, head_dim=32, chunk=64),
+    dump=False,
+)
+
+pair(
+    "maml_tasks_vmapped", "v6e", "v6e:2x2",
+    "Second-order MAML on v6e (64 tasks per device, 5 inner SGD steps, a residual MLP with 8 stacked f32[2048, "
+    "2048] hidden layers): the meta-loss is the mean of jax.vmap(task_query_loss) over the meta-batch, so every "
+    "task's fast weights of every inner step are live at once (bf16[5,8,64,2048,2048], a 20 GiB slot), beyond "
+    "31.25G.",
+    "Fixed variant of maml_tasks_vmapped_v6e: the meta-gradient of one task per device at a time (jax.grad inside "
+    "lax.scan over the tasks, summed); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["large_activation", "batch_too_large"]),
+    _maml_builder, dict(tasks=64, inner_steps=5, shots=64, width=2048, depth=8, in_dim=256, per_task_grads=False),
+    dict(tasks=64, inner_steps=5, shots=64, width=2048, depth=8, in_dim=256, per_task_grads=True),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
