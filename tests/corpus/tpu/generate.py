@@ -13056,6 +13056,417 @@ pair(
 )
 
 
+# ---- 40. more broken/fixed pairs (batch tpu29): other models, other names ---------------------
+#
+# Programs of kinds sections 13-38 do not have (a kNN-LM datastore put on the devices with jax.device_put and
+# no sharding; a chunked-prefill step that writes into the serving KV cache without donating it; flax-style
+# logical-axis rules that shard the attention's head dimension ('kv') instead of its heads; in-graph negative
+# sampling with jax.random.choice(replace=False), vmapped over the batch; a DeepONet whose trunk net runs for
+# every (function, query point) pair; GraphSAGE-pool over a neighbour-sampled two-hop minibatch with the
+# node-feature table and the aggregation in f32).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu29 for which pairs keep their dumps and what did not go as first written.
+
+
+# 40.1 a kNN-LM datastore put on the devices with jax.device_put(keys) and no sharding (replicated)
+
+
+def _knn_lm_builder(mesh, datastore_size, key_dim, queries, vocab, k, datastore_spec):
+    """One decoding step of a kNN-LM (Khandelwal et al.): the decoder's last hidden state of every sequence
+    queries a datastore of `datastore_size` keys (bf16 hidden states of the training corpus) and values (the
+    next token of each key); the k nearest neighbours' tokens make a distribution that is interpolated with
+    the LM's softmax (lambda 0.25), greedy argmax. The datastore was loaded with np.load and put on the devices
+    with `jax.device_put(keys)`: no sharding, so jit places the whole array on every device.
+    datastore_spec=() (the first version: P(), as jit received it); datastore_spec=('d',): the same arrays put
+    with `jax.device_put(keys, NamedSharding(mesh, P('d', None)))`, sharded over the datastore rows."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def knn_lm_step(datastore, hidden, lm_logits):
+        scores = jnp.einsum("bd,nd->bn", hidden.astype(bf), datastore["keys"],
+                            preferred_element_type=f32)                               # [B, N]
+        top_scores, top_idx = jax.lax.top_k(scores, k)                                # [B, k]
+        neighbour_tokens = datastore["values"][top_idx]                               # [B, k]
+        w = jax.nn.softmax(top_scores / key_dim ** 0.5, -1)
+        p_knn = jnp.zeros((queries, vocab), f32).at[jnp.arange(queries)[:, None], neighbour_tokens].add(w)
+        p = 0.75 * jax.nn.softmax(lm_logits.astype(f32), -1) + 0.25 * p_knn
+        return jnp.argmax(p, -1).astype(jnp.int32)
+
+    spec = P(*datastore_spec)
+    datastore = {"keys": sds((datastore_size, key_dim), bf, mesh, P(*datastore_spec, None) if datastore_spec else P()),
+                 "values": sds((datastore_size,), jnp.int32, mesh, spec)}
+    hidden = sds((queries, key_dim), f32, mesh, P())
+    lm_logits = sds((queries, vocab), bf, mesh, P())
+    return knn_lm_step, (datastore, hidden, lm_logits), {"out_shardings": NamedSharding(mesh, P())}
+
+
+# 40.2 a chunked-prefill step that writes into the serving KV cache without donating it
+
+
+def _chunked_prefill_builder(mesh, layers, d_model, heads, kv_heads, d_ff, slots, max_len, chunk, donate):
+    """Chunked prefill (vLLM / JetStream style) of a Llama-style decoder served tensor-parallel over all devices
+    (bf16, GQA, heads and KV heads sharded, SwiGLU MLP sharded over d_ff): one chunk of `chunk` prompt tokens
+    of the sequence in cache slot `slot`, at offset `start`, runs through the layers (a Python loop over the
+    stacked layer weights), its K/V written into the paged-by-slot cache `kv_cache` [L, slots, max_len, kv_heads, hd]
+    with lax.dynamic_update_slice and attended together with the earlier chunks; returns the last token's
+    logits and the updated cache. donate=False (the first version: `jax.jit(prefill_chunk)`, the cache in and
+    the cache out both live); donate=True: `donate_argnums=(1,)`, the update happens in place."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    rep = heads // kv_heads
+
+    def rms(x):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-5)).astype(bf)
+
+    def prefill_chunk(params, kv_cache, chunk_tokens, slot, start):
+        x = params["embed"][chunk_tokens]                                                  # [C, D]
+        pos = start + jnp.arange(chunk)
+
+        def layer(carry, i):
+            h, cache_k, cache_v = carry
+            lw = _tm(lambda a: a[i], params["layers"])
+            a = rms(h)
+            q = (a @ lw["wq"]).reshape(chunk, kv_heads, rep, hd)
+            k = (a @ lw["wk"]).reshape(1, 1, chunk, kv_heads, hd)
+            v = (a @ lw["wv"]).reshape(1, 1, chunk, kv_heads, hd)
+            cache_k = jax.lax.dynamic_update_slice(cache_k, k, (i, slot, start, 0, 0))
+            cache_v = jax.lax.dynamic_update_slice(cache_v, v, (i, slot, start, 0, 0))
+            ks = jax.lax.dynamic_slice(cache_k, (i, slot, 0, 0, 0), (1, 1, max_len, kv_heads, hd))[0, 0]
+            vs = jax.lax.dynamic_slice(cache_v, (i, slot, 0, 0, 0), (1, 1, max_len, kv_heads, hd))[0, 0]
+            s = jnp.einsum("cgrd,sgd->grcs", q, ks, preferred_element_type=f32) * hd ** -0.5
+            s = jnp.where(jnp.arange(max_len)[None, None, None, :] <= pos[None, None, :, None], s, -1e30)
+            o = jnp.einsum("grcs,sgd->cgrd", jax.nn.softmax(s, -1).astype(bf), vs).reshape(chunk, d_model)
+            h = h + o @ lw["wo"]
+            m = rms(h)
+            h = h + (jax.nn.silu(m @ lw["w_gate"]) * (m @ lw["w_up"])) @ lw["w_down"]
+            return h, cache_k, cache_v
+
+        carry = (x, kv_cache["k"], kv_cache["v"])
+        for i in range(layers):                       # unrolled: the cache updated in place, layer by layer
+            carry = layer(carry, i)
+        h, ck, cv = carry
+        logits = rms(h[-1:]) @ params["lm_head"]
+        return logits.astype(f32), {"k": ck, "v": cv}
+
+    L, D, F = layers, d_model, d_ff
+    col, row = P(None, None, "d"), P(None, "d", None)
+    params = {"embed": sds((32000, D), bf, mesh, P(None, "d")),
+              "lm_head": sds((D, 32000), bf, mesh, P(None, "d")),
+              "layers": {"wq": sds((L, D, D), bf, mesh, col), "wk": sds((L, D, kv_heads * hd), bf, mesh, col),
+                         "wv": sds((L, D, kv_heads * hd), bf, mesh, col), "wo": sds((L, D, D), bf, mesh, row),
+                         "w_gate": sds((L, D, F), bf, mesh, col), "w_up": sds((L, D, F), bf, mesh, col),
+                         "w_down": sds((L, F, D), bf, mesh, row)}}
+    cache_spec = P(None, None, None, "d", None)
+    kv_cache = {"k": sds((L, slots, max_len, kv_heads, hd), bf, mesh, cache_spec),
+                "v": sds((L, slots, max_len, kv_heads, hd), bf, mesh, cache_spec)}
+    chunk_tokens = sds((chunk,), jnp.int32, mesh, P())
+    slot = sds((), jnp.int32, mesh, P())
+    start = sds((), jnp.int32, mesh, P())
+    kw = {"out_shardings": (NamedSharding(mesh, P()), _shardings(kv_cache))}
+    if donate:
+        kw["donate_argnums"] = (1,)
+    return prefill_chunk, (params, kv_cache, chunk_tokens, slot, start), kw
+
+
+# 40.3 tensor-parallel attention whose logical-axis rules shard the head dimension ('kv') instead of 'heads'
+
+
+def _logical_rules_attention_builder(mesh, layers, d_model, heads, d_ff, batch, seq, logical_axis_rules):
+    """A decoder-only LM trained tensor-parallel over all devices (the batch replicated), parameters annotated
+    the flax way with logical axis names (`wq`/`wk`/`wv` ('embed', 'heads', 'kv'), `wo` ('heads', 'kv',
+    'embed'), `wi` ('embed', 'mlp'), `wo_mlp` ('mlp', 'embed')) and mapped to mesh axes by `logical_axis_rules`,
+    as flax.linen.logical_to_mesh_sharding does; the attention is written out (q k^T scores in f32, causal mask,
+    softmax, every layer under jax.checkpoint). bf16 compute, f32 params, SGD, donated.
+    The first version's rules map 'kv' (the 128-wide head dimension) to the mesh axis and 'heads' to None: the
+    q/k contraction runs over the sharded axis, so every device computes partial scores of all heads, summed
+    across devices, [B, H, S, S] whole on every device; the fixed rules map 'heads' to the mesh axis."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    rules = dict(logical_axis_rules)
+    hd = d_model // heads
+
+    def logical_to_mesh(names):
+        return P(*(rules.get(n) for n in names))
+
+    def layer(h, lw):
+        a = h.astype(bf)
+        q = jnp.einsum("bsd,dhk->bshk", a, lw["wq"].astype(bf))
+        k = jnp.einsum("bsd,dhk->bshk", a, lw["wk"].astype(bf))
+        v = jnp.einsum("bsd,dhk->bshk", a, lw["wv"].astype(bf))
+        s = jnp.einsum("bqhk,bthk->bhqt", q, k, preferred_element_type=f32) * hd ** -0.5
+        s = jnp.where(jnp.tril(jnp.ones((seq, seq), bool)), s, -1e30)
+        o = jnp.einsum("bhqt,bthk->bqhk", jax.nn.softmax(s, -1).astype(bf), v)
+        h = h + jnp.einsum("bqhk,hkd->bqd", o, lw["wo"].astype(bf)).astype(f32)
+        m = jax.nn.gelu(h.astype(bf) @ lw["wi"].astype(bf))
+        return h + (m @ lw["wo_mlp"].astype(bf)).astype(f32)
+
+    def lm_train_step(params, inputs, targets):
+        def loss_fn(params):
+            h = inputs
+            for i in range(layers):
+                h = jax.checkpoint(layer)(h, params[f"layers_{i}"])
+            return jnp.mean(jnp.square(h - targets))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    def w(shape, names):
+        return sds(shape, f32, mesh, logical_to_mesh(names))
+
+    params = {f"layers_{i}": {"wq": w((d_model, heads, hd), ("embed", "heads", "kv")),
+                              "wk": w((d_model, heads, hd), ("embed", "heads", "kv")),
+                              "wv": w((d_model, heads, hd), ("embed", "heads", "kv")),
+                              "wo": w((heads, hd, d_model), ("heads", "kv", "embed")),
+                              "wi": w((d_model, d_ff), ("embed", "mlp")),
+                              "wo_mlp": w((d_ff, d_model), ("mlp", "embed"))} for i in range(layers)}
+    inputs = sds((batch, seq, d_model), f32, mesh, P())
+    targets = sds((batch, seq, d_model), f32, mesh, P())
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return lm_train_step, (params, inputs, targets), kw
+
+
+# 40.4 in-graph negative sampling: jax.random.choice(replace=False) vmapped over the batch
+
+
+def _negative_sampling_builder(mesh, batch, items, dim, negatives, replace):
+    """A two-tower recommender (user tower: an MLP over the user features; item tower: an embedding table
+    `item_embedding` [items, dim] replicated) trained with sampled softmax; the negatives are drawn inside
+    the step, uniformly over the catalogue, `negatives` per example, by
+    `jax.vmap(lambda k: jax.random.choice(k, items, (negatives,), replace=replace))(keys)`.
+    replace=False (the first version: without replacement jax draws a random permutation of the whole
+    catalogue per example (sort-based shuffle) and keeps its first `negatives`, so the vmapped draw sorts
+    [B, items] keys and indices); replace=True: independent uniform draws (randint), [B, negatives]."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def two_tower_step(params, user_features, positive_items, rng):
+        keys = jax.random.split(rng, user_features.shape[0])
+        negative_items = jax.vmap(
+            lambda k: jax.random.choice(k, items, (negatives,), replace=replace))(keys)
+        negative_items = jax.lax.stop_gradient(negative_items)
+
+        def loss_fn(params):
+            u = jax.nn.relu(user_features.astype(bf) @ params["user_tower"]["w0"].astype(bf))
+            u = (u @ params["user_tower"]["w1"].astype(bf)).astype(f32)                  # [B, dim]
+            table = params["item_embedding"]
+            pos = table[positive_items]                                                   # [B, dim]
+            neg = table[negative_items]                                                   # [B, K, dim]
+            s_pos = jnp.sum(u * pos, -1, keepdims=True)
+            s_neg = jnp.einsum("bd,bkd->bk", u, neg)
+            logits = jnp.concatenate([s_pos, s_neg], -1)
+            return -jnp.mean(jax.nn.log_softmax(logits, -1)[:, 0])
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 0.05 * g, params, grads), loss
+
+    params = {"user_tower": {"w0": sds((512, 1024), f32, mesh, P()), "w1": sds((1024, dim), f32, mesh, P())},
+              "item_embedding": sds((items, dim), f32, mesh, P())}
+    n = mesh.devices.size * batch
+    user_features = sds((n, 512), f32, mesh, P("d"))
+    positive_items = sds((n,), jnp.int32, mesh, P("d"))
+    rng = sds((2,), jnp.uint32, mesh, P())
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return two_tower_step, (params, user_features, positive_items, rng), kw
+
+
+# 40.5 a DeepONet whose trunk net is evaluated for every (function, query point) pair
+
+
+def _deeponet_builder(mesh, functions, sensors, grid, width, depth, basis, trunk_per_function):
+    """A DeepONet (Lu et al.) learning a solution operator (e.g. of a 2-D Darcy problem) trained
+    data-parallel: the branch net encodes each input function from its `sensors` samples [B, m] -> [B, p], the
+    trunk net encodes the query coordinates of the solution grid (grid x grid points, (x, y)) -> [Q, p], and the
+    prediction is G(u)(y) = <branch(u), trunk(y)>; MSE against the solution on the grid, f32, Adam-free SGD,
+    params replicated and donated. trunk_per_function=True (the first version: the query grid broadcast to
+    every function of the batch, `jnp.broadcast_to(query_points, (B, Q, 2))`, as in the data loader's
+    (function, point) pairs, and the trunk MLP run on [B, Q, width]); False: the trunk run once on the shared
+    grid, [Q, width], and the prediction `jnp.einsum('bp,qp->bq', branch, trunk)`."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def mlp(ps, x):
+        for i, p in enumerate(ps):
+            x = x @ p["kernel"] + p["bias"]
+            if i < len(ps) - 1:
+                x = jnp.tanh(x)
+        return x
+
+    def deeponet_step(params, sensor_values, query_points, solution):
+        def loss_fn(params):
+            b = mlp(params["branch"], sensor_values)                                       # [B, p]
+            if trunk_per_function:
+                y = jnp.broadcast_to(query_points, (sensor_values.shape[0],) + query_points.shape)
+                t = mlp(params["trunk"], y)                                                # [B, Q, p]
+                pred = jnp.einsum("bp,bqp->bq", b, t)
+            else:
+                t = mlp(params["trunk"], query_points)                                     # [Q, p]
+                pred = jnp.einsum("bp,qp->bq", b, t)
+            return jnp.mean(jnp.square(pred + params["bias"] - solution))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    def net(sizes):
+        return [{"kernel": sds((a, b), f32, mesh, P()), "bias": sds((b,), f32, mesh, P())}
+                for a, b in zip(sizes[:-1], sizes[1:])]
+
+    params = {"branch": net([sensors] + [width] * depth + [basis]),
+              "trunk": net([2] + [width] * depth + [basis]),
+              "bias": sds((), f32, mesh, P())}
+    n = mesh.devices.size * functions
+    q = grid * grid
+    sensor_values = sds((n, sensors), f32, mesh, P("d"))
+    query_points = sds((q, 2), f32, mesh, P())
+    solution = sds((n, q), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return deeponet_step, (params, sensor_values, query_points, solution), kw
+
+
+# 40.6 GraphSAGE-pool on a neighbour-sampled two-hop minibatch, node features and aggregation in f32
+
+
+def _graphsage_builder(mesh, seeds, nodes, feat_dim, hidden, fanout1, fanout2, classes, dtype):
+    """GraphSAGE with the max-pool aggregator (Hamilton et al.) trained on neighbour-sampled minibatches (the
+    sampler on the host, the node ids of the two hops passed in: `hop1_ids` [B, f1], `hop2_ids` [B, f1, f2]);
+    the node-feature table `node_features` [nodes, F] is replicated, the features of every sampled node
+    gathered in the step; two SAGE layers (pool MLP on every neighbour, max, concat with self, linear),
+    softmax classification; params f32, SGD, donated. dtype='float32' (the first version: the feature table
+    and every activation in f32); dtype='bfloat16': the table stored in bf16 and the layers computed in bf16
+    (params and loss stay f32)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    dt = jnp.dtype(dtype)
+
+    def sage_layer(p, h_self, h_neigh):
+        pooled = jnp.max(jax.nn.relu(h_neigh @ p["pool"]["kernel"].astype(dt)), axis=-2)
+        z = jnp.concatenate([h_self, pooled.astype(dt)], -1) @ p["dense"]["kernel"].astype(dt)
+        return jax.nn.relu(z)
+
+    def sage_train_step(params, node_features, seed_ids, hop1_ids, hop2_ids, labels):
+        def loss_fn(params):
+            x0 = node_features[seed_ids]                                                      # [B, F]
+            x1 = node_features[hop1_ids]                                                      # [B, f1, F]
+            x2 = node_features[hop2_ids]                                                      # [B, f1, f2, F]
+            h1_seed = sage_layer(params["sage_0"], x0, x1)                                    # [B, H]
+            h1_hop1 = sage_layer(params["sage_0"], x1, x2)                                    # [B, f1, H]
+            h2 = sage_layer(params["sage_1"], h1_seed, h1_hop1)                               # [B, H]
+            logits = (h2 @ params["classifier"]["kernel"].astype(dt)).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), labels[:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-2 * g, params, grads), loss
+
+    def dense(i, o):
+        return {"kernel": sds((i, o), f32, mesh, P())}
+
+    params = {"sage_0": {"pool": dense(feat_dim, feat_dim), "dense": dense(2 * feat_dim, hidden)},
+              "sage_1": {"pool": dense(hidden, hidden), "dense": dense(2 * hidden, hidden)},
+              "classifier": dense(hidden, classes)}
+    n = mesh.devices.size * seeds
+    node_features = sds((nodes, feat_dim), dt, mesh, P())
+    seed_ids = sds((n,), jnp.int32, mesh, P("d"))
+    hop1_ids = sds((n, fanout1), jnp.int32, mesh, P("d"))
+    hop2_ids = sds((n, fanout1, fanout2), jnp.int32, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return sage_train_step, (params, node_features, seed_ids, hop1_ids, hop2_ids, labels), kw
+
+pair(
+    "knn_lm_datastore_device_put", "v5e", "v5e:2x2",
+    "A kNN-LM decoding step on v5e (64 queries, k=1024 neighbours): the datastore of 8M bf16 keys of width 1024 "
+    "(16 GiB) and their next tokens was put on the devices with jax.device_put(keys), no sharding, so jit holds "
+    "the whole datastore on every device: 16.04G of arguments, beyond 15.75G.",
+    "Fixed variant of knn_lm_datastore_device_put_v5e: the datastore put with jax.device_put(keys, "
+    "NamedSharding(mesh, P('d', None))), 2M keys per device; fits.",
+    dict(category="arguments", causes=["replicated_tensor", "arguments_exceed"]),
+    _knn_lm_builder, dict(datastore_size=8 * 1024 * 1024, key_dim=1024, queries=64, vocab=32000, k=1024,
+                          datastore_spec=()),
+    dict(datastore_size=8 * 1024 * 1024, key_dim=1024, queries=64, vocab=32000, k=1024, datastore_spec=("d",)),
+    dump=True,
+)
+
+pair(
+    "chunked_prefill_kv_cache_not_donated", "v6e", "v6e:2x2",
+    "Chunked prefill (1024-token chunks) of a 4-layer Llama-style decoder served tensor-parallel on v6e: the "
+    "KV cache of 144 slots x 32768 tokens (18 GiB per device, K and V 9 GiB each) is passed to the jitted step "
+    "and returned updated without donate_argnums, so the old and the new cache are both live, beyond 31.25G.",
+    "Fixed variant of chunked_prefill_kv_cache_not_donated_v6e: donate_argnums=(1,), the cache updated in "
+    "place; fits.",
+    dict(category="aggregate", causes=["no_donation"]),
+    _chunked_prefill_builder, dict(layers=4, d_model=4096, heads=32, kv_heads=8, d_ff=14336, slots=144,
+                                   max_len=32768, chunk=1024, donate=False),
+    dict(layers=4, d_model=4096, heads=32, kv_heads=8, d_ff=14336, slots=144, max_len=32768, chunk=1024,
+         donate=True),
+    dump=False,
+)
+
+pair(
+    "logical_rules_head_dim_sharded", "v4", "v4:2x2x1",
+    "A 4-layer decoder trained tensor-parallel on v4 (8 TensorCores, 16 sequences of 2048, 32 heads): the "
+    "flax-style logical_axis_rules map 'kv' (the head dimension) to the mesh axis and 'heads' to None, so the "
+    "q.k contraction is split across cores and every core holds the f32 scores of all 32 heads, "
+    "f32[16,32,2048,2048] (8 GiB), beyond 15.25G.",
+    "Fixed variant of logical_rules_head_dim_sharded_v4: the rules map 'heads' to the mesh axis and 'kv' to "
+    "None (4 heads per core); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "large_activation"]),
+    _logical_rules_attention_builder,
+    dict(layers=4, d_model=4096, heads=32, d_ff=16384, batch=16, seq=2048,
+         logical_axis_rules=(("embed", None), ("heads", None), ("kv", "d"), ("mlp", "d"))),
+    dict(layers=4, d_model=4096, heads=32, d_ff=16384, batch=16, seq=2048,
+         logical_axis_rules=(("embed", None), ("heads", "d"), ("kv", None), ("mlp", "d"))),
+    dump=False,
+)
+
+pair(
+    "negative_sampling_without_replacement", "v5p", "v5p:2x2x1",
+    "A two-tower recommender trained on v5p with 64 uniform negatives per example drawn in the step by "
+    "jax.vmap(jax.random.choice(key, 2M items, (64,), replace=False)) over 8192 examples per device: without "
+    "replacement jax shuffles the whole catalogue per example, a sort of [8192, 2097152] keys and indices "
+    "(64 GiB each), beyond 95.74G.",
+    "Fixed variant of negative_sampling_without_replacement_v5p: replace=True (independent uniform draws, "
+    "[8192, 64]); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _negative_sampling_builder, dict(batch=8192, items=2097152, dim=128, negatives=64, replace=False),
+    dict(batch=8192, items=2097152, dim=128, negatives=64, replace=True),
+    dump=False,
+)
+
+pair(
+    "deeponet_trunk_per_function", "v5e", "v5e:2x2",
+    "A DeepONet (branch and trunk MLPs of width 512, 4 layers, 512 basis functions, f32) trained on v5e with "
+    "256 input functions per device and a 128x128 solution grid: the query grid is broadcast to every function "
+    "and the trunk net run on [256, 16384, 512] activations (8 GiB each), beyond 15.75G.",
+    "Fixed variant of deeponet_trunk_per_function_v5e: the trunk net run once on the shared grid [16384, 2] and "
+    "the prediction einsum('bp,qp->bq'); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _deeponet_builder, dict(functions=256, sensors=1024, grid=128, width=512, depth=4, basis=512,
+                            trunk_per_function=True),
+    dict(functions=256, sensors=1024, grid=128, width=512, depth=4, basis=512, trunk_per_function=False),
+    dump=True,
+)
+
+pair(
+    "graphsage_two_hop_f32", "v6e", "v6e:2x2",
+    "GraphSAGE-pool (2 layers, fanouts 25 and 10) trained on v6e on 73728 seed nodes per device: the f32 "
+    "node-feature table [2M, 256] is gathered for every sampled node, the two-hop features f32[73728,25,10,256] "
+    "(17.58 GiB each) and the pool MLP's activations on them in f32, beyond 31.25G.",
+    "Fixed variant of graphsage_two_hop_f32_v6e: the node-feature table stored in bf16 and the layers computed "
+    "in bf16 (params and loss in f32); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["f32_precision", "large_activation", "batch_too_large"]),
+    _graphsage_builder, dict(seeds=73728, nodes=2097152, feat_dim=256, hidden=256, fanout1=25, fanout2=10,
+                             classes=64, dtype="float32"),
+    dict(seeds=73728, nodes=2097152, feat_dim=256, hidden=256, fanout1=25, fanout2=10, classes=64,
+         dtype="bfloat16"),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
