@@ -2394,7 +2394,17 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
         // (A scan's stacked outputs are its own activations, not an array copied.)
         let per_iteration =
             loop_stacked(a) || (rank >= 3 && lead.is_some_and(|d| trips.contains(&d)));
-        a.size_bytes.saturating_mul(2) > l && !batch_led && !per_iteration
+        // (The same elements listed in a higher rank, `f32[3309568,768]` beside
+        // `f32[32,1024,101,768]`: one activation flattened for a gather or a matmul.)
+        let reshaped = shape_of(a).is_some_and(|s| {
+            let n: u64 = s.dims.iter().product();
+            e.allocations.iter().filter_map(shape_of).any(|o| {
+                o.type_name == s.type_name
+                    && o.dims.len() > s.dims.len()
+                    && o.dims.iter().product::<u64>() == n
+            })
+        });
+        a.size_bytes.saturating_mul(2) > l && !batch_led && !per_iteration && !reshaped
     });
     let evidence = match big {
         Some(a) => format!("{} is over half the device: an array that big is usually meant to be sharded, and a missing or lost sharding annotation replicates it on every chip", describe(a)),
@@ -3977,6 +3987,21 @@ mod corpus_tests {
         assert_eq!(
             first_causes("issues/mfinzi-equivariant-MLP-7.txt")[..2],
             [CauseKind::Preallocation, CauseKind::OtherProcess]
+        );
+    }
+
+    #[test]
+    fn compiler_listings_whose_shapes_tell_the_story() {
+        // wav2vec 2.0's gathered distractors, also listed flattened (`f32[3309568,768]` beside
+        // `f32[32,1024,101,768]`): one activation, not an array left replicated.
+        assert_eq!(
+            first_causes("tpu/w2v_negatives_gathered_v5e/stderr.log")[0],
+            CauseKind::LargeActivation
+        );
+        // An MLP's down projection held whole beside its up projection's shard, transposed.
+        assert_eq!(
+            first_causes("tpu/partition_rules_stale_name_v4/stderr.log")[0],
+            CauseKind::ReplicatedTensor
         );
     }
 
