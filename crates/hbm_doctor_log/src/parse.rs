@@ -4586,7 +4586,7 @@ fn prose_stage(t: &str) -> Option<Stage> {
     }
     let re = LOAD.get_or_init(|| {
         Regex::new(
-            r"(?i)\b(?:fail\w*|unable|not able|cannot|can't|can not|crash\w*|error|when|while|during)\b[^\n]{0,24}\bload(?:ing)?\b(?:(?:\s+\S+){0,6}?\s+(?:model|weights|checkpoint|parameters)\b|\s+(?:the\s+|a\s+|my\s+)?[a-z][\w.-]*?-?\d+(?:\.\d+)?[bm]\b)",
+            r"(?i)\b(?:fail\w*|unable|not able|cannot|can't|can not|crash\w*|error|when|while|during|trying to|try to|tried to)\b[^\n]{0,24}\bload(?:ing)?\b(?:(?:\s+\S+){0,6}?\s+(?:model|weights|checkpoint|parameters)\b|\s+(?:the\s+|a\s+|my\s+)?[a-z][\w.-]*?-?\d+(?:\.\d+)?[bm]\b)|\bload(?:s|ing)?\s+(?:it|them|(?:the|a|my)\s+(?:\w+\s+)?(?:model|weights|checkpoint|generator|pipeline))\b[^.;]{0,60}?\b(?:crash(?:es|ed)?|oom|out of memory|killed|gives\s+me\s+(?:an?\s+)?oom)\b|\btorch\.load\b[^;]{0,60}?\b(?:raises|throws|crash\w*|oom|out of memory)",
         )
         .expect("prose stage pattern")
     });
@@ -4624,6 +4624,8 @@ fn prose_when(t: &str) -> Option<Stage> {
         "iteration",
         "startup",
         "start-up",
+        "to start",
+        "starting",
         "loading",
         "initiali",
         "启动",
@@ -4646,7 +4648,7 @@ fn prose_when(t: &str) -> Option<Stage> {
         [
             r"(?i)\b(?:(?:running|run|runs|do|doing|during|for|at|when|while)\s+(?:the\s+|an?\s+|model\s+)?inference\b|inferenc(?:e|ing)\s+(?:on|with)\b|(?:when|while|during)\s+(?:generating|sampling|decoding|predicting|upscaling|transcribing)\b|generat(?:e|ing)\s+(?:an?\s+|the\s+|\w+\s+)?(?:images?|pictures?|textures?|text|videos?|audio|speech|tokens|responses?|samples?)\b|\btxt2img\b|\bimg2img\b|(?:try|trying|tried|when\s+i|while\s+i)\s+(?:to\s+)?(?:predict|generate|synthesi[sz]e|transcribe|upscale|infer)\b|\brunning\s+(?:the\s+)?predictions?\b|\d+\s*steps\b[^.]{0,40}\b(?:cfg|euler|sampler|ddim|dpm)|\b(?:cfg|euler|sampler|ddim)\b[^.]{0,40}\d+\s*steps\b)|推理",
             r"(?i)\b(?:(?:when|while|during|once)\s+(?:i\s+|we\s+)?(?:start(?:ing|ed)?\s+|begin(?:ning)?\s+)?(?:the\s+)?training\b|start(?:s|ed|ing)?\s+(?:to\s+)?train(?:ing)?\b|(?:in|at|during|on)\s+the\s+first\s+(?:epoch|step|batch|iteration)|(?:after|up\s+to)\s+(?:about\s+|around\s+|roughly\s+|nearly\s+|~\s*)?(?:a\s+while|some\s+time|a\s+few|few|several|many|some|so\s+many|\d[\d,.]*k?)\s+(?:training\s+)?(?:steps|iterations|iters|epochs|batches|hours)\b|(?:at|reach(?:es|ed|ing)?)\s+(?:the\s+)?\d+(?:st|nd|rd|th)\s+(?:epoch|step|iteration)\b|(?:at|in)\s+(?:epoch|step|iteration)\s+\d+)|训练时|训练的时候|开始训练",
-            r"(?i)\b(?:(?:when|while|during)\s+(?:initiali[sz]ing|creating|building|instantiating)\s+(?:the\s+|my\s+|a\s+)?(?:\w+\s+)?model\b|(?:at|on|during)\s+start-?up\b|\btraining\s+initiali[sz]ation\b)|启动的时候|启动时|加载模型",
+            r"(?i)\b(?:(?:when|while|during)\s+(?:initiali[sz]ing|creating|building|instantiating)\s+(?:the\s+|my\s+|a\s+)?(?:\w+\s+)?model\b|(?:at|on|during)\s+start-?up\b|\btraining\s+initiali[sz]ation\b|fail(?:s|ed)?\s+(?:at|during)\s+(?:the\s+)?initiali[sz]ation\b|fail(?:s|ed)?\s+to\s+start\s+(?:the\s+)?(?:\w+\s+){0,2}(?:server|engine|service|worker)s?\b|(?:when|while)\s+starting\s+(?:the\s+|an?\s+)?(?:\w+\s+){0,2}(?:server|engine|service)\b)|启动的时候|启动时|加载模型",
         ],
     );
     if generation.is_match(t) {
@@ -5143,6 +5145,18 @@ mod tests {
             ),
             ("The EngineCore dies at startup with:", Stage::Init),
             ("代码添加了int8量化，启动的时候还是报错", Stage::Init),
+            (
+                "We have a model that runs fine with pmap but fails at initialization with pjit.",
+                Stage::Init,
+            ),
+            (
+                "Mistral-7B-Instruct on n150 failed to start docker server with the error:",
+                Stage::Init,
+            ),
+            (
+                "I get this error when starting the inference server:",
+                Stage::Init,
+            ),
         ] {
             assert_eq!(prose_when(t), Some(want), "{t}");
         }
@@ -5163,6 +5177,10 @@ mod tests {
             "while loading model getting below error :",
             "my program crashes with a resource exhaustion error when I try to load the model parameters:",
             "When I try to load opt-30b the process is killed from memory exhaustion.",
+            "Trying to load medium or large model, I get out of memory errors.",
+            "Loading the generator crashes Python",
+            "it still loads the model only in one gpu and gives me OOM.",
+            "just calling torch.load on c3d.pickle raises a THCudaCheck out of memory exception for me.",
         ] {
             assert_eq!(prose_stage(t), Some(Stage::Restore), "{t}");
         }
@@ -5170,6 +5188,7 @@ mod tests {
             "model = load_model(path)  # then train",
             "Failed to load libtpu.so",
             "I load the data, then train the model",
+            "Failed to load in-memory CUBIN: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
         ] {
             assert_eq!(prose_stage(t), None, "{t}");
         }
