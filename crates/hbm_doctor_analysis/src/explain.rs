@@ -2791,8 +2791,11 @@ fn runtime_spike(ctx: &Ctx<'_>) -> Option<Cause> {
 fn model_state_at_load(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     // A serving engine's KV-cache check at start-up comes after the weights are placed: the
-    // cache, not the model state, is what its message sizes (`vllm_kv_cache`).
-    if e.phase != Phase::Runtime || e.family == Family::VllmKvCache {
+    // cache, not the model state, is what its message sizes (`vllm_kv_cache`). Nor is a TPU
+    // program's load (`Error loading program ...: Attempting to reserve N`): the arrays are
+    // placed, and the program's own reservation finds no room beside them.
+    if e.phase != Phase::Runtime || matches!(e.family, Family::VllmKvCache | Family::TpuProgramLoad)
+    {
         return None;
     }
     let what = match e.stage? {
