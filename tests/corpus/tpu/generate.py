@@ -13467,6 +13467,465 @@ pair(
 )
 
 
+# ---- 41. more broken/fixed pairs (batch tpu30): other models, other names ---------------------
+#
+# Programs of kinds sections 13-40 do not have (a dense-retrieval passage index jitted with in_shardings that
+# shard its embedding dimension instead of its rows; a DLRM-style model-parallel embedding lookup in shard_map
+# whose partial embeddings are combined with psum instead of psum_scatter; param-tree regex partition rules
+# anchored at '^params/' so that the Adam moments fall through to the catch-all P(); an EEND speaker-diarization
+# loss that scores every speaker permutation on the permuted label tensor; a sequential recommender's
+# full-catalogue ranking evaluation that takes the target's rank from an argsort of all item scores; AlphaFold's
+# outer-product-mean computed for the whole [N, N, c*c] tensor at once).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu30 for which pairs keep their dumps and what did not go as first written.
+
+
+# 41.1 a dense-retrieval passage index sharded over its embedding dimension instead of its rows
+
+
+def _passage_index_builder(mesh, passages, dim, queries, k, index_spec):
+    """One search step of a dense passage retriever (DPR / GTR style) served on a slice: the query encoder's
+    output `query_emb` [Q, D] (f32, replicated) is scored against the bf16 passage index [N, D] by inner
+    product (f32 scores), a two-stage top-k (top-k within each of n equal blocks of the index, then over the
+    n*k candidates) picks the k best passages, whose ids are returned. jitted as
+    `jax.jit(retrieve_top_passages, in_shardings=(index_sh, ids_sh, query_sh))`.
+    index_spec=(None, 'd') (the first version: "D = 768 divides by the device count", the index sharded over
+    the embedding dimension: each device holds a slice of every passage vector, the inner products are partial
+    sums, so every device ends with the scores of the whole index [Q, N]); index_spec=('d', None): sharded by
+    passage rows, each device scores its own block of the index."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    n = mesh.devices.size
+
+    def retrieve_top_passages(passage_index, passage_ids, query_emb):
+        scores = jnp.einsum("qd,nd->qn", query_emb.astype(bf), passage_index,
+                            preferred_element_type=f32)                                # [Q, N]
+        blocks = scores.reshape(queries, n, passages // n)
+        top_s, top_i = jax.lax.top_k(blocks, k)                                        # [Q, n, k]
+        top_i = top_i + (jnp.arange(n) * (passages // n))[None, :, None]
+        best_s, best = jax.lax.top_k(top_s.reshape(queries, n * k), k)                 # [Q, k]
+        cand = jnp.take_along_axis(top_i.reshape(queries, n * k), best, -1)
+        return passage_ids[cand], best_s
+
+    passage_index = sds((passages, dim), bf, mesh, P(*index_spec))
+    passage_ids = sds((passages,), jnp.int32, mesh, P(index_spec[0]))
+    query_emb = sds((queries, dim), f32, mesh, P())
+    args = (passage_index, passage_ids, query_emb)
+    kw = {"in_shardings": tuple(_shardings(a) for a in args),
+          "out_shardings": (NamedSharding(mesh, P()), NamedSharding(mesh, P()))}
+    return retrieve_top_passages, args, kw
+
+
+# 41.2 a DLRM-style model-parallel embedding lookup in shard_map combined with psum instead of psum_scatter
+
+
+def _dlrm_psum_builder(mesh, rows_per_device, tables, vocab_per_table, dim, dense_in, top_mlp, scatter):
+    """One training step of a DLRM-style click model written with jax.shard_map on a 1-D 'd' mesh: the 26
+    embedding tables are stacked [F, V, D] f32 and sharded row-wise over the devices (model-parallel, TorchRec
+    style); each device all-gathers the sparse ids of the global batch, looks up the rows it owns (masked),
+    and the partial embeddings [B_global, F, D] are combined across devices; the bottom MLP, the dot
+    interaction and the top MLP (widths `top_mlp`) run data-parallel, their gradients pmean'ed, SGD, params
+    donated.
+    scatter=False (the first version: `jax.lax.psum(partial, 'd')`: every device gets the pooled embeddings of
+    the whole global batch and runs the interaction and the top MLP on it); scatter=True:
+    `jax.lax.psum_scatter(partial, 'd', scatter_dimension=0, tiled=True)`, each device keeps its own rows."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n = mesh.devices.size
+    rows_local_vocab = vocab_per_table // n
+    B = rows_per_device * n
+
+    def dense_mlp(ws, x):
+        for w in ws[:-1]:
+            x = jax.nn.relu(x @ w)
+        return x @ ws[-1]
+
+    def local_step(params, dense_x, sparse_ids, clicks):
+        me = jax.lax.axis_index("d")
+        all_ids = jax.lax.all_gather(sparse_ids, "d", tiled=True)                      # [B_global, F]
+
+        def loss_fn(params):
+            local = all_ids - me * rows_local_vocab
+            owned = (local >= 0) & (local < rows_local_vocab)
+            idx = jnp.clip(local, 0, rows_local_vocab - 1)
+            emb = jax.vmap(lambda t, i: t[i], in_axes=(0, 1), out_axes=1)(params["embedding_tables"], idx)
+            partial = jnp.where(owned[..., None], emb, 0.0)                            # [B_global, F, D]
+            if scatter:
+                pooled = jax.lax.psum_scatter(partial, "d", scatter_dimension=0, tiled=True)
+                x, y = dense_x, clicks
+            else:
+                pooled = jax.lax.psum(partial, "d")
+                x = jax.lax.all_gather(dense_x, "d", tiled=True)
+                y = jax.lax.all_gather(clicks, "d", tiled=True)
+            bot = dense_mlp(params["bottom_mlp"], x)                                   # [b, D]
+            feats = jnp.concatenate([bot[:, None, :], pooled], 1)                      # [b, F+1, D]
+            inter = jnp.einsum("bfd,bgd->bfg", feats, feats)
+            iu = jnp.triu_indices(tables + 1, 1)
+            z = jnp.concatenate([bot, inter[:, iu[0], iu[1]]], -1)
+            logit = dense_mlp(params["top_mlp"], z)[:, 0]
+            return jnp.mean(jnp.maximum(logit, 0) - logit * y + jnp.log1p(jnp.exp(-jnp.abs(logit))))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        grads = {k: (v if k == "embedding_tables" else jax.lax.pmean(v, "d")) for k, v in grads.items()}
+        new = _tm(lambda p, g: p - 1e-2 * g, params, grads)
+        return new, jax.lax.pmean(loss, "d")
+
+    F, D = tables, dim
+    inter_dim = D + (F + 1) * F // 2
+    bottom = [sds((dense_in, 512), f32, mesh, P()), sds((512, 256), f32, mesh, P()), sds((256, D), f32, mesh, P())]
+    widths = [inter_dim] + list(top_mlp) + [1]
+    top = [sds((a, b), f32, mesh, P()) for a, b in zip(widths[:-1], widths[1:])]
+    params = {"embedding_tables": sds((F, vocab_per_table, D), f32, mesh, P(None, "d", None)),
+              "bottom_mlp": bottom, "top_mlp": top}
+    param_specs = {"embedding_tables": P(None, "d", None), "bottom_mlp": [P()] * len(bottom),
+                   "top_mlp": [P()] * len(top)}
+    dense_x = sds((B, dense_in), f32, mesh, P("d"))
+    sparse_ids = sds((B, F), jnp.int32, mesh, P("d"))
+    clicks = sds((B,), f32, mesh, P("d"))
+    dlrm_train_step = jax.shard_map(local_step, mesh=mesh, in_specs=(param_specs, P("d"), P("d"), P("d")),
+                                    out_specs=(param_specs, P()), check_vma=False)
+    dlrm_train_step.__name__ = "dlrm_train_step"
+    return dlrm_train_step, (params, dense_x, sparse_ids, clicks), {"donate_argnums": (0,)}
+
+
+# 41.3 param-tree regex partition rules anchored at '^params/': the Adam moments fall through to the catch-all P()
+
+
+def _match_partition_rules(rules, tree):
+    """EasyLM-style `match_partition_rules`: every leaf's path is joined with '/' and the first rule whose
+    regex `re.search`es it gives the PartitionSpec; scalars are replicated."""
+    import re
+
+    jax, jnp, NamedSharding, P = _jax()
+
+    def path_str(path):
+        parts = []
+        for p in path:
+            parts.append(str(getattr(p, "key", getattr(p, "name", getattr(p, "idx", p)))))
+        return "/".join(parts)
+
+    def spec(path, leaf):
+        if len(leaf.shape) == 0:
+            return P()
+        name = path_str(path)
+        for rule, ps in rules:
+            if re.search(rule, name) is not None:
+                return ps
+        raise ValueError(f"no partition rule for {name}")
+
+    return jax.tree_util.tree_map_with_path(spec, tree)
+
+
+def _regex_rules_builder(mesh, layers, d_model, d_ff, heads, vocab, seqs, seq_len, anchored):
+    """A Llama-style decoder trained with Adam, FSDP over a 1-D mesh axis 'd', its train state
+    {"params", "opt_state": {"count", "mu", "nu"}} sharded by regex partition rules (EasyLM's
+    `match_partition_rules` on '/'-joined tree paths, catch-all ('.*', P()) last), jitted with in_shardings =
+    out_shardings from the rules, the state donated.
+    anchored=True (the first version: the rules were written for the params tree alone, as
+    r'^params/transformer/layers/attention/(wq|wk|wv|wo)' etc.; the moments' paths start with
+    'opt_state/mu/...', no rule matches them but the catch-all, so mu and nu are replicated on every device);
+    anchored=False: the same rules without the '^params/' anchor, the moments sharded like their params."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    pre = "^params/" if anchored else ""
+    rules = [
+        (pre + r"transformer/wte/embedding", P("d", None)),
+        (pre + r"transformer/layers/attention/(wq|wk|wv)/kernel", P(None, "d", None)),
+        (pre + r"transformer/layers/attention/wo/kernel", P(None, None, "d")),
+        (pre + r"transformer/layers/feed_forward/(w1|w3)/kernel", P(None, "d", None)),
+        (pre + r"transformer/layers/feed_forward/w2/kernel", P(None, None, "d")),
+        (pre + r"lm_head/kernel", P(None, "d")),
+        (r".*", P()),
+    ]
+    L, D, F, H = layers, d_model, d_ff, heads
+    hd = D // H
+
+    def rms(x):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6)).astype(bf)
+
+    def train_step(state, tokens):
+        def loss_fn(params):
+            tp = params["transformer"]
+            h = tp["wte"]["embedding"].astype(bf)[tokens[:, :-1]]
+            b, s, _ = h.shape
+
+            def block(h, lw):
+                a = rms(h)
+                q = (a @ lw["attention"]["wq"]["kernel"].astype(bf)).reshape(b, s, H, hd)
+                k_ = (a @ lw["attention"]["wk"]["kernel"].astype(bf)).reshape(b, s, H, hd)
+                v = (a @ lw["attention"]["wv"]["kernel"].astype(bf)).reshape(b, s, H, hd)
+                sc = jnp.einsum("bqhd,bkhd->bhqk", q, k_).astype(f32) * hd ** -0.5
+                sc = jnp.where(jnp.tril(jnp.ones((s, s), bool)), sc, -1e30)
+                o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(sc, -1).astype(bf), v).reshape(b, s, D)
+                h = h + o @ lw["attention"]["wo"]["kernel"].astype(bf)
+                m = rms(h)
+                ff = lw["feed_forward"]
+                y = (jax.nn.silu(m @ ff["w1"]["kernel"].astype(bf)) * (m @ ff["w3"]["kernel"].astype(bf))) \
+                    @ ff["w2"]["kernel"].astype(bf)
+                return h + y, None
+
+            h, _ = jax.lax.scan(jax.checkpoint(block), h, tp["layers"])
+            logits = (rms(h) @ params["lm_head"]["kernel"].astype(bf)).astype(f32)
+            lse = jax.nn.logsumexp(logits, -1)
+            tgt = jnp.take_along_axis(logits, tokens[:, 1:, None], -1)[..., 0]
+            return jnp.mean(lse - tgt)
+
+        loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+        new_params, new_opt = adam_update(state["params"], grads, state["opt_state"])
+        return {"params": new_params, "opt_state": new_opt}, loss
+
+    shapes = {"transformer": {"wte": {"embedding": (vocab, D)},
+                              "layers": {"attention": {"wq": {"kernel": (L, D, D)}, "wk": {"kernel": (L, D, D)},
+                                                       "wv": {"kernel": (L, D, D)}, "wo": {"kernel": (L, D, D)}},
+                                         "feed_forward": {"w1": {"kernel": (L, D, F)}, "w3": {"kernel": (L, D, F)},
+                                                          "w2": {"kernel": (L, F, D)}}}},
+              "lm_head": {"kernel": (D, vocab)}}
+    is_shape = lambda t: isinstance(t, tuple)  # noqa: E731
+    abstract = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s, f32), shapes, is_leaf=is_shape)
+    state = {"params": abstract,
+             "opt_state": {"count": jax.ShapeDtypeStruct((), jnp.int32), "mu": abstract, "nu": abstract}}
+    specs = _match_partition_rules(rules, state)
+    state = jax.tree_util.tree_map(lambda a, ps: sds(a.shape, a.dtype, mesh, ps), state, specs)
+    tokens = sds((mesh.devices.size * seqs, seq_len + 1), jnp.int32, mesh, P("d"))
+    state_sh = _shardings(state)
+    kw = {"in_shardings": (state_sh, NamedSharding(mesh, P("d"))),
+          "out_shardings": (state_sh, NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return train_step, (state, tokens), kw
+
+
+# 41.4 EEND speaker diarization: permutation-invariant training that scores every permutation on permuted labels
+
+
+def _eend_pit_builder(mesh, recordings, frames, feat_dim, hidden, speakers, pairwise):
+    """One training step of an end-to-end neural diarization model (EEND / SA-EEND style; the encoder reduced to
+    a 2-layer MLP over log-mel frames here) with the permutation-invariant BCE loss: the model emits per-frame
+    speech-activity logits [B, T, S] for S speakers; the loss is the minimum over the S! speaker permutations of
+    the mean BCE against the permuted labels.
+    pairwise=False (the first version, as in EEND's `batch_pit_loss`: every permutation of the labels
+    `labels[..., perms]` [B, T, S!, S] and the BCE on it); pairwise=True: the [B, S, S] matrix of mean BCEs of
+    output i against reference j (softplus(x) - x*y, averaged over frames, one einsum), and each
+    permutation's cost summed from it, [B, S!]."""
+    import itertools
+
+    import numpy as np
+
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    perms = np.array(list(itertools.permutations(range(speakers))), np.int32)          # [S!, S]
+
+    def pit_bce(logits, labels):
+        if pairwise:
+            sp = jnp.mean(jax.nn.softplus(logits), 1)                                     # [B, S]
+            xy = jnp.einsum("bti,btj->bij", logits, labels) / frames                      # [B, S, S]
+            pair_cost = sp[:, :, None] - xy                                               # out i vs ref j
+            cost = jnp.sum(pair_cost[:, jnp.arange(speakers)[None, :], perms], -1) / speakers   # [B, S!]
+        else:
+            perm_labels = labels[:, :, perms]                                             # [B, T, S!, S]
+            x = logits[:, :, None, :]
+            bce = jax.nn.softplus(x) - x * perm_labels
+            cost = jnp.mean(bce, (1, 3))                                                  # [B, S!]
+        return jnp.mean(jnp.min(cost, -1))
+
+    def eend_train_step(params, log_mel, speaker_activity):
+        def loss_fn(params):
+            h = jax.nn.relu(log_mel @ params["encoder"]["w1"])
+            h = jax.nn.relu(h @ params["encoder"]["w2"])
+            logits = h @ params["speaker_head"]
+            return pit_bce(logits, speaker_activity)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    params = {"encoder": {"w1": sds((feat_dim, hidden), f32, mesh, P()), "w2": sds((hidden, hidden), f32, mesh, P())},
+              "speaker_head": sds((hidden, speakers), f32, mesh, P())}
+    B = mesh.devices.size * recordings
+    log_mel = sds((B, frames, feat_dim), f32, mesh, P("d"))
+    speaker_activity = sds((B, frames, speakers), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return eend_train_step, (params, log_mel, speaker_activity), kw
+
+
+# 41.5 full-catalogue ranking evaluation of a sequential recommender: the target's rank taken from an argsort
+
+
+def _full_rank_eval_builder(mesh, users, items, dim, cutoff, count_above):
+    """The evaluation step of a SASRec-style sequential recommender with full ranking (no sampled negatives):
+    the last hidden state of every user's history [U, D] (sharded over 'd') is scored against the whole item
+    catalogue [N, D] (bf16, replicated) and the rank of the held-out next item gives HR@K, NDCG@K and MRR
+    (unfiltered: the history items stay in the ranking).
+    count_above=False (the first version, as RecBole-style code computes it: `jnp.argsort(-scores, -1)`, then
+    the position of the target in the sorted item list: a sort of [U, N] keys with their indices);
+    count_above=True: the rank is the number of items scored above the target, `jnp.sum(scores > target_score,
+    -1)`, the same metrics without sorting."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def evaluate_full_ranking(item_embedding, user_state, target_item):
+        scores = jnp.einsum("ud,nd->un", user_state.astype(bf), item_embedding,
+                            preferred_element_type=f32)                                  # [U, N]
+        target_score = jnp.take_along_axis(scores, target_item[:, None], -1)
+        if count_above:
+            rank = jnp.sum(scores > target_score, -1)
+        else:
+            order = jnp.argsort(-scores, -1)
+            rank = jnp.argmax(order == target_item[:, None], -1)
+        hit = (rank < cutoff).astype(f32)
+        ndcg = hit / jnp.log2(rank.astype(f32) + 2.0)
+        return {"hr": jnp.mean(hit), "ndcg": jnp.mean(ndcg), "mrr": jnp.mean(1.0 / (rank + 1.0))}
+
+    n = mesh.devices.size
+    item_embedding = sds((items, dim), bf, mesh, P())
+    user_state = sds((n * users, dim), f32, mesh, P("d"))
+    target_item = sds((n * users,), jnp.int32, mesh, P("d"))
+    return evaluate_full_ranking, (item_embedding, user_state, target_item), {}
+
+
+
+# 41.6 AlphaFold's outer-product-mean (MSA -> pair) computed for the whole [N, N, c, c] tensor at once
+
+
+def _outer_product_mean_builder(mesh, msa_depth, residues, c_m, c_hidden, c_z, chunk):
+    """A training step of the MSA -> pair communication of an Evoformer block (AlphaFold 2 / OpenFold
+    `OuterProductMean`) with a distogram head on the pair update: layer norm of the MSA representation
+    [S, N, c_m], linear projections a, b to c_hidden = 32, the outer product averaged over the S sequences,
+    einsum('sic,sjd->ijcd') / S, flattened to [N, N, c*c] (f32) and projected to c_z, a 64-bin distogram
+    cross-entropy; one protein per device (the proteins sharded over 'd'), f32 params replicated, SGD.
+    chunk=None (the first version: the [N, N, 1024] outer products of the whole crop at once, and their
+    gradient); chunk=128: OpenFold's chunking, rows of i 128 at a time with lax.map, each chunk under
+    jax.checkpoint so the backward pass recomputes it instead of stacking every chunk's outer product."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def outer_product_mean(p, m):
+        mu = jnp.mean(m, -1, keepdims=True)
+        m = (m - mu) * jax.lax.rsqrt(jnp.var(m, -1, keepdims=True) + 1e-5) * p["norm"]["scale"]
+        a = m @ p["linear_1"]                                                            # [S, N, c]
+        b = m @ p["linear_2"]
+
+        def rows(a_rows):
+            o = jnp.einsum("sic,sjd->ijcd", a_rows, b) / msa_depth                       # [r, N, c, c]
+            return o.reshape(o.shape[0], residues, c_hidden * c_hidden) @ p["linear_out"]
+
+        if chunk is None:
+            return rows(a)                                                               # [N, N, c_z]
+        blocks = a.reshape(msa_depth, residues // chunk, chunk, c_hidden).transpose(1, 0, 2, 3)
+        z = jax.lax.map(jax.checkpoint(rows), blocks)                                    # [N/chunk, chunk, N, c_z]
+        return z.reshape(residues, residues, c_z)
+
+    def evoformer_opm_step(params, msa_act, distogram_bins):
+        def loss_fn(params):
+            def one(m, bins):
+                z = outer_product_mean(params["outer_product_mean"], m)
+                logits = z @ params["distogram_head"]                                    # [N, N, 64]
+                lse = jax.nn.logsumexp(logits, -1)
+                tgt = jnp.take_along_axis(logits, bins[..., None], -1)[..., 0]
+                return jnp.mean(lse - tgt)
+            return jnp.mean(jax.vmap(one)(msa_act, distogram_bins))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    rep = P()
+    params = {"outer_product_mean": {"norm": {"scale": sds((c_m,), f32, mesh, rep)},
+                                     "linear_1": sds((c_m, c_hidden), f32, mesh, rep),
+                                     "linear_2": sds((c_m, c_hidden), f32, mesh, rep),
+                                     "linear_out": sds((c_hidden * c_hidden, c_z), f32, mesh, rep)},
+              "distogram_head": sds((c_z, 64), f32, mesh, rep)}
+    n = mesh.devices.size
+    msa_act = sds((n, msa_depth, residues, c_m), f32, mesh, P("d"))
+    distogram_bins = sds((n, residues, residues), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return evoformer_opm_step, (params, msa_act, distogram_bins), kw
+
+pair(
+    "passage_index_sharded_on_dim", "v5e", "v5e:2x2",
+    "A dense passage retriever searching 8M passages (bf16 index [8388608, 768]) for 256 queries on v5e, "
+    "jitted with in_shardings that shard the index over its embedding dimension, P(None, 'd'): the inner "
+    "products are partial sums over the devices and every device holds the f32 scores of the whole index "
+    "[256, 8388608] (8 GiB) and the top-k over them, beyond 15.75G.",
+    "Fixed variant of passage_index_sharded_on_dim_v5e: the index sharded by passage rows, P('d', None) (2M "
+    "passages per device, each device scores its own block); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "large_activation"]),
+    _passage_index_builder, dict(passages=8388608, dim=768, queries=256, k=100, index_spec=(None, "d")),
+    dict(passages=8388608, dim=768, queries=256, k=100, index_spec=("d", None)),
+    dump=True,
+)
+
+pair(
+    "dlrm_embeddings_psum_not_scattered", "v4", "v4:2x2x1",
+    "A DLRM-style click model trained on v4 (8 TensorCores, 32768 rows each) in jax.shard_map: the 26 "
+    "row-sharded embedding tables are looked up for the all-gathered global batch and the partial embeddings "
+    "combined with jax.lax.psum, so every core runs the dot interaction and the top MLP (8192-8192-2048) on "
+    "the whole global batch of 262144 rows (f32[262144,8192] activations, 8 GiB slots), beyond 15.25G.",
+    "Fixed variant of dlrm_embeddings_psum_not_scattered_v4: jax.lax.psum_scatter(partial, 'd', "
+    "scatter_dimension=0, tiled=True), each core keeps the embeddings of its own 32768 rows; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "batch_too_large"]),
+    _dlrm_psum_builder, dict(rows_per_device=32768, tables=26, vocab_per_table=1048576, dim=128, dense_in=13,
+                             top_mlp=(8192, 8192, 2048), scatter=False),
+    dict(rows_per_device=32768, tables=26, vocab_per_table=1048576, dim=128, dense_in=13,
+         top_mlp=(8192, 8192, 2048), scatter=True),
+    dump=False,
+)
+
+pair(
+    "regex_rules_anchored_params_moments_replicated", "v6e", "v6e:2x2",
+    "A 2.9B-parameter Llama-style decoder trained with Adam (FSDP over 4 v6e chips) whose train state is "
+    "sharded by EasyLM-style regex partition rules written as '^params/transformer/...': the Adam moments' "
+    "paths ('opt_state/mu/...') match only the catch-all ('.*', P()), so mu and nu (21.6 GiB) are replicated "
+    "on every chip, beyond 31.25G.",
+    "Fixed variant of regex_rules_anchored_params_moments_replicated_v6e: the same rules without the "
+    "'^params/' anchor, the moments sharded like their parameters; fits.",
+    dict(category="aggregate", category_also=["arguments"],
+         causes=["optimizer_state_unsharded", "replicated_tensor"]),
+    _regex_rules_builder, dict(layers=24, d_model=3072, d_ff=8192, heads=24, vocab=32000, seqs=2, seq_len=2048,
+                               anchored=True),
+    dict(layers=24, d_model=3072, d_ff=8192, heads=24, vocab=32000, seqs=2, seq_len=2048, anchored=False),
+    dump=False,
+)
+
+pair(
+    "eend_pit_all_permutations", "v5p", "v5p:2x2x1",
+    "An EEND speaker-diarization model trained on v5p (256 recordings of 4000 frames per device, 7 speakers) "
+    "with the permutation-invariant BCE computed as in EEND's batch_pit_loss: the labels permuted for all "
+    "5040 speaker orders, [B, T, 5040, 7], and the BCE on them (34.45 GiB slots), beyond 95.74G.",
+    "Fixed variant of eend_pit_all_permutations_v5p: the [B, 7, 7] matrix of mean BCEs of output i against "
+    "speaker j (one einsum), each permutation's cost summed from it; fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _eend_pit_builder, dict(recordings=256, frames=4000, feat_dim=345, hidden=256, speakers=7, pairwise=False),
+    dict(recordings=256, frames=4000, feat_dim=345, hidden=256, speakers=7, pairwise=True),
+    dump=False,
+)
+
+pair(
+    "full_rank_eval_argsort", "v5e", "v5e:2x2",
+    "Full-ranking evaluation (HR@10, NDCG@10, MRR) of a SASRec-style sequential recommender on v5e: 1280 "
+    "users per device scored against a 2M-item catalogue, the target's rank taken from jnp.argsort(-scores): "
+    "the sort of [1280, 2097152] f32 keys with s32 indices (10 GiB slots), beyond 15.75G.",
+    "Fixed variant of full_rank_eval_argsort_v5e: the rank as the number of items scored above the target, "
+    "jnp.sum(scores > target_score, -1), no sort; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _full_rank_eval_builder, dict(users=1280, items=2097152, dim=64, cutoff=10, count_above=False),
+    dict(users=1280, items=2097152, dim=64, cutoff=10, count_above=True),
+    dump=True,
+)
+
+pair(
+    "outer_product_mean_unchunked", "v6e", "v6e:2x2",
+    "The outer-product-mean (MSA -> pair) of an AlphaFold/OpenFold Evoformer block trained on v6e with a "
+    "3072-residue crop and 512 MSA sequences per chip: einsum('sic,sjd->ijcd') for the whole crop, "
+    "bf16[3072,3072,32,32] (18 GiB slots) and its gradient, beyond 31.25G.",
+    "Fixed variant of outer_product_mean_unchunked_v6e: OpenFold's chunking, rows of i 128 at a time with "
+    "lax.map, each chunk under jax.checkpoint; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["large_activation"]),
+    _outer_product_mean_builder, dict(msa_depth=512, residues=3072, c_m=256, c_hidden=32, c_z=128, chunk=None),
+    dict(msa_depth=512, residues=3072, c_m=256, c_hidden=32, c_z=128, chunk=128),
+    dump=False,
+)
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
