@@ -2394,13 +2394,14 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
         // (A scan's stacked outputs are its own activations, not an array copied.)
         let per_iteration =
             loop_stacked(a) || (rank >= 3 && lead.is_some_and(|d| trips.contains(&d)));
-        // (The same elements listed in a higher rank, `f32[3309568,768]` beside
-        // `f32[32,1024,101,768]`: one activation flattened for a gather or a matmul.)
+        // (The same elements listed in another rank, `f32[3309568,768]` beside
+        // `f32[32,1024,101,768]`, `bf16[1,3072,3072,32,32]` sharing a slot with
+        // `bf16[3072,3072,1024]`: one activation reshaped for a gather or a matmul.)
         let reshaped = shape_of(a).is_some_and(|s| {
             let n: u64 = s.dims.iter().product();
-            e.allocations.iter().filter_map(shape_of).any(|o| {
+            listed_shapes(&e.allocations).any(|o| {
                 o.type_name == s.type_name
-                    && o.dims.len() > s.dims.len()
+                    && o.dims.len() != s.dims.len()
                     && o.dims.iter().product::<u64>() == n
             })
         });
@@ -2425,6 +2426,25 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
 }
 
 /// The allocations whose op_name or XLA label mentions one of `needles` (lowercase).
+/// Every shape a listing names: each allocation's, and the values a TPU report's slot is shared
+/// by (`slot shared by 4 values: bf16[512,3072,32], 2×bf16[1,3072,3072,32,32]`).
+fn listed_shapes(allocs: &[Allocation]) -> impl Iterator<Item = Shape> + '_ {
+    allocs.iter().flat_map(|a| {
+        let slot = a
+            .label
+            .as_deref()
+            .and_then(|l| l.strip_prefix("slot shared by "))
+            .and_then(|l| l.split_once(": "))
+            .map(|(_, list)| list)
+            .unwrap_or("");
+        let values = slot
+            .split(", ")
+            .map(|v| v.rsplit('×').next().unwrap_or(v))
+            .filter_map(Shape::parse);
+        shape_of(a).into_iter().chain(values)
+    })
+}
+
 fn allocations_mentioning<'a>(allocs: &'a [Allocation], needles: &[&str]) -> Vec<&'a Allocation> {
     allocs
         .iter()
