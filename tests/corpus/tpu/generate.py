@@ -13926,6 +13926,460 @@ pair(
     dump=False,
 )
 
+# ---- 42. more broken/fixed pairs (batch tpu31): other models, other names ---------------------
+#
+# Programs of kinds sections 13-40 do not have, sequence models and science (an ESM-style protein language
+# model whose embedding-extraction shard_map all-gathers the per-residue embeddings for out_specs=P(); FSDP
+# written with shard_map whose per-layer all_gather inside the scan over layers is saved for the backward
+# pass; an on-device (Anakin-style) DQN whose replay buffer gets in_shardings P(); a rolling-origin time-series
+# backtest that vmaps the forecaster over every forecast origin at once; a protein homology-search evaluation
+# that ranks the whole database with jnp.argsort for recall@k; a CTC loss over long audio written as a generic
+# HMM forward with a dense [B, S, S] transition matrix).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu31 for which pairs keep their dumps and what did not go as first written.
+
+
+# 42.1 protein-LM embedding extraction in shard_map: the embeddings all-gathered for out_specs=P()
+
+
+def _plm_embeddings_builder(mesh, layers, d_model, heads, d_ff, seqs, seq_len, micro_batch, gather_output):
+    """Per-residue embedding extraction with an ESM-2-style protein language model (pre-LN encoder, bf16
+    weights `esm_layers` stacked [L, ...] and replicated, a lax.scan over the layers) run under jax.shard_map
+    over a data-parallel mesh: each device embeds its share of the sequences in micro-batches
+    (`jax.lax.map(embed_micro_batch, ...)`) and returns the final layer's f32 representations [N, S, D].
+    gather_output=True (the first version: `jax.lax.all_gather(reps, 'd', tiled=True)` with out_specs=P(), so
+    that the host reads "the whole array" from any device: every device holds the representations of all
+    sequences); False: out_specs=P('d'), no gather, the host reads the shards."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def ln(x, g):
+        x32 = x.astype(f32)
+        x32 = (x32 - x32.mean(-1, keepdims=True)) * jax.lax.rsqrt(x32.var(-1, keepdims=True) + 1e-5)
+        return (x32 * g).astype(bf)
+
+    def esm_layer(h, lw):
+        a = ln(h, lw["attn_ln"])
+        q = (a @ lw["q_proj"]).reshape(*a.shape[:2], heads, hd)
+        k = (a @ lw["k_proj"]).reshape(*a.shape[:2], heads, hd)
+        v = (a @ lw["v_proj"]).reshape(*a.shape[:2], heads, hd)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * hd ** -0.5
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(a.shape)
+        h = h + o @ lw["out_proj"]
+        m = ln(h, lw["final_ln"])
+        return h + jax.nn.gelu(m @ lw["fc1"]) @ lw["fc2"], None
+
+    def embed_micro_batch(params, tokens):
+        h = params["embed_tokens"][tokens]                                                  # [mb, S, D]
+        h, _ = jax.lax.scan(esm_layer, h, params["esm_layers"])
+        return ln(h, params["emb_layer_norm_after"]).astype(f32)
+
+    def per_shard(params, tokens):
+        mbs = tokens.reshape(-1, micro_batch, seq_len)
+        reps = jax.lax.map(lambda t: embed_micro_batch(params, t), mbs).reshape(-1, seq_len, d_model)
+        if gather_output:
+            reps = jax.lax.all_gather(reps, "d", tiled=True)
+        return reps
+
+    extract = jax.shard_map(per_shard, mesh=mesh, in_specs=(P(), P("d")),
+                            out_specs=P() if gather_output else P("d"), check_vma=False)
+
+    def extract_residue_embeddings(params, tokens):
+        return extract(params, tokens)
+
+    L, D, F = layers, d_model, d_ff
+    rep = P()
+    params = {"embed_tokens": sds((33, D), bf, mesh, rep),
+              "emb_layer_norm_after": sds((D,), f32, mesh, rep),
+              "esm_layers": {"attn_ln": sds((L, D), f32, mesh, rep), "final_ln": sds((L, D), f32, mesh, rep),
+                             "q_proj": sds((L, D, D), bf, mesh, rep), "k_proj": sds((L, D, D), bf, mesh, rep),
+                             "v_proj": sds((L, D, D), bf, mesh, rep), "out_proj": sds((L, D, D), bf, mesh, rep),
+                             "fc1": sds((L, D, F), bf, mesh, rep), "fc2": sds((L, F, D), bf, mesh, rep)}}
+    tokens = sds((mesh.devices.size * seqs, seq_len), jnp.int32, mesh, P("d"))
+    return extract_residue_embeddings, (params, tokens), {}
+
+
+# 42.2 FSDP in shard_map: the all_gather inside the scan over layers saved for the backward pass (no remat)
+
+
+def _fsdp_scan_all_gather_builder(mesh, layers, d_model, heads, d_ff, batch, seq, remat):
+    """A decoder-only DNA language model (byte-level nucleotides, Llama-style blocks) trained with FSDP
+    written by hand in jax.shard_map, as in the JAX shard_map tutorial: the f32 parameters are stacked
+    [L, ...] and sharded over their last axis, and the body of the lax.scan over the layers all-gathers
+    its layer's weights (cast to bf16) with `jax.lax.all_gather(w, 'd', axis=1, tiled=True)`; the
+    gradients come back reduce-scattered (the transpose of all_gather), SGD, donated.
+    remat=False (the first version: the scan body is differentiated as it is, so the gathered bf16 weights
+    of every layer are residuals kept for the backward pass: the whole model, gathered, on every core);
+    remat=True: the body wrapped in jax.checkpoint, the all_gather redone in the backward pass."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+
+    def rms(x):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-5)).astype(bf)
+
+    def gather(w):
+        return jax.lax.all_gather(w.astype(bf), "d", axis=w.ndim - 1, tiled=True)
+
+    def block(h, lw):
+        w = {k: gather(v) for k, v in lw.items()}
+        a = rms(h)
+        q = (a @ w["wq"]).reshape(*a.shape[:2], heads, hd)
+        k = (a @ w["wk"]).reshape(*a.shape[:2], heads, hd)
+        v = (a @ w["wv"]).reshape(*a.shape[:2], heads, hd)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * hd ** -0.5
+        s = jnp.where(jnp.tril(jnp.ones((seq, seq), bool)), s, -1e30)
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(a.shape)
+        h = h + o @ w["wo"]
+        m = rms(h)
+        h = h + (jax.nn.silu(m @ w["w_gate"]) * (m @ w["w_up"])) @ w["w_down"]
+        return h, None
+
+    body = jax.checkpoint(block) if remat else block
+
+    def local_step(params, tokens, targets):
+        def loss_fn(params):
+            h = gather(params["embed"])[tokens]                                               # [b, S, D]
+            h, _ = jax.lax.scan(body, h, params["layers"])
+            logits = (rms(h) @ gather(params["head"])).astype(f32)                            # [b, S, 16]
+            lp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(lp, targets[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        grads = _tm(lambda g: g / mesh.devices.size, grads)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), jax.lax.pmean(loss, "d")
+
+    L, D, F = layers, d_model, d_ff
+    last = P(None, None, "d")
+    pspecs = {"embed": P(None, "d"), "head": P(None, "d"),
+              "layers": {"wq": last, "wk": last, "wv": last, "wo": last, "w_gate": last, "w_up": last,
+                         "w_down": last}}
+    shapes = {"embed": (16, D), "head": (D, 128),
+              "layers": {"wq": (L, D, D), "wk": (L, D, D), "wv": (L, D, D), "wo": (L, D, D),
+                         "w_gate": (L, D, F), "w_up": (L, D, F), "w_down": (L, F, D)}}
+    params = {"embed": sds(shapes["embed"], f32, mesh, pspecs["embed"]),
+              "head": sds(shapes["head"], f32, mesh, pspecs["head"]),
+              "layers": {k: sds(shapes["layers"][k], f32, mesh, last) for k in shapes["layers"]}}
+    step = jax.shard_map(local_step, mesh=mesh, in_specs=(pspecs, P("d"), P("d")), out_specs=(pspecs, P()),
+                         check_vma=False)
+
+    def fsdp_train_step(params, tokens, targets):
+        return step(params, tokens, targets)
+
+    n = mesh.devices.size * batch
+    tokens = sds((n, seq), jnp.int32, mesh, P("d"))
+    targets = sds((n, seq), jnp.int32, mesh, P("d"))
+    return fsdp_train_step, (params, tokens, targets), {"donate_argnums": (0,)}
+
+
+# 42.3 an on-device (Anakin-style) DQN whose replay buffer is given in_shardings P() (replicated)
+
+
+def _dqn_replay_builder(mesh, capacity, obs_dim, actions, batch, insert, buffer_spec):
+    """An Anakin/Podracer-style DQN update jitted with explicit in_shardings: the replay buffer lives on the
+    devices (uint8 Procgen frames 64x64x3 flattened, `replay["observation"]` [capacity, 12288], with actions,
+    rewards, discounts), each step writes the actors' newest `insert` transitions at `write_index`
+    (`.at[slots].set(...)`), samples a batch uniformly per device, and takes a double-DQN step on an MLP
+    Q-network (params and target params replicated, Adam-free SGD); the buffer is donated.
+    buffer_spec=() (the first version: `in_shardings=(replicated, replicated, ...)` copied for the buffer from
+    the params' entry, `NamedSharding(mesh, P())`: the whole buffer on every device); buffer_spec=('d',):
+    `NamedSharding(mesh, P('d', None))`, the buffer's capacity split over the devices."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def q_values(p, obs):
+        x = obs.astype(bf) * (1.0 / 255)
+        x = jax.nn.relu(x @ p["torso_0"].astype(bf))
+        x = jax.nn.relu(x @ p["torso_1"].astype(bf))
+        return (x @ p["q_head"].astype(bf)).astype(f32)
+
+    def dqn_update(online_params, target_params, replay, new_transitions, write_index, rng):
+        slots = (write_index + jnp.arange(insert)) % capacity
+        replay = {k: replay[k].at[slots].set(new_transitions[k]) for k in replay}
+        idx = jax.random.randint(rng, (batch,), 0, capacity - 1)
+        obs, nxt = replay["observation"][idx], replay["observation"][idx + 1]
+        a, r, disc = replay["action"][idx], replay["reward"][idx], replay["discount"][idx]
+
+        def loss_fn(p):
+            q = jnp.take_along_axis(q_values(p, obs), a[:, None], -1)[:, 0]
+            a_star = jnp.argmax(q_values(p, nxt), -1)
+            q_next = jnp.take_along_axis(q_values(target_params, nxt), a_star[:, None], -1)[:, 0]
+            target = jax.lax.stop_gradient(r + 0.99 * disc * q_next)
+            return jnp.mean(optax_huber(q - target))
+
+        loss, grads = jax.value_and_grad(loss_fn)(online_params)
+        return _tm(lambda p, g: p - 1e-4 * g, online_params, grads), replay, loss
+
+    def optax_huber(x, delta=1.0):
+        ax = jnp.abs(x)
+        return jnp.where(ax < delta, 0.5 * x * x, delta * (ax - 0.5 * delta))
+
+    rep = NamedSharding(mesh, P())
+    buf = NamedSharding(mesh, P(*buffer_spec))
+    net = {"torso_0": (obs_dim, 1024), "torso_1": (1024, 1024), "q_head": (1024, actions)}
+    online = {k: sds(s, f32, mesh, P()) for k, s in net.items()}
+    target = {k: sds(s, f32, mesh, P()) for k, s in net.items()}
+    replay = {"observation": sds((capacity, obs_dim), jnp.uint8, mesh, P(*buffer_spec, None) if buffer_spec else P()),
+              "action": sds((capacity,), jnp.int32, mesh, P(*buffer_spec)),
+              "reward": sds((capacity,), f32, mesh, P(*buffer_spec)),
+              "discount": sds((capacity,), f32, mesh, P(*buffer_spec))}
+    new = {"observation": sds((insert, obs_dim), jnp.uint8, mesh, P()),
+           "action": sds((insert,), jnp.int32, mesh, P()), "reward": sds((insert,), f32, mesh, P()),
+           "discount": sds((insert,), f32, mesh, P())}
+    write_index = sds((), jnp.int32, mesh, P())
+    rng = sds((2,), jnp.uint32, mesh, P())
+    buf_tree = {"observation": NamedSharding(mesh, P(*buffer_spec, None) if buffer_spec else P()),
+                "action": buf, "reward": buf, "discount": buf}
+    params_sh = {k: rep for k in net}
+    kw = {"in_shardings": (params_sh, params_sh, buf_tree, {k: rep for k in new}, rep, rep),
+          "out_shardings": (params_sh, buf_tree, rep), "donate_argnums": (0, 2)}
+    return dqn_update, (online, target, replay, new, write_index, rng), kw
+
+
+# 42.4 a rolling-origin time-series backtest that vmaps the forecaster over every forecast origin at once
+
+
+def _backtest_builder(mesh, series_len, channels, lookback, patch, d_model, heads, layers, horizon, origins,
+                      map_batch):
+    """A rolling-origin backtest of a channel-independent patch transformer (PatchTST-style: every channel's
+    lookback window cut into patches, embedded, a few pre-LN encoder layers, a linear head to the horizon),
+    f32, params replicated: the forecast origins are sharded over the devices and every origin's window is
+    cut from the series with lax.dynamic_slice. map_batch=None (the first version:
+    `jax.vmap(forecast_at)(origins)`, every origin's encoder activations at once, [origins, C, patches, D]
+    and the scores [origins, C, H, patches, patches]); map_batch=k: `jax.lax.map(forecast_at, origins,
+    batch_size=k)`, k origins at a time."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n_patch = lookback // patch
+    hd = d_model // heads
+
+    def ln(x):
+        return (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-5)
+
+    def encoder_layer(h, lw):
+        a = ln(h)
+        q = (a @ lw["wq"]).reshape(*a.shape[:-1], heads, hd)
+        k = (a @ lw["wk"]).reshape(*a.shape[:-1], heads, hd)
+        v = (a @ lw["wv"]).reshape(*a.shape[:-1], heads, hd)
+        s = jnp.einsum("cqhd,ckhd->chqk", q, k) * hd ** -0.5
+        o = jnp.einsum("chqk,ckhd->cqhd", jax.nn.softmax(s, -1), v).reshape(a.shape)
+        h = h + o @ lw["wo"]
+        return h + jax.nn.gelu(ln(h) @ lw["w1"]) @ lw["w2"]
+
+    def backtest(params, series, origin_steps):
+        def forecast_at(t):
+            window = jax.lax.dynamic_slice(series, (t - lookback, 0), (lookback, channels))     # [L, C]
+            x = window.T                                                                       # [C, L]
+            mu, sd = x.mean(-1, keepdims=True), x.std(-1, keepdims=True) + 1e-5               # RevIN
+            x = ((x - mu) / sd).reshape(channels, n_patch, patch)
+            h = x @ params["patch_embed"] + params["pos_embed"]                                # [C, N, D]
+            for i in range(layers):
+                h = encoder_layer(h, params[f"encoder_{i}"])
+            y = h.reshape(channels, n_patch * d_model) @ params["head"]                        # [C, horizon]
+            truth = jax.lax.dynamic_slice(series, (t, 0), (horizon, channels)).T
+            return jnp.mean(jnp.abs(y * sd + mu - truth), -1)                                  # MAE per channel
+
+        if map_batch:
+            return jax.lax.map(forecast_at, origin_steps, batch_size=map_batch)
+        return jax.vmap(forecast_at)(origin_steps)
+
+    D = d_model
+    params = {"patch_embed": sds((patch, D), f32, mesh, P()), "pos_embed": sds((n_patch, D), f32, mesh, P()),
+              "head": sds((n_patch * D, horizon), f32, mesh, P())}
+    for i in range(layers):
+        params[f"encoder_{i}"] = {k: sds(s, f32, mesh, P()) for k, s in
+                                  {"wq": (D, D), "wk": (D, D), "wv": (D, D), "wo": (D, D),
+                                   "w1": (D, 4 * D), "w2": (4 * D, D)}.items()}
+    series = sds((series_len, channels), f32, mesh, P())
+    origin_steps = sds((mesh.devices.size * origins,), jnp.int32, mesh, P("d"))
+    return backtest, (params, series, origin_steps), {"out_shardings": NamedSharding(mesh, P("d"))}
+
+
+# 42.5 a protein homology-search evaluation that ranks the whole database with jnp.argsort for recall@k
+
+
+def _homology_recall_builder(mesh, queries, database, dim, k, ranking):
+    """Evaluation of a protein embedding model (ESM-style mean-pooled embeddings) for remote-homology search:
+    every query protein's embedding is scored against the whole database `db_embeddings` [N, dim] (bf16,
+    replicated; the queries sharded over the devices), and recall@k is computed against the known homologs
+    (`homolog_ids` [Q, 8]). ranking='argsort' (the first version, as in the notebook it came from:
+    `top = jnp.argsort(-scores, axis=-1)[:, :k]`, a full sort of [Q, N] keys and indices);
+    ranking='top_k': `_, top = jax.lax.top_k(scores, k)`."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def homology_recall_at_k(db_embeddings, query_embeddings, homolog_ids):
+        q = query_embeddings / jnp.linalg.norm(query_embeddings, axis=-1, keepdims=True)
+        scores = jnp.einsum("qd,nd->qn", q.astype(bf), db_embeddings, preferred_element_type=f32)  # [Q, N]
+        if ranking == "argsort":
+            top = jnp.argsort(-scores, axis=-1)[:, :k]
+        else:
+            _, top = jax.lax.top_k(scores, k)
+        hit = jnp.any(top[:, :, None] == homolog_ids[:, None, :], axis=1)                      # [Q, 8]
+        return jnp.mean(hit.astype(f32), axis=-1)
+
+    n = mesh.devices.size * queries
+    db_embeddings = sds((database, dim), bf, mesh, P())
+    query_embeddings = sds((n, dim), f32, mesh, P("d"))
+    homolog_ids = sds((n, 8), jnp.int32, mesh, P("d"))
+    return homology_recall_at_k, (db_embeddings, query_embeddings, homolog_ids), {
+        "out_shardings": NamedSharding(mesh, P("d"))}
+
+
+# 42.6 a CTC loss over long audio written as a generic HMM forward with a dense [B, S, S] transition matrix
+
+
+def _ctc_dense_builder(mesh, batch, frames, feat_dim, hidden, vocab, labels, transitions):
+    """A CTC speech recogniser (a small conv + MLP acoustic encoder over 80-dim log-mel frames at 40 ms, f32)
+    trained data-parallel on long utterances; the CTC loss is the forward (alpha) recursion over the
+    2U+1 blank-augmented label states as a lax.scan over the frames, differentiated.
+    transitions='dense' (the first version: written as a generic HMM forward, the allowed CTC moves (stay,
+    advance, skip a blank) as a log transition matrix [B, S, S] built from the labels, and every step
+    `logsumexp(alpha[:, :, None] + log_trans, axis=1)`, so the backward pass keeps a [B, S, S] array for
+    every frame); transitions='banded': the usual CTC recursion (alpha, alpha shifted by one, alpha shifted by
+    two where the skip is allowed), as optax.ctc_loss does, [B, S] per frame."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    S = 2 * labels + 1
+    NEG = -1e30
+
+    def ctc_train_step(params, log_mel, label_ids):
+        nb = log_mel.shape[0]                                                             # global batch
+
+        def loss_fn(params):
+            x = jax.lax.conv_general_dilated(log_mel, params["conv"], (1,), "SAME",
+                                             dimension_numbers=("NWC", "WIO", "NWC"))
+            h = jax.nn.gelu(x)
+            for i in range(3):
+                h = h + jax.nn.gelu(h.astype(bf) @ params[f"ff_{i}"].astype(bf)).astype(f32)
+            logp = jax.nn.log_softmax(h @ params["ctc_head"], -1)                           # [B, T, V]
+            ext = jnp.zeros((nb, S), jnp.int32).at[:, 1::2].set(label_ids)             # blank-augmented
+            emit = jnp.take_along_axis(logp, jnp.broadcast_to(ext[:, None, :], (nb, frames, S)), -1)
+            skip_ok = jnp.concatenate([jnp.zeros((nb, 2), bool),
+                                       (ext[:, 2:] != 0) & (ext[:, 2:] != ext[:, :-2])], -1)  # [B, S]
+            alpha0 = jnp.full((nb, S), NEG).at[:, :2].set(emit[:, 0, :2])
+            if transitions == "dense":
+                src, dst = jnp.arange(S)[:, None], jnp.arange(S)[None, :]
+                allowed = (dst == src) | (dst == src + 1) | ((dst == src + 2) & skip_ok[:, None, :])
+                log_trans = jnp.where(allowed, 0.0, NEG)                                    # [B, S, S]
+
+                def step(alpha, e):
+                    return jax.nn.logsumexp(alpha[:, :, None] + log_trans, axis=1) + e, None
+            else:
+                def step(alpha, e):
+                    a1 = jnp.concatenate([jnp.full((nb, 1), NEG), alpha[:, :-1]], -1)
+                    a2 = jnp.where(skip_ok, jnp.concatenate([jnp.full((nb, 2), NEG), alpha[:, :-2]], -1), NEG)
+                    return jnp.logaddexp(jnp.logaddexp(alpha, a1), a2) + e, None
+
+            alpha, _ = jax.lax.scan(step, alpha0, jnp.swapaxes(emit[:, 1:], 0, 1))
+            return -jnp.mean(jnp.logaddexp(alpha[:, -1], alpha[:, -2]))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-4 * g, params, grads), loss
+
+    params = {"conv": sds((5, feat_dim, hidden), f32, mesh, P()),
+              "ctc_head": sds((hidden, vocab), f32, mesh, P())}
+    for i in range(3):
+        params[f"ff_{i}"] = sds((hidden, hidden), f32, mesh, P())
+    n = mesh.devices.size * batch
+    log_mel = sds((n, frames, feat_dim), f32, mesh, P("d"))
+    label_ids = sds((n, labels), jnp.int32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), NamedSharding(mesh, P())), "donate_argnums": (0,)}
+    return ctc_train_step, (params, log_mel, label_ids), kw
+
+
+
+pair(
+    "plm_embeddings_out_specs_replicated", "v5e", "v5e:2x2",
+    "Per-residue embedding extraction with a 33-layer ESM-2-style protein LM (D=1280, bf16, replicated) in "
+    "jax.shard_map on v5e, 1024 sequences of 1024 residues per device: the f32 representations are "
+    "all-gathered (jax.lax.all_gather(reps, 'd', tiled=True)) so that out_specs=P() can return them, "
+    "f32[4096,1024,1280] (20 GiB) on every device, beyond 15.75G.",
+    "Fixed variant of plm_embeddings_out_specs_replicated_v5e: no all_gather, out_specs=P('d') (each device "
+    "returns its 1024 sequences, 5 GiB); fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor"]),
+    _plm_embeddings_builder, dict(layers=33, d_model=1280, heads=20, d_ff=5120, seqs=1024, seq_len=1024,
+                                  micro_batch=8, gather_output=True),
+    dict(layers=33, d_model=1280, heads=20, d_ff=5120, seqs=1024, seq_len=1024, micro_batch=8,
+         gather_output=False),
+    dump=True,
+)
+
+pair(
+    "fsdp_shard_map_gathered_weights_saved", "v4", "v4:2x2x1",
+    "A 32-layer Llama-style DNA LM (D=4096, d_ff=11008) trained with FSDP written in jax.shard_map on v4 "
+    "(8 TensorCores): the scan body all-gathers its layer's weights in bf16 and is differentiated without "
+    "jax.checkpoint, so the gathered weights of all 32 layers (12 GiB) are kept for the backward pass beside "
+    "the activations, beyond 15.25G.",
+    "Fixed variant of fsdp_shard_map_gathered_weights_saved_v4: the scan body wrapped in jax.checkpoint, "
+    "the all_gather redone in the backward pass; fits.",
+    dict(category="aggregate", causes=["no_remat", "replicated_tensor"]),
+    _fsdp_scan_all_gather_builder, dict(layers=32, d_model=4096, heads=32, d_ff=11008, batch=2, seq=512,
+                                        remat=False),
+    dict(layers=32, d_model=4096, heads=32, d_ff=11008, batch=2, seq=512, remat=True),
+    dump=False,
+)
+
+pair(
+    "dqn_replay_buffer_replicated", "v6e", "v6e:2x2",
+    "An Anakin-style on-device DQN on v6e whose replay buffer of 2.75M Procgen frames (u8[2883584,12288], "
+    "33 GiB) is given in_shardings NamedSharding(mesh, P()) (copied from the params' entry): the whole buffer "
+    "on every device, 33.15G of arguments, beyond 31.25G.",
+    "Fixed variant of dqn_replay_buffer_replicated_v6e: the buffer's in_shardings/out_shardings "
+    "NamedSharding(mesh, P('d', None)), 8.25 GiB per device; fits.",
+    dict(category="arguments", causes=["replicated_tensor", "arguments_exceed"]),
+    _dqn_replay_builder, dict(capacity=2883584, obs_dim=12288, actions=15, batch=512, insert=1024,
+                              buffer_spec=()),
+    dict(capacity=2883584, obs_dim=12288, actions=15, batch=512, insert=1024, buffer_spec=("d",)),
+    dump=False,
+)
+
+pair(
+    "homology_search_argsort_recall", "v5e", "v5e:2x2",
+    "A remote-homology search eval on v5e: 1024 query proteins per device scored against 2M database "
+    "embeddings (bf16, replicated), recall@100 taken from jnp.argsort(-scores)[:, :100], a full sort of the "
+    "[1024, 2097152] scores with their indices (8 GiB each), beyond 15.75G.",
+    "Fixed variant of homology_search_argsort_recall_v5e: jax.lax.top_k(scores, 100); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _homology_recall_builder, dict(queries=1024, database=2097152, dim=512, k=100, ranking="argsort"),
+    dict(queries=1024, database=2097152, dim=512, k=100, ranking="top_k"),
+    dump=True,
+)
+
+pair(
+    "ctc_dense_transition_matrix", "v6e", "v6e:2x2",
+    "A CTC speech recogniser trained on v6e on 160 s utterances (4000 frames at 40 ms, 256 labels, 8 "
+    "per device) whose CTC forward is written as a generic HMM forward with a dense log transition matrix "
+    "[B, 513, 513]: the differentiated lax.scan keeps a f32[8,513,513] array for every frame, beyond 31.25G.",
+    "Fixed variant of ctc_dense_transition_matrix_v6e: the banded CTC recursion (stay, advance, skip a "
+    "blank), [B, S] per frame, as optax.ctc_loss; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "no_remat"]),
+    _ctc_dense_builder, dict(batch=8, frames=4000, feat_dim=80, hidden=512, vocab=1024, labels=256,
+                             transitions="dense"),
+    dict(batch=8, frames=4000, feat_dim=80, hidden=512, vocab=1024, labels=256, transitions="banded"),
+    dump=False,
+)
+
+pair(
+    "backtest_origins_vmapped", "v5e", "v5e:2x2",
+    "A rolling-origin backtest of a PatchTST-style forecaster (321 channels, 32 patches, D=128, 16 heads, "
+    "f32) on v5e that jax.vmap's the forecast over 512 origins per device at once: the attention scores "
+    "f32[512,321,16,32,32] (10 GiB each) and the layer activations of every origin, beyond 15.75G.",
+    "Fixed variant of backtest_origins_vmapped_v5e: jax.lax.map(forecast_at, origins, batch_size=32), "
+    "32 origins at a time; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["batch_too_large", "large_activation"]),
+    _backtest_builder, dict(series_len=17544, channels=321, lookback=512, patch=16, d_model=128, heads=16,
+                            layers=3, horizon=96, origins=512, map_batch=None),
+    dict(series_len=17544, channels=321, lookback=512, patch=16, d_model=128, heads=16, layers=3, horizon=96,
+         origins=512, map_batch=32),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
