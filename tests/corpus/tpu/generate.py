@@ -14379,6 +14379,348 @@ pair(
     dump=False,
 )
 
+# ---- 43. more broken/fixed pairs (batch tpu32): other models, other names ---------------------
+#
+# Programs of kinds sections 13-42 do not have, LLM training at scale and RL (a Switch-style MoE trained with
+# Adam on a 2-D ('data', 'expert') mesh whose expert weights are partitioned over 'expert' only, so weights and
+# moments are replicated over 'data'; Megatron-style tensor + sequence parallelism whose layer-norm region is
+# constrained to P() (the residual stream gathered) instead of P(None, 'model', None); PPO for an LLM whose GAE
+# is written as a dense [B, T, T] discount matrix; a Conformer speech encoder with Shaw-style relative position
+# keys gathered into [T, T, d_head] per layer).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu32 for which pairs keep their dumps and what did not go as first written.
+
+
+# 43.1 a Switch-style MoE on a 2-D ('data', 'expert') mesh: expert weights partitioned over 'expert' only
+
+
+def _moe_expert_data_builder(mesh, layers, d_model, d_ff, experts, tokens, capacity_factor, expert_spec):
+    """A Switch-transformer FFN stack (top-1 routing, einsum dispatch/combine with a capacity) trained with Adam
+    on a 2-D mesh ('data', 'expert') built from the slice. The param tree is sharded by a partition-rules table
+    in the usual style: ('moe/wi', P('expert', None, None)), ('moe/wo', P('expert', None, None)), ... The
+    expert weights (bf16) and their Adam moments (f32) thereby are split over 'expert' only and replicated over
+    'data'. expert_spec: the spec of wi/wo and their moments, e.g. ('expert', None, None) (first version) or
+    ('expert', 'data', None) (experts' d_model dim also split over 'data', FSDP-style)."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    n = mesh.devices.size
+    grid = Mesh(mesh.devices.reshape(2, n // 2), ("data", "expert"))
+    bf, f32 = jnp.bfloat16, jnp.float32
+    L, D, F, E = layers, d_model, d_ff, experts
+    cap = int(capacity_factor * tokens / E)
+
+    def moe_layer(x, lw):
+        logits = x.astype(f32) @ lw["router"]                                              # [T, E]
+        probs = jax.nn.softmax(logits, -1)
+        expert_index = jnp.argmax(probs, -1)
+        gate = jnp.max(probs, -1)
+        onehot = jax.nn.one_hot(expert_index, E, dtype=f32)
+        position = (jnp.cumsum(onehot, 0) - 1.0) * onehot
+        keep = onehot * (position < cap)
+        dispatch = keep[:, :, None] * jax.nn.one_hot(position.sum(-1).astype(jnp.int32), cap, dtype=f32)[:, None, :]
+        combine = (dispatch * gate[:, None, None]).astype(bf)
+        dispatch = dispatch.astype(bf)
+        expert_in = jnp.einsum("tec,td->ecd", dispatch, x)
+        hmid = jax.nn.gelu(jnp.einsum("ecd,edf->ecf", expert_in, lw["wi"]))
+        expert_out = jnp.einsum("ecf,efd->ecd", hmid, lw["wo"])
+        y = jnp.einsum("tec,ecd->td", combine, expert_out)
+        return x + y, None
+
+    def train_step(params, opt_state, batch):
+        def loss_fn(params):
+            x = params["embed"][batch["ids"]]
+            x, _ = jax.lax.scan(moe_layer, x, params["moe"])
+            return jnp.mean((x.astype(f32) @ params["head"] - batch["target"]) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        params = _tm(lambda p, q: p.astype(q.dtype), params, grads)
+        return params, opt_state, loss
+
+    es = P(*expert_spec)
+
+    def g(shape, dt, spec):
+        return sds(shape, dt, grid, spec)
+
+    params = {"embed": g((32768, D), bf, P(None, "expert")),
+              "head": g((D, 8), f32, P()),
+              "moe": {"router": g((L, D, E), f32, P()),
+                      "wi": g((L, E, D, F), bf, P(None, *es)),
+                      "wo": g((L, E, F, D), bf, P(None, *es))}}
+    moments = _tm(lambda a: g(a.shape, f32, a.sharding.spec), params)
+    opt_state = {"count": g((), jnp.int32, P()), "mu": moments, "nu": moments}
+    batch = {"ids": g((tokens,), jnp.int32, P("data")), "target": g((tokens, 8), f32, P("data"))}
+    return train_step, (params, opt_state, batch), dict(donate_argnums=(0, 1))
+
+
+# 43.2 Megatron-style sequence parallelism whose layer-norm region is constrained to P() (residual stream gathered)
+
+
+def _sp_layernorm_builder(mesh, layers, d_model, heads, d_ff, batch, seq, ln_spec):
+    """A GPT block stack trained with Megatron-style tensor parallelism over the slice's single 'model' axis
+    (QKV and fc1 column-parallel, out_proj and fc2 row-parallel, heads and d_ff sharded) and sequence parallelism
+    in the layer-norm/residual regions, written with jax.lax.with_sharding_constraint. The attention core is under
+    jax.checkpoint (Megatron's selective recomputation); the rest is saved for the backward pass.
+    ln_spec: the constraint on the residual stream and the layer-norm outputs: () (first version: P(), "layer
+    norm needs the whole hidden state", so the residual stream is gathered on every device) or
+    (None, 'model', None) (sequence-sharded, as Megatron's SP)."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    grid = Mesh(mesh.devices.reshape(mesh.devices.size), ("model",))
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    sp = NamedSharding(grid, P(*ln_spec))
+    wsc = jax.lax.with_sharding_constraint
+
+    def layer_norm(x, g, b):
+        x32 = x.astype(f32)
+        mu = x32.mean(-1, keepdims=True)
+        var = ((x32 - mu) ** 2).mean(-1, keepdims=True)
+        return wsc(((x32 - mu) * jax.lax.rsqrt(var + 1e-5) * g + b).astype(bf), sp)
+
+    @jax.checkpoint
+    def core_attention(q, k, v):
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * hd ** -0.5
+        mask = jnp.tril(jnp.ones((q.shape[1], q.shape[1]), bool))
+        s = jnp.where(mask, s, -1e9)
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v)
+
+    def gpt_block(h, lw):
+        h = wsc(h, sp)
+        a = layer_norm(h, lw["ln1_g"], lw["ln1_b"])
+        qkv = (a @ lw["qkv"]).reshape(*a.shape[:2], 3, heads, hd)
+        o = core_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]).reshape(a.shape)
+        h = wsc(h + o @ lw["out_proj"], sp)
+        m = layer_norm(h, lw["ln2_g"], lw["ln2_b"])
+        h = wsc(h + jax.nn.gelu(m @ lw["fc1"]) @ lw["fc2"], sp)
+        return h, None
+
+    def train_step(params, tokens):
+        def loss_fn(params):
+            h = params["wte"][tokens] + params["wpe"][None, :seq]
+            h, _ = jax.lax.scan(gpt_block, h.astype(bf), params["blocks"])
+            h = layer_norm(h, params["ln_f_g"], params["ln_f_b"])
+            return jnp.mean((h.astype(f32) @ params["probe"]) ** 2)
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    L, D, F = layers, d_model, d_ff
+
+    def g(shape, dt, *spec):
+        return sds(shape, dt, grid, P(*spec))
+
+    params = {"wte": g((50304, D), bf, "model", None), "wpe": g((seq, D), bf, None, None),
+              "ln_f_g": g((D,), f32), "ln_f_b": g((D,), f32), "probe": g((D, 16), f32, None, None),
+              "blocks": {"ln1_g": g((L, D), f32), "ln1_b": g((L, D), f32),
+                         "ln2_g": g((L, D), f32), "ln2_b": g((L, D), f32),
+                         "qkv": g((L, D, 3 * D), bf, None, None, "model"),
+                         "out_proj": g((L, D, D), bf, None, "model", None),
+                         "fc1": g((L, D, F), bf, None, None, "model"),
+                         "fc2": g((L, F, D), bf, None, "model", None)}}
+    tokens = g((batch, seq), jnp.int32, None, None)
+    return train_step, (params, tokens), {}
+
+
+# 43.3 PPO for an LLM whose GAE is a dense [B, T, T] discount matrix instead of a reverse scan
+
+
+def _ppo_gae_builder(mesh, rollouts, resp_len, d_model, vocab_chunk, gamma, lam, gae):
+    """The PPO update of an RLHF run: per-token rewards (KL penalty + the reward model's score on the last token),
+    values from the value head, dones marking where each response ends inside the fixed-length rollout buffer.
+    Advantages are computed under stop_gradient, then a clipped policy loss and a value loss on a small
+    policy/value head over the rollout's final hidden states (bf16 [B, T, D]).
+    gae='dense' (first version, "vectorised GAE"): A = sum_k discount[b, t, k] * delta_k as one einsum, with
+    the [B, T, T] discount matrix prod_{t <= m < k} gamma*lam*(1 - done[b, m]) built by jnp.cumprod over a
+    [B, T, T] matrix of per-step factors;
+    gae='scan': the usual reverse jax.lax.scan over time, [B] per step."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+    T = resp_len
+
+    def compute_gae(rewards, values, dones):
+        next_values = jnp.concatenate([values[:, 1:], jnp.zeros_like(values[:, :1])], 1)
+        deltas = rewards + gamma * next_values * (1.0 - dones) - values
+        if gae == "dense":
+            decay = gamma * lam * (1.0 - dones)                                         # [B, T]
+            decay_prev = jnp.concatenate([jnp.ones_like(decay[:, :1]), decay[:, :-1]], 1)
+            t = jnp.arange(T)
+            after = t[None, :] > t[:, None]                                           # m > t
+            # discount[b, t, k] = prod_{t <= m < k} gamma*lam*(1 - done[b, m]) for k >= t, else 0
+            factors = jnp.where(after[None], decay_prev[:, None, :], 1.0)             # [B, T, T]
+            discount = jnp.where(after[None] | (t[None, :] == t[:, None])[None],
+                                 jnp.cumprod(factors, -1), 0.0)
+            return jnp.einsum("btk,bk->bt", discount, deltas)
+
+        def back(carry, x):
+            delta, done = x
+            adv = delta + gamma * lam * (1.0 - done) * carry
+            return adv, adv
+
+        _, adv = jax.lax.scan(back, jnp.zeros_like(deltas[:, 0]), (deltas.T, dones.T), reverse=True)
+        return adv.T
+
+    def ppo_update(head, rollout):
+        adv = jax.lax.stop_gradient(compute_gae(rollout["rewards"], rollout["values"], rollout["dones"]))
+        returns = adv + rollout["values"]
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+
+        def loss_fn(head):
+            hs = rollout["hidden_states"]
+            logits = (hs @ head["policy"]).astype(f32)                                # [B, T, vocab_chunk]
+            logp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), rollout["actions"][..., None], -1)[..., 0]
+            ratio = jnp.exp(logp - rollout["old_logprobs"])
+            pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 0.8, 1.2) * adv)
+            v = (hs @ head["value"]).astype(f32)[..., 0]
+            return jnp.mean(pg * rollout["mask"]) + 0.5 * jnp.mean(((v - returns) ** 2) * rollout["mask"])
+
+        return jax.value_and_grad(loss_fn)(head)
+
+    B = rollouts * mesh.devices.size
+    dp = P("d")
+    rollout = {"hidden_states": sds((B, T, d_model), bf, mesh, dp),
+               "actions": sds((B, T), jnp.int32, mesh, dp), "old_logprobs": sds((B, T), f32, mesh, dp),
+               "rewards": sds((B, T), f32, mesh, dp), "values": sds((B, T), f32, mesh, dp),
+               "dones": sds((B, T), f32, mesh, dp), "mask": sds((B, T), f32, mesh, dp)}
+    head = {"policy": sds((d_model, vocab_chunk), bf, mesh, P()), "value": sds((d_model, 1), bf, mesh, P())}
+    return ppo_update, (head, rollout), {}
+
+
+# 43.4 a Conformer with Shaw-style relative position keys gathered into [T, T, d_head] per layer
+
+
+def _shaw_relpos_builder(mesh, layers, d_model, heads, d_ff, batch, frames, max_rel, relpos):
+    """A Conformer-style speech encoder (macaron FFNs, relative-position self-attention, depthwise conv module,
+    bf16, layers stacked for a lax.scan) trained with CTC-free frame classification on long utterances.
+    relpos='gather' (first version, Shaw et al. as in many ports): rel_k = rel_pos_emb[clip(j - i) + max_rel]
+    gathered into [T, T, d_head] per layer and contracted with q (einsum 'bhid,ijd->bhij'); the gathered table is
+    kept for the backward pass of every layer. relpos='shift': the
+    scores of q against every relative distance, [B, H, T, 2T-1], moved into place by the Transformer-XL / ESPnet
+    rel_shift (pad, reshape, slice), no [T, T, d_head] table."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    R = 2 * max_rel + 1
+    rel_idx = jnp.clip(jnp.arange(frames)[None, :] - jnp.arange(frames)[:, None], -max_rel, max_rel) + max_rel
+    dist_idx = jnp.clip(jnp.arange(2 * frames - 1) - (frames - 1), -max_rel, max_rel) + max_rel
+
+    def ln(x):
+        x32 = x.astype(f32)
+        return ((x32 - x32.mean(-1, keepdims=True)) * jax.lax.rsqrt(x32.var(-1, keepdims=True) + 1e-5)).astype(bf)
+
+    def conformer_block(h, lw):
+        h = h + 0.5 * (jax.nn.silu(ln(h) @ lw["ff1_in"]) @ lw["ff1_out"])
+        a = ln(h)
+        B_, T_, _ = a.shape
+        q = (a @ lw["wq"]).reshape(B_, T_, heads, hd)
+        k = (a @ lw["wk"]).reshape(B_, T_, heads, hd)
+        v = (a @ lw["wv"]).reshape(B_, T_, heads, hd)
+        s = jnp.einsum("bihd,bjhd->bhij", q, k, preferred_element_type=f32)
+        if relpos == "gather":
+            rel_k = lw["rel_pos_emb"][rel_idx]                                          # [T, T, hd]
+            s = s + jnp.einsum("bihd,ijd->bhij", q, rel_k, preferred_element_type=f32)
+        else:
+            # Transformer-XL/ESPnet rel_shift: scores against every relative distance -(T-1)..T-1, then the
+            # pad-reshape-slice trick moves distance j - i to column j (no [T, T, d_head] table)
+            pos_table = lw["rel_pos_emb"][dist_idx]                                       # [2T-1, hd]
+            srel = jnp.einsum("bihd,rd->bhir", q, pos_table, preferred_element_type=f32)  # [B, H, T, 2T-1]
+            srel = jnp.concatenate([jnp.zeros_like(srel[..., :1]), srel], -1)
+            srel = srel.reshape(B_, heads, 2 * T_, T_)[:, :, 1:].reshape(B_, heads, T_, 2 * T_ - 1)[..., :T_]
+            s = s + srel
+        p = jax.nn.softmax(s * hd ** -0.5, -1).astype(bf)
+        h = h + jnp.einsum("bhij,bjhd->bihd", p, v).reshape(a.shape) @ lw["wo"]
+        c = ln(h) @ lw["pw_in"]
+        c = c[..., :d_model] * jax.nn.sigmoid(c[..., d_model:])
+        c = jax.lax.conv_general_dilated(c, lw["dw_kernel"], (1,), [(15, 15)], dimension_numbers=("NWC", "WIO", "NWC"),
+                                         feature_group_count=d_model)
+        h = h + jax.nn.silu(c) @ lw["pw_out"]
+        h = h + 0.5 * (jax.nn.silu(ln(h) @ lw["ff2_in"]) @ lw["ff2_out"])
+        return ln(h), None
+
+    def train_step(params, feats, frame_labels):
+        def loss_fn(params):
+            h = (feats @ params["subsample_proj"]).astype(bf)
+            h, _ = jax.lax.scan(conformer_block, h, params["blocks"])
+            logits = (h @ params["classifier"]).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), frame_labels[..., None], -1))
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    L, D, F = layers, d_model, d_ff
+    rep = P()
+
+    def w(*shape):
+        return sds((L, *shape), bf, mesh, rep)
+
+    params = {"subsample_proj": sds((320, D), bf, mesh, rep), "classifier": sds((D, 512), bf, mesh, rep),
+              "blocks": {"ff1_in": w(D, F), "ff1_out": w(F, D), "ff2_in": w(D, F), "ff2_out": w(F, D),
+                         "wq": w(D, D), "wk": w(D, D), "wv": w(D, D), "wo": w(D, D), "rel_pos_emb": w(R, hd),
+                         "pw_in": w(D, 2 * D), "dw_kernel": w(31, 1, D), "pw_out": w(D, D)}}
+    n = mesh.devices.size
+    feats = sds((batch * n, frames, 320), bf, mesh, P("d"))
+    frame_labels = sds((batch * n, frames), jnp.int32, mesh, P("d"))
+    return train_step, (params, feats, frame_labels), {}
+
+
+pair(
+    "moe_experts_replicated_over_data", "v5p", "v5p:2x2x1",
+    "A Switch-style MoE (8 layers of 32 experts, D=4096, d_ff=8192, bf16 weights, f32 Adam moments) trained on "
+    "v5p on a 2-D ('data', 'expert') mesh whose partition rules give the experts' wi/wo and their moments "
+    "P('expert', None, None): split over 'expert' only, replicated over 'data', 80.64G of arguments and "
+    "8 GiB bf16[8,16,4096,8192] gradients, beyond 95.74G",
+    "Fixed variant of moe_experts_replicated_over_data_v5p: the experts' rule P('expert', 'data', None) "
+    "(d_model also split over 'data', FSDP-style), each device holds a quarter of the experts and moments; fits",
+    dict(category="aggregate", category_also=["arguments"],
+         causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _moe_expert_data_builder, dict(layers=8, d_model=4096, d_ff=8192, experts=32, tokens=16384,
+                                   capacity_factor=1.25, expert_spec=("expert", None, None)),
+    dict(layers=8, d_model=4096, d_ff=8192, experts=32, tokens=16384, capacity_factor=1.25,
+         expert_spec=("expert", "data", None)),
+    dump=False,
+)
+
+pair(
+    "seq_parallel_layernorm_gathered", "v4", "v4:2x2x1",
+    "A 20-layer GPT (D=4096, 32 heads, d_ff=16384, 8192 tokens) trained on v4 (8 TensorCores) with "
+    "Megatron-style tensor + sequence parallelism written with with_sharding_constraint, whose layer-norm / "
+    "residual region is constrained to P() instead of P(None, 'model', None): the residual stream and the "
+    "f32 layer-norm intermediates of every layer are saved whole on every core (f32[20,1,8192,4096], "
+    "2.5 GiB each), beyond 15.25G",
+    "Fixed variant of seq_parallel_layernorm_gathered_v4: the layer-norm / residual constraint "
+    "P(None, 'model', None) (sequence-sharded, as Megatron's SP); fits",
+    dict(category="aggregate", causes=["replicated_tensor"]),
+    _sp_layernorm_builder, dict(layers=20, d_model=4096, heads=32, d_ff=16384, batch=1, seq=8192, ln_spec=()),
+    dict(layers=20, d_model=4096, heads=32, d_ff=16384, batch=1, seq=8192, ln_spec=(None, "model", None)),
+    dump=False,
+)
+
+pair(
+    "ppo_gae_dense_discount_matrix", "v5e", "v5e:2x2",
+    "The PPO update of an RLHF run on v5e (64 rollouts of 8192 response tokens per device) whose GAE is "
+    "'vectorised' as an einsum with a [B, T, T] discount matrix built by jnp.cumprod over per-step factors: "
+    "f32[64,8192,8192] (16 GiB) on every device, beyond 15.75G",
+    "Fixed variant of ppo_gae_dense_discount_matrix_v5e: GAE as the usual reverse jax.lax.scan over the "
+    "8192 steps, [B] per step; fits",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _ppo_gae_builder, dict(rollouts=64, resp_len=8192, d_model=1024, vocab_chunk=512, gamma=1.0, lam=0.95,
+                           gae="dense"),
+    dict(rollouts=64, resp_len=8192, d_model=1024, vocab_chunk=512, gamma=1.0, lam=0.95, gae="scan"),
+    dump=True,
+)
+
+pair(
+    "conformer_shaw_relpos_gathered", "v6e", "v6e:2x2",
+    "An 8-layer Conformer speech encoder (D=512, 4 heads of 128, 4096 frames) trained on v6e with Shaw-style "
+    "relative-position keys gathered per layer, rel_pos_emb[clip(j - i)] as bf16[4096,4096,128] (4 GiB), "
+    "kept for the backward pass of every layer: bf16[8,4096,4096,128] (32 GiB), beyond 31.25G",
+    "Fixed variant of conformer_shaw_relpos_gathered_v6e: q against every relative distance "
+    "([B, H, T, 2T-1]) and the Transformer-XL / ESPnet rel_shift (pad, reshape, slice); fits",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _shaw_relpos_builder, dict(layers=8, d_model=512, heads=4, d_ff=2048, batch=1, frames=4096, max_rel=128,
+                               relpos="gather"),
+    dict(layers=8, d_model=512, heads=4, d_ff=2048, batch=1, frames=4096, max_rel=128, relpos="shift"),
+    dump=False,
+)
+
 
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
