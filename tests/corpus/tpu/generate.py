@@ -14386,7 +14386,8 @@ pair(
 # partition helper falls back to replicated because the hash-bucket count is not divisible by the device
 # count; a LoRA merge at load time that returns the merged weights in f32; Whisper long-form transcription
 # that encodes the whole recording as one sequence instead of 30 s windows; a video DiT sampler whose
-# classifier-free guidance concatenates the conditional and unconditional inputs into one doubled batch).
+# classifier-free guidance concatenates the conditional and unconditional inputs into one doubled batch;
+# retrieval in shard_map against a row-sharded index that all-gathers the per-shard scores for one top_k).
 # The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
 # tpu33 for which pairs keep their dumps and what did not go as first written.
 
