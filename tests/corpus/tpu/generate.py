@@ -14722,6 +14722,335 @@ pair(
 )
 
 
+# ---- 44. more broken/fixed pairs (batch tpu33): other models, other names ---------------------
+#
+# Programs of kinds sections 13-42 do not have, inference and other domains (a hashed-feature CTR model whose
+# partition helper falls back to replicated because the hash-bucket count is not divisible by the device
+# count; a LoRA merge at load time that returns the merged weights in f32; Whisper long-form transcription
+# that encodes the whole recording as one sequence instead of 30 s windows; a video DiT sampler whose
+# classifier-free guidance concatenates the conditional and unconditional inputs into one doubled batch;
+# retrieval in shard_map against a row-sharded index that all-gathers the per-shard scores for one top_k).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu33 for which pairs keep their dumps and what did not go as first written.
+
+
+# 44.1 hashed-feature embedding table whose row count (hash buckets) is not divisible: the partition helper falls back to P()
+
+
+def _hashed_ctr_fallback_builder(mesh, hash_buckets, emb_dim, features, batch, hidden):
+    """A DCN-style click-through-rate model over hashed categorical features (`hashed_feature_embedding`
+    [hash_buckets, emb_dim] f32, one table shared by all feature fields, ids = hash(field, value) %
+    hash_buckets), trained with Adam, params and state donated. Its shardings come from a partition helper
+    of the kind many codebases carry: `shard_rows_if_divisible(shape)` returns P('d', None) when the first
+    axis divides by the mesh size and silently falls back to P() (replicated) otherwise.
+    hash_buckets=23068673 (the first version: an odd bucket count, as hashing recipes recommend, so the
+    table, its Adam moments and its dense gradient are replicated); 23068680: padded to a multiple of 8, the
+    helper shards the rows."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n_dev = mesh.devices.size
+
+    def shard_rows_if_divisible(shape):
+        return P("d", *([None] * (len(shape) - 1))) if shape[0] % n_dev == 0 else P()
+
+    def ctr_train_step(params, opt_state, feature_ids, clicks):
+        def loss_fn(params):
+            e = params["hashed_feature_embedding"][feature_ids].reshape(feature_ids.shape[0], -1)  # [B, F*E]
+            x0 = e
+            x = x0
+            for i in range(2):                                                          # DCN-v2 cross layers
+                x = x0 * (x @ params[f"cross_{i}"]) + x
+            h = jax.nn.relu(x @ params["deep_0"])
+            logit = (h @ params["ctr_head"])[:, 0]
+            return jnp.mean(jnp.logaddexp(0.0, logit) - clicks * logit)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    shapes = {"hashed_feature_embedding": (hash_buckets, emb_dim),
+              "cross_0": (features * emb_dim, features * emb_dim), "cross_1": (features * emb_dim, features * emb_dim),
+              "deep_0": (features * emb_dim, hidden), "ctr_head": (hidden, 1)}
+    specs = {k: shard_rows_if_divisible(s) if k == "hashed_feature_embedding" else P() for k, s in shapes.items()}
+    params = {k: sds(s, f32, mesh, specs[k]) for k, s in shapes.items()}
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": {k: sds(s, f32, mesh, specs[k]) for k, s in shapes.items()},
+                 "nu": {k: sds(s, f32, mesh, specs[k]) for k, s in shapes.items()}}
+    n = n_dev * batch
+    feature_ids = sds((n, features), jnp.int32, mesh, P("d"))
+    clicks = sds((n,), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return ctr_train_step, (params, opt_state, feature_ids, clicks), kw
+
+
+# 44.2 LoRA adapters merged into the base weights at load time, the merged weights returned in f32
+
+
+def _lora_merge_f32_builder(mesh, layers, d_model, d_ff, rank, cast_back):
+    """Load-time merge of a LoRA fine-tune into a Llama-style model's MLP for serving: the bf16 base
+    weights (stacked [L, ...], sharded over the d_ff axis) are donated and replaced by
+    W + (alpha / r) * A @ B, computed in f32 "for accuracy" (`base.astype(jnp.float32) + scale *
+    jnp.einsum('ldr,lrf->ldf', lora_a.astype(f32), lora_b.astype(f32))`).
+    cast_back=False (the first version: the merged weights are returned as computed, f32, twice the
+    base's bytes, and the donation cannot be used); True: `.astype(base.dtype)`, bf16, aliased to the base."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    scale = 32.0 / rank
+
+    def merge_lora_weights(base_mlp, lora):
+        merged = {}
+        for name, w in base_mlp.items():
+            delta = jnp.einsum("ldr,lrf->ldf", lora[name]["lora_a"].astype(f32), lora[name]["lora_b"].astype(f32))
+            m = w.astype(f32) + scale * delta
+            merged[name] = m.astype(w.dtype) if cast_back else m
+        return merged
+
+    L, D, F, r = layers, d_model, d_ff, rank
+    col, row = P(None, None, "d"), P(None, "d", None)
+    base_mlp = {"gate_proj": sds((L, D, F), bf, mesh, col), "up_proj": sds((L, D, F), bf, mesh, col),
+                "down_proj": sds((L, F, D), bf, mesh, row)}
+    lora = {"gate_proj": {"lora_a": sds((L, D, r), bf, mesh, P()), "lora_b": sds((L, r, F), bf, mesh, col)},
+            "up_proj": {"lora_a": sds((L, D, r), bf, mesh, P()), "lora_b": sds((L, r, F), bf, mesh, col)},
+            "down_proj": {"lora_a": sds((L, F, r), bf, mesh, row), "lora_b": sds((L, r, D), bf, mesh, P())}}
+    out = {k: NamedSharding(mesh, v.sharding.spec) for k, v in base_mlp.items()}
+    return merge_lora_weights, (base_mlp, lora), {"out_shardings": out, "donate_argnums": (0,)}
+
+
+# 44.3 Whisper long-form transcription that encodes the whole recording as one sequence, not 30 s windows
+
+
+def _whisper_longform_builder(mesh, layers, d_model, heads, minutes, recordings, chunked):
+    """The encoder of a Whisper-medium-style speech recogniser (two conv layers, the second with stride 2,
+    sinusoidal positions, pre-LN blocks under lax.scan, bf16 weights replicated) run for long-form
+    transcription of `recordings` recordings per device, 100 log-mel frames (80 bins) per second.
+    chunked=False (the first version: the whole recording's log-mel [B, minutes*6000, 80] is encoded as one
+    sequence, full self-attention over minutes*3000 encoder frames); True: the recording is cut into 30 s
+    windows (3000 mel frames, 1500 encoder frames), reshaped into the batch, as Whisper's long-form
+    (sequential or chunked pipeline) decoding does."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    mel_frames = minutes * 6000
+
+    def ln(x, g):
+        x32 = x.astype(f32)
+        return ((x32 - x32.mean(-1, keepdims=True)) * jax.lax.rsqrt(x32.var(-1, keepdims=True) + 1e-5) * g).astype(bf)
+
+    def encoder_block(h, lw):
+        a = ln(h, lw["attn_ln"])
+        q = (a @ lw["q_proj"]).reshape(*a.shape[:2], heads, hd)
+        k = (a @ lw["k_proj"]).reshape(*a.shape[:2], heads, hd)
+        v = (a @ lw["v_proj"]).reshape(*a.shape[:2], heads, hd)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * hd ** -0.5
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(a.shape)
+        h = h + o @ lw["out_proj"]
+        m = ln(h, lw["mlp_ln"])
+        return h + jax.nn.gelu(m @ lw["fc1"]) @ lw["fc2"], None
+
+    def whisper_encode_long_form(params, input_features):
+        x = input_features
+        if chunked:
+            x = x.reshape(-1, 3000, 80)                                                    # 30 s windows
+        x = x.astype(bf)
+        x = jax.nn.gelu(jax.lax.conv_general_dilated(x, params["conv1"], (1,), "SAME",
+                                                     dimension_numbers=("NWC", "WIO", "NWC")))
+        x = jax.nn.gelu(jax.lax.conv_general_dilated(x, params["conv2"], (2,), [(1, 1)],
+                                                     dimension_numbers=("NWC", "WIO", "NWC")))
+        n = x.shape[1]
+        inv = jnp.exp(-jnp.log(10000.0) * jnp.arange(d_model // 2) / (d_model // 2 - 1))
+        ang = jnp.arange(n)[:, None] * inv[None, :]
+        x = x + jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], -1).astype(bf)
+        h, _ = jax.lax.scan(encoder_block, x, params["layers"])
+        h = ln(h, params["ln_post"])
+        return h.reshape(input_features.shape[0], -1, d_model)
+
+    L, D = layers, d_model
+    rep = P()
+    params = {"conv1": sds((3, 80, D), bf, mesh, rep), "conv2": sds((3, D, D), bf, mesh, rep),
+              "ln_post": sds((D,), f32, mesh, rep),
+              "layers": {"attn_ln": sds((L, D), f32, mesh, rep), "mlp_ln": sds((L, D), f32, mesh, rep),
+                         "q_proj": sds((L, D, D), bf, mesh, rep), "k_proj": sds((L, D, D), bf, mesh, rep),
+                         "v_proj": sds((L, D, D), bf, mesh, rep), "out_proj": sds((L, D, D), bf, mesh, rep),
+                         "fc1": sds((L, D, 4 * D), bf, mesh, rep), "fc2": sds((L, 4 * D, D), bf, mesh, rep)}}
+    input_features = sds((mesh.devices.size * recordings, mel_frames, 80), f32, mesh, P("d"))
+    return whisper_encode_long_form, (params, input_features), {"out_shardings": NamedSharding(mesh, P("d"))}
+
+
+# 44.4 a video DiT sampler whose classifier-free guidance concatenates the conditional and unconditional inputs
+
+
+def _video_dit_cfg_builder(mesh, layers, d_model, heads, frames, height, width, videos, cfg_mode):
+    """One denoising step of a video diffusion transformer (full 3-D attention over every latent frame's
+    2x2 patches, adaLN-zero blocks under lax.scan, bf16 weights replicated, videos sharded over the devices)
+    with classifier-free guidance at scale 6. cfg_mode='concat' (the first version, as in the reference
+    sampler: `jnp.concatenate([latents, latents])` with the text and the null-text embeddings, one forward
+    on the doubled batch, then `uncond + w * (cond - uncond)`); 'sequential': the two forwards one after
+    the other (`jax.lax.map` over the conditioning), the same result at half the activation memory."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    hd = d_model // heads
+    ph, pw = height // 2, width // 2
+    N = frames * ph * pw
+    C = 16
+
+    def dit_block(h, lw, c):
+        shift, scale_, gate = jnp.split((c @ lw["adaln"]).astype(bf)[:, None, :], 3, -1)
+        x32 = h.astype(f32)
+        a = ((x32 - x32.mean(-1, keepdims=True)) * jax.lax.rsqrt(x32.var(-1, keepdims=True) + 1e-6)).astype(bf)
+        a = a * (1 + scale_) + shift
+        q = (a @ lw["to_q"]).reshape(*a.shape[:2], heads, hd)
+        k = (a @ lw["to_k"]).reshape(*a.shape[:2], heads, hd)
+        v = (a @ lw["to_v"]).reshape(*a.shape[:2], heads, hd)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * hd ** -0.5
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(a.shape)
+        h = h + gate * (o @ lw["to_out"])
+        return h + jax.nn.gelu(h @ lw["ff_in"]) @ lw["ff_out"]
+
+    def dit_forward(params, latents, t_emb, text_emb):
+        B = latents.shape[0]
+        x = latents.reshape(B, frames, ph, 2, pw, 2, C).transpose(0, 1, 2, 4, 3, 5, 6).reshape(B, N, 4 * C)
+        h = x.astype(bf) @ params["patch_embed"]
+        c = jax.nn.silu(t_emb + text_emb)                                                  # [B, D] f32
+        h, _ = jax.lax.scan(lambda h, lw: (dit_block(h, lw, c), None), h, params["blocks"])
+        return (h @ params["proj_out"]).astype(f32)                                      # [B, N, 4C]
+
+    def cfg_denoise_step(params, latents, t_emb, text_emb, null_text_emb):
+        if cfg_mode == "concat":
+            out = dit_forward(params, jnp.concatenate([latents, latents]), jnp.concatenate([t_emb, t_emb]),
+                              jnp.concatenate([text_emb, null_text_emb]))
+            cond, uncond = jnp.split(out, 2)
+        else:
+            both = jax.lax.map(lambda te: dit_forward(params, latents, t_emb, te),
+                               jnp.stack([text_emb, null_text_emb]))
+            cond, uncond = both[0], both[1]
+        eps = uncond + 6.0 * (cond - uncond)
+        x = latents.reshape(latents.shape[0], N, 4 * C) - 0.02 * eps
+        return x.reshape(latents.shape)
+
+    L, D = layers, d_model
+    rep = P()
+    params = {"patch_embed": sds((4 * C, D), bf, mesh, rep), "proj_out": sds((D, 4 * C), bf, mesh, rep),
+              "blocks": {"adaln": sds((L, D, 3 * D), f32, mesh, rep),
+                         "to_q": sds((L, D, D), bf, mesh, rep), "to_k": sds((L, D, D), bf, mesh, rep),
+                         "to_v": sds((L, D, D), bf, mesh, rep), "to_out": sds((L, D, D), bf, mesh, rep),
+                         "ff_in": sds((L, D, 4 * D), bf, mesh, rep), "ff_out": sds((L, 4 * D, D), bf, mesh, rep)}}
+    n = mesh.devices.size * videos
+    latents = sds((n, frames, height, width, C), f32, mesh, P("d"))
+    emb = lambda: sds((n, D), f32, mesh, P("d"))
+    return cfg_denoise_step, (params, latents, emb(), emb(), emb()), {
+        "out_shardings": NamedSharding(mesh, P("d")), "donate_argnums": (1,)}
+
+
+
+# 44.5 sharded-index retrieval in shard_map that all-gathers the per-shard scores for one global top_k
+
+
+def _sharded_topk_gather_builder(mesh, queries, index_rows, dim, k, merge):
+    """Serving-time retrieval against a passage index (`passage_embeddings` [N, dim] bf16) whose rows are
+    sharded over the devices, written in jax.shard_map: a batch of query embeddings (replicated) is scored
+    against the local shard. merge='gather_scores' (the first version: `jax.lax.all_gather(scores, 'd',
+    axis=1, tiled=True)` so that one `jax.lax.top_k` sees the whole [Q, N] score matrix, on every device);
+    merge='local_topk': the usual two-stage top-k, `jax.lax.top_k` on the local [Q, N/n] scores, then only
+    the k candidates per shard (values and global ids) all-gathered and merged with a second top_k."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    n_dev = mesh.devices.size
+    shard_rows = index_rows // n_dev
+
+    def per_shard(query_embeddings, passage_embeddings):
+        scores = jnp.einsum("qd,nd->qn", query_embeddings.astype(bf), passage_embeddings,
+                            preferred_element_type=f32)                                    # [Q, N/n]
+        if merge == "gather_scores":
+            all_scores = jax.lax.all_gather(scores, "d", axis=1, tiled=True)               # [Q, N]
+            best, ids = jax.lax.top_k(all_scores, k)
+            return best, ids
+        vals, ids = jax.lax.top_k(scores, k)
+        ids = ids + jax.lax.axis_index("d") * shard_rows
+        vals = jax.lax.all_gather(vals, "d", axis=1, tiled=True)                           # [Q, n*k]
+        ids = jax.lax.all_gather(ids, "d", axis=1, tiled=True)
+        best, pos = jax.lax.top_k(vals, k)
+        return best, jnp.take_along_axis(ids, pos, -1)
+
+    search = jax.shard_map(per_shard, mesh=mesh, in_specs=(P(), P("d")), out_specs=(P(), P()),
+                           check_vma=False)
+
+    def retrieve_top_passages(query_embeddings, passage_embeddings):
+        return search(query_embeddings, passage_embeddings)
+
+    query_embeddings = sds((queries, dim), f32, mesh, P())
+    passage_embeddings = sds((index_rows, dim), bf, mesh, P("d"))
+    return retrieve_top_passages, (query_embeddings, passage_embeddings), {}
+
+
+pair(
+    "hashed_ctr_table_fallback_replicated", "v5e", "v5e:2x2",
+    "A DCN-style CTR model on v5e over hashed categorical features: the hashed_feature_embedding table has an "
+    "odd number of hash buckets (23068673 x 64, f32, 5.5 GiB), so the partition helper "
+    "shard_rows_if_divisible() falls back to P(): the table, its Adam moments and its dense gradient "
+    "replicated on every device, beyond 15.75G.",
+    "Fixed variant of hashed_ctr_table_fallback_replicated_v5e: the bucket count padded to a multiple of 8 "
+    "(23068680), the helper shards the rows P('d', None); fits.",
+    dict(category="arguments", category_also=["single_large_allocation"],
+         causes=["replicated_tensor", "arguments_exceed"]),
+    _hashed_ctr_fallback_builder, dict(hash_buckets=23068673, emb_dim=64, features=26, batch=2048, hidden=1024),
+    dict(hash_buckets=23068680, emb_dim=64, features=26, batch=2048, hidden=1024),
+    dump=False,
+)
+
+pair(
+    "sharded_index_topk_scores_gathered", "v5e", "v5e:2x2",
+    "Retrieval in jax.shard_map on v5e against a 4M-passage index sharded by rows: 1024 queries are scored "
+    "against each shard and the per-shard scores are all-gathered (jax.lax.all_gather(scores, 'd', axis=1, "
+    "tiled=True)) for one jax.lax.top_k: f32[1024,4194304] (16 GiB) on every device, beyond 15.75G.",
+    "Fixed variant of sharded_index_topk_scores_gathered_v5e: two-stage top-k, jax.lax.top_k on the local "
+    "scores, only the 100 candidates per shard (values and global ids) all-gathered and merged; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "large_activation"]),
+    _sharded_topk_gather_builder, dict(queries=1024, index_rows=4194304, dim=128, k=100, merge="gather_scores"),
+    dict(queries=1024, index_rows=4194304, dim=128, k=100, merge="local_topk"),
+    dump=True,
+)
+
+pair(
+    "lora_merge_f32_output", "v4", "v4:2x2x1",
+    "A load-time LoRA merge on v4 (8 TensorCores) for a 40-layer Llama-style MLP (D=8192, d_ff=28672, bf16, "
+    "sharded over d_ff): W + scale * A @ B computed in f32 and returned in f32, twice the base's bytes, the "
+    "donated bf16 base unusable for the output, beyond 15.25G.",
+    "Fixed variant of lora_merge_f32_output_v4: the merged weights cast back to bf16 (.astype(w.dtype)), "
+    "aliased to the donated base; fits.",
+    dict(category="aggregate", causes=["f32_precision", "no_donation"]),
+    _lora_merge_f32_builder, dict(layers=40, d_model=8192, d_ff=28672, rank=16, cast_back=False),
+    dict(layers=40, d_model=8192, d_ff=28672, rank=16, cast_back=True),
+    dump=True,
+)
+
+pair(
+    "whisper_longform_unchunked", "v5p", "v5p:2x2x1",
+    "Whisper-medium-style encoder on v5p run for long-form transcription of 10-minute recordings, two per "
+    "device, each encoded as one sequence of 30000 encoder frames: the attention scores f32[2,16,30000,30000] "
+    "(107 GiB) of a layer, beyond 95.74G.",
+    "Fixed variant of whisper_longform_unchunked_v5p: the log-mel cut into 30 s windows (3000 mel frames, "
+    "1500 encoder frames) reshaped into the batch; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _whisper_longform_builder, dict(layers=24, d_model=1024, heads=16, minutes=10, recordings=2, chunked=False),
+    dict(layers=24, d_model=1024, heads=16, minutes=10, recordings=2, chunked=True),
+    dump=False,
+)
+
+pair(
+    "video_dit_cfg_concat_batch", "v6e", "v6e:2x2",
+    "One denoising step of a video DiT on v6e (13 latent frames of 90x64, 2x2 patches: 18720 tokens, full "
+    "3-D attention, 16 heads) whose classifier-free guidance concatenates the conditional and unconditional "
+    "inputs into one doubled batch: the scores f32[2,16,18720,18720] (41.8 GiB), beyond 31.25G.",
+    "Fixed variant of video_dit_cfg_concat_batch_v6e: the conditional and the unconditional forward one "
+    "after the other (jax.lax.map over the two text embeddings); fits.",
+    dict(category="single_large_allocation", causes=["batch_too_large", "large_activation"]),
+    _video_dit_cfg_builder, dict(layers=8, d_model=1152, heads=16, frames=13, height=90, width=64, videos=1,
+                                 cfg_mode="concat"),
+    dict(layers=8, d_model=1152, heads=16, frames=13, height=90, width=64, videos=1, cfg_mode="sequential"),
+    dump=False,
+)
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
