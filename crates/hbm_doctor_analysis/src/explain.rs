@@ -2207,9 +2207,8 @@ fn split_ways_any_order(w: &Shape, s: &Shape) -> Option<u64> {
     }
     let mut want: Vec<u64> = s.dims.clone();
     want.sort_unstable();
-    for i in 0..w.dims.len() {
+    for (i, &a) in w.dims.iter().enumerate() {
         for k in [2u64, 4, 8, 16] {
-            let a = w.dims[i];
             if a % k != 0 || a / k < 2 {
                 continue;
             }
@@ -2387,6 +2386,7 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
         .filter(|a| loop_stacked(a))
         .filter_map(|a| shape_of(a).and_then(|s| s.dims.first().copied()))
         .collect();
+    let listed: Vec<Shape> = listed_shapes(&e.allocations).collect();
     let big = e.allocations.iter().find(|a| {
         let lead = shape_of(a).and_then(|s| s.dims.first().copied());
         let rank = shape_of(a).map_or(0, |s| s.dims.len());
@@ -2399,7 +2399,7 @@ fn replicated_tensor(ctx: &Ctx<'_>) -> Option<Cause> {
         // `bf16[3072,3072,1024]`: one activation reshaped for a gather or a matmul.)
         let reshaped = shape_of(a).is_some_and(|s| {
             let n: u64 = s.dims.iter().product();
-            listed_shapes(&e.allocations).any(|o| {
+            listed.iter().any(|o| {
                 o.type_name == s.type_name
                     && o.dims.len() != s.dims.len()
                     && o.dims.iter().product::<u64>() == n
