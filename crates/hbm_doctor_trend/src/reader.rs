@@ -430,7 +430,7 @@ fn pats() -> &'static Patterns {
             smi_mem: r(r"^\|[^|]*\|\s*(\d+)\s*MiB\s*/\s*(\d+)\s*MiB\s*\|"),
             ctime: r(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d{2}:\d{2}:\d{2}) (\d{4})\s*$"),
             mem: r(&format!(r"(?i)\b(hbm(?:[_ ](?:used|usage|in[_ ]use))?|(?:tpu|gpu|device|accelerator)[_ ]?mem(?:ory)?(?:[_ ](?:used|usage|in[_ ]use|allocated))?|mem(?:ory)?(?:[_ ](?:used|usage|use|in[_ ]use|allocated|growth|increase|consumption|footprint))?|(?:max[_ ])?(?:allocated|reserved|cached)|used[_ ]mem(?:ory)?|usage|bytes_in_use|bytes_used|memory_allocated|max_memory_allocated|memory_reserved){unit_in_key}\s*[:=]?\s*{size}(?:\s*(?:/|of)\s*{size})?")),
-            rss: r(&format!(r"(?i)\b(rss|vmrss|maxrss|host[_ ]?mem(?:ory)?(?:[_ ]used)?|cpu[_ ]?mem(?:ory)?(?:[_ ]used)?|ram(?:[_ ]used)?){unit_in_key}\s*[:=]?\s*{size}")),
+            rss: r(&format!(r"(?i)\b(rss|vmrss|maxrss|host[_ ]?mem(?:ory)?(?:[_ ]used)?|cpu(?:[_ ]?mem(?:ory)?(?:[_ ]used)?)?|ram(?:[_ ]used)?){unit_in_key}\s*[:=]?\s*{size}")),
             eval: r(r"(?i)\b(eval(?:uat\w*)?|validat\w*|val_loss)\b"),
             ckpt: r(r"(?i)\b(checkpoint\w*|saving model|saved model|save_pretrained|ckpt)\b"),
             compile: r(r"(?i)(Compilation Cause|Compiling \w+ (?:for|with)|Finished XLA compilation|Finished tracing \+ transforming|TRACING CACHE MISS|recompil\w*|CompileTime too frequent)"),
@@ -498,6 +498,34 @@ pub fn format_time(t: f64) -> String {
 /// Bytes per unit (`gb`, `MiB`, `k`, `bytes`): `hbm_doctor_units::size::unit_bytes`.
 fn unit_scale(u: &str) -> Option<f64> {
     hbm_doctor_units::size::unit_bytes(u).map(|m| m as f64)
+}
+
+/// A row of a table aligned with spaces, every cell a number (`  10    22.0G    +1.5G`: a
+/// request count, the resident size, its change): each unsigned cell with a size's unit is a
+/// reading of its column's series. Signed cells are changes, bare numbers counts or steps.
+fn spaced_row(line: &str) -> Vec<(String, f64, Option<f64>)> {
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    if cells.len() < 2 || cells.len() > 12 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (k, cell) in cells.iter().enumerate() {
+        let at = cell
+            .find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(cell.len());
+        let (num, unit) = cell.split_at(at);
+        let Some(v) = number(num.trim_start_matches(['+', '-'])) else {
+            return Vec::new();
+        };
+        if unit.is_empty() || num.starts_with(['+', '-']) {
+            continue;
+        }
+        let Some(u) = unit_scale(unit) else {
+            return Vec::new();
+        };
+        out.push((format!("column {}", k + 1), v, Some(u)));
+    }
+    out
 }
 
 /// The device a log line names (`device 1`, `chip 3`, `xla:0`...), else `0`.
@@ -1349,6 +1377,11 @@ impl Reader {
             let whole = m.get(0).map_or(0..0, |g| g.range());
             let key = m[1].to_ascii_lowercase();
             let bytes_key = key.contains("bytes");
+            // `CPU` alone is host memory only with a size's unit (`CPU: 955.15 MB` beside the
+            // device's `Allocated:`), never a load (`CPU: 45`).
+            if key == "cpu" && m.get(4).is_none() {
+                continue;
+            }
             if let Some(b) = size_of(
                 &m[3],
                 m.get(4).map(|u| u.as_str()),
@@ -1531,12 +1564,15 @@ impl Reader {
                         && unit(w[2])
                         && b.get(i + 3).is_some_and(|&c| byte(c) || c == b'i'))
         }) || line.contains("bytes");
-        if !sized {
+        let spaced = spaced_row(line);
+        if !sized && spaced.is_empty() {
             return;
         }
         let mut held: Vec<(String, f64, Option<f64>)> = Vec::new();
         let row = line.trim();
-        if row.starts_with('|') && row.ends_with('|') {
+        if !spaced.is_empty() {
+            held = spaced;
+        } else if row.starts_with('|') && row.ends_with('|') {
             // A markdown table's row: each cell that is a size (`16 MB`, `**1,670 MB**`) is a
             // reading of its column's series (`| t+60 | 144.0 MB | +93.1 |`).
             for (k, cell) in row.trim_matches('|').split('|').enumerate() {
@@ -2065,6 +2101,19 @@ mod tests {
                 < 1e-6
         );
         assert_eq!(parse_metric_value("1.00KB"), Some(1024.0));
+    }
+
+    #[test]
+    fn cpu_is_host_memory_only_with_a_unit() {
+        let mut c = Collected::default();
+        let mut r = Reader::new("", "train.log");
+        r.feed(&mut c, b"epoch 1 CPU: 45 load\nepoch 2 CPU: 955.15 MB\n");
+        r.finish(&mut c);
+        assert_eq!(c.hosts[""].rss.total_samples, 1);
+        // A row of numbers is a table's only when its cells are all numbers.
+        assert_eq!(spaced_row("  10    22.0G    +1.5G").len(), 1);
+        assert!(spaced_row("v4 8G").is_empty());
+        assert!(spaced_row("2024 10 5").is_empty());
     }
 
     #[test]

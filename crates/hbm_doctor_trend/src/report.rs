@@ -748,8 +748,19 @@ pub fn report(c: &Collected, p: &Params) -> TrendReport {
     // The host's RSS is the series when the input has no device's (a posted `rss 576 MB` log,
     // a CPU program's readings): it is judged like one, named `host RSS` (the host's own
     // `host_rss_*` fields keep their figures).
-    if c.devices.is_empty() && c.hosts.values().any(|h| h.rss.total_samples > 0) {
+    // A device that never held a byte (`Allocated: 0.00 MB` at every epoch of a program that
+    // runs on the CPU) is no device's series.
+    let nothing_held = |d: &crate::reader::DeviceSeries| {
+        d.series.total_samples > 0
+            && d.series
+                .segments
+                .iter()
+                .all(|s| s.last_used == 0 && s.windows.iter().all(|w| w.max <= 0.0))
+            && d.series.raw.iter().all(|s| s.used == 0)
+    };
+    if c.devices.values().all(nothing_held) && c.hosts.values().any(|h| h.rss.total_samples > 0) {
         let mut own = c.clone();
+        own.devices.clear();
         for (name, h) in &c.hosts {
             if h.rss.total_samples > 0 {
                 let rss = h.rss.clone();

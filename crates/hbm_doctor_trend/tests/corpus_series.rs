@@ -294,6 +294,29 @@ fn the_unit_said_in_the_key() {
     );
 }
 
+#[test]
+fn a_device_that_holds_nothing_leaves_the_host_series() {
+    // `Allocated: 0.00 MB, Reserved: 0.00 MB, CPU: 955.15 MB` per epoch: the program runs on
+    // the CPU; its host memory is the series, and it rises at every epoch (the thread's leak).
+    let (v, _) = trend("posted/pyg-team-pytorch_geometric-10356.log");
+    let s = &v["series"][0];
+    assert_eq!(v["series"].as_array().map(Vec::len), Some(1));
+    assert_eq!(s["device"], "host RSS");
+    assert_eq!(s["samples"], 20);
+    assert_eq!(s["last_bytes"], (6550.65 * 1_048_576.0) as u64);
+    assert_eq!(s["leak_suspected"], true);
+}
+
+#[test]
+fn a_table_aligned_with_spaces() {
+    // `req  resident   delta` / `  10    22.0G    +1.5G`: the resident column, not the change.
+    let (v, _) = trend("posted/ollama-ollama-17924.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 4);
+    assert_eq!(s["last_bytes"], (24.9 * 1_073_741_824.0) as u64);
+    assert_eq!(s["leak_suspected"], false, "four readings are too few");
+}
+
 /// A series added to the corpus comes with its test here.
 #[test]
 fn every_series_in_the_corpus_has_a_test() {
