@@ -15051,6 +15051,407 @@ pair(
     dump=False,
 )
 
+# ---- 45. more broken/fixed pairs (batch tpu34): other models, other names ---------------------
+#
+# Programs of kinds sections 13-44 do not have, LLM and recommender training and serving at scale (2-D data x
+# model tensor parallelism whose FFN sharding constraint names only the 'model' axis; param-tree regex rules that
+# give an untied lm_head the embedding's spec, so the head is split over d_model and the logits are whole on
+# every device; hand-written expert parallelism in shard_map whose dispatch all-gathers every device's tokens
+# instead of an all_to_all; DIN-style target attention of a ranking service evaluated for every candidate of a
+# request at once; a Mamba-2 model whose SSD chunk length is the whole sequence). The same conventions: the fixed
+# twin changes exactly the first cause. See the README section of
+# batch tpu34 for which pairs keep their dumps and what did not go as first written.
+
+
+# 45.1 2-D (data x model) tensor parallelism whose FFN hidden constraint names only 'model' (global batch on every data replica)
+
+
+def _tp2d_ffn_constraint_builder(mesh, layers, d_model, d_ff, batch, seq, data_axis, hidden_spec):
+    """A decoder's FFN stack (pre-norm, GELU MLP, residual) trained with 2-D parallelism on a ('data', 'model')
+    mesh built from the slice: the batch split over 'data', fc1 column-parallel and fc2 row-parallel over
+    'model' (Megatron-style), written with jax.lax.with_sharding_constraint on the hidden activations
+    (`h = wsc(h, NamedSharding(mesh, P(*hidden_spec)))`), layers under lax.scan, no rematerialization.
+    hidden_spec: (None, None, 'model') (the first version, copied from a 1-D tensor-parallel codebase whose
+    mesh had no 'data' axis: the hidden activations [B, S, d_ff] are constrained to the whole global batch on
+    every 'data' replica) or ('data', None, 'model')."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    n = mesh.devices.size
+    grid = Mesh(mesh.devices.reshape(data_axis, n // data_axis), ("data", "model"))
+    bf, f32 = jnp.bfloat16, jnp.float32
+    wsc = jax.lax.with_sharding_constraint
+    act = NamedSharding(grid, P("data", None, None))
+    hid = NamedSharding(grid, P(*hidden_spec))
+
+    def rms_norm(x, g):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt((x32 * x32).mean(-1, keepdims=True) + 1e-6) * g).astype(bf)
+
+    def ffn_block(x, lw):
+        x = wsc(x, act)
+        h = wsc(rms_norm(x, lw["ffn_norm"]) @ lw["fc1"], hid)                              # [B, S, F]
+        h = wsc(jax.nn.gelu(h), hid)
+        return wsc(x + h @ lw["fc2"], act), None
+
+    def train_step(params, tokens, targets):
+        def loss_fn(params):
+            x = params["tok_embeddings"][tokens]
+            x, _ = jax.lax.scan(ffn_block, x, params["layers"])
+            pred = rms_norm(x, params["final_norm"]).astype(f32) @ params["regression_head"]
+            return jnp.mean((pred - targets) ** 2)
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    L, D, F = layers, d_model, d_ff
+
+    def g(shape, dt, *spec):
+        return sds(shape, dt, grid, P(*spec))
+
+    params = {"tok_embeddings": g((32000, D), bf, None, "model"),
+              "final_norm": g((D,), f32), "regression_head": g((D, 8), f32, None, None),
+              "layers": {"ffn_norm": g((L, D), f32),
+                         "fc1": g((L, D, F), bf, None, None, "model"),
+                         "fc2": g((L, F, D), bf, None, "model", None)}}
+    tokens = g((batch, seq), jnp.int32, "data", None)
+    targets = g((batch, seq, 8), f32, "data", None, None)
+    return train_step, (params, tokens, targets), {}
+
+
+# 45.2 DIN-style target attention of a ranking service evaluated for every candidate of a request at once
+
+
+def _din_all_candidates_builder(mesh, requests, candidates, history, emb_dim, att_hidden, chunk):
+    """Serving-time ranking with a Deep Interest Network (DIN): for each request the user's behaviour history
+    [L, E] is attended by each candidate item through DIN's activation unit, an MLP over
+    concat(h, c, h - c, h * c) (`din_attention_unit`), then a scoring MLP. Requests are sharded over the
+    devices. chunk=None (the first version: the activation unit evaluated for every (candidate, history item)
+    pair of a request at once, [R, C, L, 4E] -> [R, C, L, att_hidden] in f32); chunk=k: the candidates scored
+    k at a time with jax.lax.map."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def score_candidates(params, hist, cand):                        # hist [R, L, E], cand [R, c, E]
+        h = hist[:, None, :, :]
+        c = cand[:, :, None, :]
+        h, c = jnp.broadcast_arrays(h, c)
+        unit_in = jnp.concatenate([h, c, h - c, h * c], -1).astype(f32)             # [R, c, L, 4E]
+        a = jax.nn.sigmoid(unit_in @ params["att_w1"] + params["att_b1"])            # [R, c, L, A]
+        w = (a @ params["att_w2"])[..., 0]                                            # [R, c, L]
+        interest = jnp.einsum("rcl,rle->rce", w, hist.astype(f32))
+        z = jnp.concatenate([interest, cand.astype(f32)], -1)
+        return (jax.nn.relu(z @ params["mlp_w1"]) @ params["mlp_w2"])[..., 0]           # [R, c]
+
+    def rank_candidates(params, history_emb, candidate_emb):
+        if chunk is None:
+            return score_candidates(params, history_emb, candidate_emb)
+        R, C, E = candidate_emb.shape
+        blocks = candidate_emb.reshape(R, C // chunk, chunk, E).transpose(1, 0, 2, 3)
+        out = jax.lax.map(lambda cb: score_candidates(params, history_emb, cb), blocks)
+        return out.transpose(1, 0, 2).reshape(R, C)
+
+    E, A = emb_dim, att_hidden
+    params = {"att_w1": sds((4 * E, A), f32, mesh, P()), "att_b1": sds((A,), f32, mesh, P()),
+              "att_w2": sds((A, 1), f32, mesh, P()), "mlp_w1": sds((2 * E, 200), f32, mesh, P()),
+              "mlp_w2": sds((200, 1), f32, mesh, P())}
+    history_emb = sds((requests, history, E), bf, mesh, P("d"))
+    candidate_emb = sds((requests, candidates, E), bf, mesh, P("d"))
+    return rank_candidates, (params, history_emb, candidate_emb), {"out_shardings": NamedSharding(mesh, P("d"))}
+
+
+# 45.3 regex partition rules that give the untied lm_head the embedding's spec: the head sharded over d_model, not the vocabulary
+
+
+def _lm_head_wrong_axis_builder(mesh, layers, d_model, d_ff, vocab, batch, seq, lm_head_spec):
+    """Megatron-style tensor parallelism over the slice's one 'model' axis for a Llama-style decoder's last
+    stage (gated-MLP blocks under lax.scan; attention left out to keep the compile short), the untied output
+    layer and a cross-entropy loss on f32 logits; the batch replicated (pure tensor parallelism). The
+    shardings come from a param-tree regex rules table in the usual style (first match wins):
+    ('embed_tokens/embedding', P('model', None)) (vocabulary-parallel), ('(gate|up)_proj', column),
+    ('down_proj', row), ('lm_head/kernel', lm_head_spec), ('.*', P()).
+    lm_head_spec: ('model', None) (the first version: the rule written "like the embedding", but the untied
+    head is [d_model, vocab], so dim 0 is d_model: every device computes partial logits over the whole
+    vocabulary, summed, [B, S, V] f32 on every device) or (None, 'model') (vocabulary-parallel)."""
+    import re
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    mesh = Mesh(mesh.devices.reshape(mesh.devices.size), ("model",))
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    partition_rules = [
+        (r"embed_tokens/embedding", P("model", None)),
+        (r"layers/(gate|up)_proj/kernel", P(None, None, "model")),
+        (r"layers/down_proj/kernel", P(None, "model", None)),
+        (r"lm_head/kernel", P(*lm_head_spec)),
+        (r".*", P()),
+    ]
+
+    def spec_for(path):
+        for pattern, spec in partition_rules:
+            if re.search(pattern, path):
+                return spec
+        return P()
+
+    def rms_norm(x, g):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt((x32 * x32).mean(-1, keepdims=True) + 1e-6) * g).astype(bf)
+
+    def mlp_block(x, lw):
+        h = rms_norm(x, lw["post_attention_layernorm"]["scale"])
+        h = jax.nn.silu(h @ lw["gate_proj"]["kernel"]) * (h @ lw["up_proj"]["kernel"])
+        return x + h @ lw["down_proj"]["kernel"], None
+
+    def train_step(params, input_ids, labels):
+        def loss_fn(params):
+            x = params["embed_tokens"]["embedding"][input_ids]
+            x, _ = jax.lax.scan(mlp_block, x, params["layers"])
+            x = rms_norm(x, params["norm"]["scale"])
+            logits = (x @ params["lm_head"]["kernel"]).astype(f32)                         # [B, S, V]
+            logp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    L, D, F, V = layers, d_model, d_ff, vocab
+    shapes = {"embed_tokens/embedding": ((V, D), bf),
+              "layers/post_attention_layernorm/scale": ((L, D), f32),
+              "layers/gate_proj/kernel": ((L, D, F), bf),
+              "layers/up_proj/kernel": ((L, D, F), bf),
+              "layers/down_proj/kernel": ((L, F, D), bf),
+              "norm/scale": ((D,), f32),
+              "lm_head/kernel": ((D, V), bf)}
+    params = {}
+    for path, (shape, dt) in shapes.items():
+        node = params
+        keys = path.split("/")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = sds(shape, dt, mesh, spec_for(path))
+    input_ids = sds((batch, seq), jnp.int32, mesh, P())
+    labels = sds((batch, seq), jnp.int32, mesh, P())
+    return train_step, (params, input_ids, labels), {}
+
+
+# 45.4 a Mamba-2 (SSD) language model trained with the SSD chunk length set to the whole sequence
+
+
+def _mamba2_ssd_chunk_builder(mesh, layers, d_model, heads, head_dim, d_state, vocab, batch, seq, chunk_size):
+    """A Mamba-2 language model's mixer stack trained with the reference "ssd_minimal_discrete" algorithm of
+    the Mamba-2 paper/repo (intra-chunk output through L = exp(segsum(A)) [b, h, c, l, l], chunk states,
+    the inter-chunk recurrence, state -> output), B and C shared over the heads (ngroups=1), bf16 weights,
+    the SSD in f32, the loss a cross-entropy over a small vocabulary, batch sharded over the devices.
+    chunk_size: seq (the first version: the config's chunk_size set to the sequence length "to skip the
+    inter-chunk pass", so the decay matrix L and the masked C^T B products are [b, h, seq, seq] f32, like
+    full attention scores) or 256 (the paper's chunk length)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    H, Pd, N = heads, head_dim, d_state
+
+    def segsum(x):                                                              # [..., T] -> [..., T, T]
+        T = x.shape[-1]
+        cs = jnp.cumsum(x, -1)
+        s = cs[..., :, None] - cs[..., None, :]
+        return jnp.where(jnp.tril(jnp.ones((T, T), bool)), s, -jnp.inf)
+
+    def ssd(X, A, Bm, Cm, block_len):
+        b, l = X.shape[:2]
+        c = l // block_len
+        X = X.reshape(b, c, block_len, H, Pd)
+        A = A.reshape(b, c, block_len, H).transpose(0, 3, 1, 2)                  # [b, h, c, l]
+        Bm = Bm.reshape(b, c, block_len, N)
+        Cm = Cm.reshape(b, c, block_len, N)
+        A_cumsum = jnp.cumsum(A, -1)
+        L = jnp.exp(segsum(A))                                                   # [b, h, c, l, l]
+        Y_diag = jnp.einsum("bcln,bcsn,bhcls,bcshp->bclhp", Cm, Bm, L, X)
+        decay_states = jnp.exp(A_cumsum[..., -1:] - A_cumsum)
+        states = jnp.einsum("bcln,bhcl,bclhp->bchpn", Bm, decay_states, X)
+        states = jnp.concatenate([jnp.zeros_like(states[:, :1]), states], 1)
+        decay_chunk = jnp.exp(segsum(jnp.pad(A_cumsum[..., -1], ((0, 0), (0, 0), (1, 0)))))
+        states = jnp.einsum("bhzc,bchpn->bzhpn", decay_chunk, states)[:, :-1]
+        Y_off = jnp.einsum("bcln,bchpn,bhcl->bclhp", Cm, states, jnp.exp(A_cumsum))
+        return (Y_diag + Y_off).reshape(b, l, H * Pd)
+
+    def mixer(x, lw):
+        xn = x.astype(f32)
+        xn = (xn * jax.lax.rsqrt((xn * xn).mean(-1, keepdims=True) + 1e-6) * lw["norm"]).astype(bf)
+        X = (xn @ lw["x_proj"]).astype(f32)
+        z = xn @ lw["z_proj"]
+        dt = jax.nn.softplus((xn @ lw["dt_proj"]).astype(f32) + lw["dt_bias"])      # [b, l, h]
+        A = -jnp.exp(lw["A_log"]) * dt
+        Bm = (xn @ lw["B_proj"]).astype(f32)
+        Cm = (xn @ lw["C_proj"]).astype(f32)
+        y = ssd(X * dt.repeat(Pd, -1), A, Bm, Cm, chunk_size)
+        y = (y * jax.nn.silu(z.astype(f32))).astype(bf)
+        return x + y @ lw["out_proj"], None
+
+    def train_step(params, input_ids, labels):
+        def loss_fn(params):
+            x = params["embedding"][input_ids]
+            x, _ = jax.lax.scan(mixer, x, params["layers"])
+            logp = jax.nn.log_softmax((x @ params["lm_head"]).astype(f32), -1)
+            return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    L_, D, E = layers, d_model, heads * head_dim
+
+    def r(shape, dt):
+        return sds(shape, dt, mesh, P())
+
+    params = {"embedding": r((vocab, D), bf), "lm_head": r((D, vocab), bf),
+              "layers": {"norm": r((L_, D), f32), "x_proj": r((L_, D, E), bf), "z_proj": r((L_, D, E), bf),
+                         "dt_proj": r((L_, D, H), bf), "dt_bias": r((L_, H), f32), "A_log": r((L_, H), f32),
+                         "B_proj": r((L_, D, N), bf), "C_proj": r((L_, D, N), bf),
+                         "out_proj": r((L_, E, D), bf)}}
+    n = mesh.devices.size * batch
+    input_ids = sds((n, seq), jnp.int32, mesh, P("d"))
+    labels = sds((n, seq), jnp.int32, mesh, P("d"))
+    return train_step, (params, input_ids, labels), {}
+
+
+# 45.5 expert parallelism in shard_map whose token dispatch all-gathers every device's tokens instead of an all_to_all
+
+
+def _moe_ep_allgather_builder(mesh, layers, d_model, d_ff, experts, tokens, capacity_factor, dispatch):
+    """A top-1 MoE FFN stack trained with expert parallelism written by hand in jax.shard_map over one
+    'expert' axis (the slice's devices): tokens are batch-sharded over 'expert', each device holds
+    experts/n experts (wi/wo P(None, 'expert')), the router replicated, GShard-style einsum dispatch and
+    combine with a capacity per expert, layers under lax.scan. dispatch='all_gather' (the first version:
+    `jax.lax.all_gather(x, 'expert', tiled=True)` brings every device's tokens to every device, the router
+    and the dispatch/combine masks run over all n*T tokens for the local experts, and the partial outputs are
+    `psum_scatter`ed back: the [n*T, E/n, n*C] masks and the gathered tokens are n times the local ones);
+    'all_to_all': the usual dispatch, local [T, E, C] masks and two `jax.lax.all_to_all`s."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    n = mesh.devices.size
+    grid = Mesh(mesh.devices.reshape(n), ("expert",))
+    bf, f32 = jnp.bfloat16, jnp.float32
+    E, El = experts, experts // n
+    cap = int(capacity_factor * tokens / E)                  # per expert, per source device
+
+    def masks(x, router, n_cap, first_expert, n_experts):
+        probs = jax.nn.softmax(x.astype(f32) @ router, -1)                                 # [t, E]
+        expert_index = jnp.argmax(probs, -1)
+        gate = jnp.max(probs, -1)
+        onehot = jax.nn.one_hot(expert_index - first_expert, n_experts, dtype=f32)         # [t, e]
+        position = (jnp.cumsum(onehot, 0) - 1.0) * onehot
+        keep = onehot * (position < n_cap)
+        dispatch_mask = keep[:, :, None] * jax.nn.one_hot(position.sum(-1).astype(jnp.int32), n_cap,
+                                                          dtype=f32)[:, None, :]          # [t, e, c]
+        return dispatch_mask.astype(bf), (dispatch_mask * gate[:, None, None]).astype(bf)
+
+    def moe_layer(x, lw):                                                                   # x [T, D] local
+        if dispatch == "all_gather":
+            x_all = jax.lax.all_gather(x, "expert", tiled=True)                               # [nT, D]
+            first = jax.lax.axis_index("expert") * El
+            d_mask, c_mask = masks(x_all, lw["router"], n * cap, first, El)                 # [nT, El, nC]
+            expert_in = jnp.einsum("tec,td->ecd", d_mask, x_all)
+        else:
+            d_mask, c_mask = masks(x, lw["router"], cap, 0, E)                              # [T, E, C]
+            expert_in = jnp.einsum("tec,td->ecd", d_mask, x)
+            expert_in = jax.lax.all_to_all(expert_in, "expert", 0, 1, tiled=True)          # [El, nC, D]
+        h = jax.nn.gelu(jnp.einsum("ecd,edf->ecf", expert_in, lw["wi"]))
+        expert_out = jnp.einsum("ecf,efd->ecd", h, lw["wo"])
+        if dispatch == "all_gather":
+            y_all = jnp.einsum("tec,ecd->td", c_mask, expert_out, preferred_element_type=f32)
+            y = jax.lax.psum_scatter(y_all, "expert", tiled=True).astype(bf)
+        else:
+            expert_out = jax.lax.all_to_all(expert_out, "expert", 1, 0, tiled=True)         # [E, C, D]
+            y = jnp.einsum("tec,ecd->td", c_mask, expert_out)
+        return x + y, None
+
+    def local_loss(moe, x, target):
+        x, _ = jax.lax.scan(moe_layer, x, moe)
+        return jax.lax.pmean(jnp.mean((x.astype(f32) - target) ** 2), "expert")
+
+    sharded_loss = jax.shard_map(local_loss, mesh=grid, in_specs=(
+        {"router": P(), "wi": P(None, "expert"), "wo": P(None, "expert")}, P("expert"), P("expert")),
+        out_specs=P(), check_vma=False)
+
+    def moe_train_step(moe, hidden_states, target):
+        return jax.value_and_grad(sharded_loss)(moe, hidden_states, target)
+
+    L, D, F = layers, d_model, d_ff
+    moe = {"router": sds((L, D, E), f32, grid, P()),
+           "wi": sds((L, E, D, F), bf, grid, P(None, "expert")),
+           "wo": sds((L, E, F, D), bf, grid, P(None, "expert"))}
+    hidden_states = sds((n * tokens, D), bf, grid, P("expert"))
+    target = sds((n * tokens, D), f32, grid, P("expert"))
+    return moe_train_step, (moe, hidden_states, target), {}
+
+
+pair(
+    "tp2d_ffn_constraint_model_only", "v4", "v4:2x2x1",
+    "A decoder FFN stack (8 layers, D=4096, d_ff=16384, bf16, no remat) trained on v4 (8 TensorCores) with 2-D "
+    "parallelism on a ('data', 'model') = (4, 2) mesh, whose with_sharding_constraint on the FFN hidden "
+    "activations says P(None, None, 'model'): the [B, S, d_ff] activations of the whole global batch on every "
+    "'data' replica, saved for the backward pass of every layer, beyond 15.25G.",
+    "Fixed variant of tp2d_ffn_constraint_model_only_v4: the hidden constraint P('data', None, 'model'); fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "no_remat"]),
+    _tp2d_ffn_constraint_builder, dict(layers=8, d_model=4096, d_ff=16384, batch=16, seq=2048, data_axis=4,
+                                       hidden_spec=(None, None, "model")),
+    dict(layers=8, d_model=4096, d_ff=16384, batch=16, seq=2048, data_axis=4, hidden_spec=("data", None, "model")),
+    dump=False,
+)
+
+pair(
+    "din_target_attention_all_candidates", "v6e", "v6e:2x2",
+    "A DIN ranking service on v6e scoring 1000 candidates per request against a 512-item behaviour history, "
+    "80 requests per device: DIN's activation unit evaluated for every (candidate, history item) pair at once, "
+    "its inputs broadcast to bf16[80,1000,512,64] (9.8 GiB each) per device, beyond 31.25G.",
+    "Fixed variant of din_target_attention_all_candidates_v6e: the candidates scored 100 at a time "
+    "(jax.lax.map); fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _din_all_candidates_builder, dict(requests=320, candidates=1000, history=512, emb_dim=64, att_hidden=80,
+                                      chunk=None),
+    dict(requests=320, candidates=1000, history=512, emb_dim=64, att_hidden=80, chunk=100),
+    dump=True,
+)
+
+pair(
+    "lm_head_rule_shards_d_model", "v5e", "v5e:2x2",
+    "Tensor parallelism over v5e's 4 chips for a Llama-style decoder (4 gated-MLP blocks, D=4096, vocab 128256, "
+    "batch 12 x 2048 replicated) whose regex partition rule gives the untied lm_head/kernel [d_model, vocab] the "
+    "embedding's P('model', None): the head is split over d_model, every device sums partial logits over the "
+    "whole vocabulary, f32[12,2048,128256] (11.7 GiB) on every device, beyond 15.75G.",
+    "Fixed variant of lm_head_rule_shards_d_model_v5e: the rule ('lm_head/kernel', P(None, 'model')), the "
+    "head vocabulary-parallel; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "large_activation"]),
+    _lm_head_wrong_axis_builder, dict(layers=4, d_model=4096, d_ff=14336, vocab=128256, batch=12, seq=2048,
+                                      lm_head_spec=("model", None)),
+    dict(layers=4, d_model=4096, d_ff=14336, vocab=128256, batch=12, seq=2048, lm_head_spec=(None, "model")),
+    dump=False,
+)
+
+pair(
+    "mamba2_ssd_chunk_is_sequence", "v6e", "v6e:2x2",
+    "A Mamba-2 language model (2 SSD mixers, 32 heads of 64, d_state 128) trained on v6e with 8192-token "
+    "sequences, 1 per device, whose SSD chunk_size is set to the sequence length: the decay matrix "
+    "exp(segsum(A)) and the masked C^T B products are f32[1,32,1,8192,8192] (8 GiB) per layer, beyond 31.25G.",
+    "Fixed variant of mamba2_ssd_chunk_is_sequence_v6e: chunk_size 256 (the paper's), the inter-chunk "
+    "recurrence over 32 chunk states; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _mamba2_ssd_chunk_builder, dict(layers=2, d_model=1024, heads=32, head_dim=64, d_state=128, vocab=32000,
+                                    batch=1, seq=8192, chunk_size=8192),
+    dict(layers=2, d_model=1024, heads=32, head_dim=64, d_state=128, vocab=32000, batch=1, seq=8192,
+         chunk_size=256),
+    dump=False,
+)
+
+pair(
+    "moe_expert_parallel_allgather_dispatch", "v4", "v4:2x2x1",
+    "A top-1 MoE stack (4 layers, 64 experts, D=2048, d_ff=8192) trained on v4 (8 TensorCores) with "
+    "hand-written expert parallelism in jax.shard_map whose dispatch all-gathers every device's 6144 tokens "
+    "(jax.lax.all_gather(x, 'expert', tiled=True)) and builds the dispatch/combine masks over all 49152 tokens "
+    "for the 8 local experts, [49152, 8, 960] per layer, beyond 15.25G.",
+    "Fixed variant of moe_expert_parallel_allgather_dispatch_v4: the GShard dispatch, local [6144, 64, 120] "
+    "masks and two jax.lax.all_to_all; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "large_activation"]),
+    _moe_ep_allgather_builder, dict(layers=4, d_model=2048, d_ff=8192, experts=64, tokens=6144,
+                                    capacity_factor=1.25, dispatch="all_gather"),
+    dict(layers=4, d_model=2048, d_ff=8192, experts=64, tokens=6144, capacity_factor=1.25, dispatch="all_to_all"),
+    dump=False,
+)
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
