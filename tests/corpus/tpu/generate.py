@@ -15058,7 +15058,8 @@ pair(
 # reconstruction in shard_map whose sinogram is all-gathered by in_specs=P(); a graph-partitioned GNN in
 # shard_map that all-gathers every node's features in each layer instead of exchanging halos; a video
 # object-segmentation memory bank that stores every past frame; cryo-EM projection matching that projects
-# the volume for every orientation at once). The same conventions: the fixed twin changes exactly the first cause. See the README section of
+# the volume for every orientation at once; an SR3-style super-resolution U-Net with self-attention at the
+# full output resolution). The same conventions: the fixed twin changes exactly the first cause. See the README section of
 # batch tpu35 for which pairs keep their dumps and what did not go as first written.
 
 
@@ -15264,6 +15265,79 @@ def _cryoem_projection_builder(mesh, box, orientations, particles, chunk):
     return projection_matching_estep, (volume_ft, rotations, particle_ft, ctf), {}
 
 
+# 46.5 an SR3-style super-resolution diffusion U-Net with self-attention at the full output resolution
+
+
+def _sr3_fullres_attention_builder(mesh, size, images, channels, attn_res):
+    """A training step of an SR3-style super-resolution diffusion model (64 -> 256: the bicubic-upsampled
+    low-resolution image concatenated with the noisy target, a conv U-Net over 256, 128, 64, 32 and 16,
+    bf16 activations, weights replicated, images sharded over the devices, epsilon-prediction loss).
+    Self-attention (one head over every pixel of a level) is applied at the levels in `attn_res`.
+    attn_res=(256, 16) (the first version: the config lists the output resolution among the attention
+    resolutions, so one block attends over all 65536 pixels, scores [B, 65536, 65536]); (16,): SR3's
+    attention at the 16x16 level only."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    levels = [size >> i for i in range(len(channels))]
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def res_block(x, lw):
+        h = conv(jax.nn.silu(x), lw["conv_0"])
+        h = conv(jax.nn.silu(h), lw["conv_1"])
+        return x + h
+
+    def self_attention(x, lw):
+        B, H, W, C = x.shape
+        t = x.reshape(B, H * W, C)
+        q, k, v = t @ lw["to_q"], t @ lw["to_k"], t @ lw["to_v"]
+        s = jnp.einsum("bqc,bkc->bqk", q, k, preferred_element_type=f32) * C ** -0.5
+        o = jnp.einsum("bqk,bkc->bqc", jax.nn.softmax(s, -1).astype(bf), v)
+        return x + (o @ lw["proj_out"]).reshape(x.shape)
+
+    def unet(params, x):
+        h = conv(x, params["stem"])
+        skips = []
+        for i, r in enumerate(levels):
+            h = res_block(h, params[f"down_{i}"])
+            if r in attn_res:
+                h = self_attention(h, params[f"down_attn_{i}"])
+            skips.append(h)
+            if i + 1 < len(levels):
+                B, H, W, C = h.shape
+                h = h.reshape(B, H // 2, 2, W // 2, 2, C).mean((2, 4)) @ params[f"down_proj_{i}"]
+        for i in reversed(range(len(levels))):
+            h = res_block(h + skips[i], params[f"up_{i}"])
+            if levels[i] in attn_res:
+                h = self_attention(h, params[f"up_attn_{i}"])
+            if i > 0:
+                h = jnp.repeat(jnp.repeat(h, 2, 1), 2, 2) @ params[f"up_proj_{i}"]
+        return conv(jax.nn.silu(h), params["head"])
+
+    def sr3_train_step(params, lowres_upsampled, noisy_target, noise):
+        def loss_fn(params):
+            x = jnp.concatenate([lowres_upsampled, noisy_target], -1).astype(bf)
+            eps = unet(params, x).astype(f32)
+            return jnp.mean((eps - noise) ** 2)
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    rep = P()
+    params = {"stem": sds((3, 3, 6, channels[0]), bf, mesh, rep), "head": sds((3, 3, channels[0], 3), bf, mesh, rep)}
+    for i, c in enumerate(channels):
+        for side in ("down", "up"):
+            params[f"{side}_{i}"] = {"conv_0": sds((3, 3, c, c), bf, mesh, rep), "conv_1": sds((3, 3, c, c), bf, mesh, rep)}
+            if levels[i] in attn_res:
+                params[f"{side}_attn_{i}"] = {k: sds((c, c), bf, mesh, rep) for k in ("to_q", "to_k", "to_v", "proj_out")}
+        if i + 1 < len(channels):
+            params[f"down_proj_{i}"] = sds((c, channels[i + 1]), bf, mesh, rep)
+            params[f"up_proj_{i + 1}"] = sds((channels[i + 1], c), bf, mesh, rep)
+    n = mesh.devices.size * images
+    img = lambda: sds((n, size, size, 3), f32, mesh, P("d"))
+    return sr3_train_step, (params, img(), img(), img()), {}
+
+
 pair(
     "tomo_fbp_sinogram_gathered", "v5e", "v5e:2x2",
     "Filtered back-projection of a parallel-beam micro-CT scan on v5e in jax.shard_map: the row-sharded "
@@ -15316,6 +15390,19 @@ pair(
     dict(category="single_large_allocation", causes=["large_activation"]),
     _cryoem_projection_builder, dict(box=256, orientations=196608, particles=256, chunk=0),
     dict(box=256, orientations=196608, particles=256, chunk=2048),
+    dump=False,
+)
+
+pair(
+    "sr3_unet_fullres_attention", "v5e", "v5e:2x2",
+    "An SR3-style 64 -> 256 super-resolution diffusion U-Net trained on v5e (2 images per device) whose "
+    "attention resolutions include the output resolution: one self-attention block over all 65536 pixels of "
+    "the 256x256 level, scores f32[2,65536,65536] (32 GiB), beyond 15.75G.",
+    "Fixed variant of sr3_unet_fullres_attention_v5e: self-attention at the 16x16 level only, as SR3's "
+    "config has it; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _sr3_fullres_attention_builder, dict(size=256, images=2, channels=(64, 128, 128, 256, 256), attn_res=(256, 16)),
+    dict(size=256, images=2, channels=(64, 128, 128, 256, 256), attn_res=(16,)),
     dump=False,
 )
 
