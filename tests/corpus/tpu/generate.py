@@ -15452,6 +15452,360 @@ pair(
     dump=False,
 )
 
+# ---- 46. more broken/fixed pairs (batch tpu35): other models, other names ---------------------
+#
+# Programs of kinds sections 13-44 do not have, from science, vision and graphs (a parallel-beam tomography
+# reconstruction in shard_map whose sinogram is all-gathered by in_specs=P(); a graph-partitioned GNN in
+# shard_map that all-gathers every node's features in each layer instead of exchanging halos; a video
+# object-segmentation memory bank that stores every past frame; cryo-EM projection matching that projects
+# the volume for every orientation at once; an SR3-style super-resolution U-Net with self-attention at the
+# full output resolution). The same conventions: the fixed twin changes exactly the first cause. See the README section of
+# batch tpu35 for which pairs keep their dumps and what did not go as first written.
+
+
+# 46.1 tomography filtered back-projection in shard_map whose sinogram is all-gathered by in_specs=P()
+
+
+def _tomo_fbp_gathered_builder(mesh, angles, det_rows, det_cols, sino_in_spec):
+    """Filtered back-projection of a parallel-beam synchrotron micro-CT scan, written in jax.shard_map.
+    The sinogram [angles, det_rows, det_cols] f32 arrives sharded over detector rows (P(None, 'd', None));
+    each device reconstructs the slab of volume slices its rows image (parallel beam: slice z sees only
+    detector row z), ramp-filtering along the detector columns with an rfft, then a fori_loop over the
+    angles (linear interpolation of each filtered projection along t = x cos + y sin).
+    sino_in_spec=() (the first version: in_specs=P() "because every slab needs every angle", so the whole
+    sinogram is all-gathered onto every device and ramp-filtered there before the slab is cut out);
+    (None, 'd', None): in_specs=P(None, 'd', None), each device filters only its own rows."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n_dev = mesh.devices.size
+    rows_local = det_rows // n_dev
+    N = det_cols
+
+    def ramp_filter(sino):
+        freqs = jnp.fft.rfftfreq(2 * det_cols).astype(f32)
+        padded = jnp.pad(sino, ((0, 0), (0, 0), (0, det_cols)))
+        filtered = jnp.fft.irfft(jnp.fft.rfft(padded, axis=-1) * (2 * jnp.abs(freqs)), axis=-1)
+        return filtered[..., :det_cols].astype(f32)
+
+    def backproject_slab(sinogram, theta):
+        filtered = ramp_filter(sinogram)
+        if filtered.shape[1] != rows_local:                                            # the whole sinogram
+            filtered = jax.lax.dynamic_slice_in_dim(filtered, jax.lax.axis_index("d") * rows_local, rows_local, 1)
+        xs = jnp.arange(N, dtype=f32) - N / 2
+        X, Y = jnp.meshgrid(xs, xs, indexing="ij")
+
+        def add_angle(a, vol):
+            t = X * jnp.cos(theta[a]) + Y * jnp.sin(theta[a]) + N / 2
+            i0 = jnp.clip(jnp.floor(t).astype(jnp.int32), 0, N - 2)
+            w = (t - i0)[None]
+            proj = filtered[a]                                                           # [rows_local, N]
+            return vol + (1 - w) * proj[:, i0] + w * proj[:, i0 + 1]
+
+        vol = jax.lax.fori_loop(0, angles, add_angle, jnp.zeros((rows_local, N, N), f32))
+        return vol * (jnp.pi / angles)
+
+    fbp = jax.shard_map(backproject_slab, mesh=mesh, in_specs=(P(*sino_in_spec), P()),
+                        out_specs=P("d", None, None), check_vma=False)
+
+    def reconstruct_volume(sinogram, theta):
+        return fbp(sinogram, theta)
+
+    sinogram = sds((angles, det_rows, det_cols), f32, mesh, P(None, "d", None))
+    theta = sds((angles,), f32, mesh, P())
+    return reconstruct_volume, (sinogram, theta), {}
+
+
+# 46.2 a graph-partitioned GNN in shard_map that all-gathers every node's features in each layer instead of a halo
+
+
+def _gnn_halo_builder(mesh, nodes, dim, layers, edges, halo, exchange):
+    """Full-graph training of a message-passing GNN (a mesh-based physics simulator / road-network model with
+    millions of nodes) whose graph is partitioned over the devices (METIS-style: each device owns nodes/n
+    nodes and the edges that end in them), written in jax.shard_map. Each layer projects the sender
+    features and scatter-adds the messages into the local receivers, with psum of the gradients.
+    exchange='all_gather' (the first version: `jax.lax.all_gather(h, 'd', tiled=True)` of the whole node
+    feature matrix in every layer, the sender ids global, so each device holds, and keeps for the backward
+    pass, all nodes' features per layer); 'halo': only the `halo` boundary nodes each partition exports are
+    all-gathered (`h[halo_export]`), the sender ids index [local nodes; every partition's halo], as
+    DistDGL/PyG partitioned training exchanges halos."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n_dev = mesh.devices.size
+    local = nodes // n_dev
+
+    def gnn_loss(params, h, senders, receivers, halo_export, targets):
+        for l in range(layers):
+            lw = params[f"message_passing_{l}"]
+            if exchange == "all_gather":
+                h_src = jax.lax.all_gather(h, "d", axis=0, tiled=True)                    # [nodes, dim]
+            else:
+                h_src = jnp.concatenate([h, jax.lax.all_gather(h[halo_export], "d", axis=0, tiled=True)])
+            m = jax.nn.silu(h_src @ lw["w_msg"])
+            agg = jax.ops.segment_sum(m[senders], receivers, num_segments=local)
+            h = h + jax.nn.silu(agg @ lw["w_update"] + h @ lw["w_self"])
+        return jnp.mean((h @ params["decoder"] - targets) ** 2)
+
+    def per_partition(params, h, senders, receivers, halo_export, targets):
+        loss, grads = jax.value_and_grad(gnn_loss)(params, h, senders, receivers, halo_export, targets)
+        return jax.lax.pmean(loss, "d"), jax.lax.pmean(grads, "d")
+
+    step = jax.shard_map(per_partition, mesh=mesh,
+                         in_specs=(P(), P("d"), P("d"), P("d"), P("d"), P("d")), out_specs=(P(), P()),
+                         check_vma=False)
+
+    def partitioned_gnn_train_step(params, node_features, senders, receivers, halo_export, targets):
+        return step(params, node_features, senders, receivers, halo_export, targets)
+
+    rep = P()
+    params = {"decoder": sds((dim, 3), f32, mesh, rep)}
+    for l in range(layers):
+        params[f"message_passing_{l}"] = {k: sds((dim, dim), f32, mesh, rep) for k in ("w_msg", "w_update", "w_self")}
+    i32 = jnp.int32
+    node_features = sds((nodes, dim), f32, mesh, P("d"))
+    senders = sds((edges * n_dev,), i32, mesh, P("d"))
+    receivers = sds((edges * n_dev,), i32, mesh, P("d"))
+    halo_export = sds((halo * n_dev,), i32, mesh, P("d"))
+    targets = sds((nodes, 3), f32, mesh, P("d"))
+    return partitioned_gnn_train_step, (params, node_features, senders, receivers, halo_export, targets), {}
+
+
+# 46.3 a video object-segmentation memory bank that stores every past frame's keys and values
+
+
+def _vos_memory_bank_builder(mesh, frames, height, width, key_dim, value_dim, videos, mem_every):
+    """STM/XMem-style semi-supervised video object segmentation at inference: a lax.scan over the frames of
+    each clip, the query frame's keys (stride-16 features, [H*W, key_dim] bf16) read out against a memory
+    bank preallocated for the clip ([slots, H*W, key_dim] and [slots, H*W, value_dim] bf16, unwritten slots
+    masked), the affinity softmaxed over every memory position, and the frame's key/value written into the
+    bank every `mem_every` frames. mem_every=1 (the first version: every past frame is kept, slots = frames,
+    the affinity [videos, H*W, frames*H*W] f32 per step); 5 (STM's default memory interval)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    HW = height * width
+    slots = -(-frames // mem_every)
+
+    def segment_clip(params, frame_features, first_mask):
+        B = frame_features.shape[0]
+        k0 = frame_features[:, 0] @ params["key_proj"]
+        v0 = (frame_features[:, 0] * first_mask[..., None]) @ params["value_proj"]
+        mem_k = jnp.zeros((B, slots, HW, key_dim), bf).at[:, 0].set(k0)
+        mem_v = jnp.zeros((B, slots, HW, value_dim), bf).at[:, 0].set(v0)
+
+        def step(carry, t):
+            mem_k, mem_v = carry
+            feats = jax.lax.dynamic_index_in_dim(frame_features, t, 1, keepdims=False)     # [B, HW, C]
+            qk = feats @ params["key_proj"]
+            aff = jnp.einsum("bqc,bsmc->bqsm", qk, mem_k, preferred_element_type=f32) * key_dim ** -0.5
+            written = (jnp.arange(slots) * mem_every < t)[None, None, :, None]
+            aff = jnp.where(written, aff, -1e9).reshape(B, HW, slots * HW)
+            p = jax.nn.softmax(aff, -1).astype(bf)
+            readout = jnp.einsum("bqn,bnc->bqc", p, mem_v.reshape(B, slots * HW, value_dim))
+            mask_logits = (jnp.concatenate([readout, feats], -1) @ params["decoder"])[..., 0]
+            v_new = (feats * jax.nn.sigmoid(mask_logits)[..., None].astype(bf)) @ params["value_proj"]
+            slot = t // mem_every
+            do_write = (t % mem_every) == 0
+            mem_k = jnp.where(do_write, jax.lax.dynamic_update_index_in_dim(mem_k, qk, slot, 1), mem_k)
+            mem_v = jnp.where(do_write, jax.lax.dynamic_update_index_in_dim(mem_v, v_new, slot, 1), mem_v)
+            return (mem_k, mem_v), mask_logits.astype(f32)
+
+        _, masks = jax.lax.scan(step, (mem_k, mem_v), jnp.arange(1, frames))
+        return jnp.swapaxes(masks, 0, 1)
+
+    C = 1024
+    rep = P()
+    params = {"key_proj": sds((C, key_dim), bf, mesh, rep), "value_proj": sds((C, value_dim), bf, mesh, rep),
+              "decoder": sds((value_dim + C, 1), bf, mesh, rep)}
+    n = mesh.devices.size * videos
+    frame_features = sds((n, frames, HW, C), bf, mesh, P("d"))
+    first_mask = sds((n, HW), bf, mesh, P("d"))
+    return segment_clip, (params, frame_features, first_mask), {"out_shardings": NamedSharding(mesh, P("d"))}
+
+
+# 46.4 cryo-EM projection matching that projects the volume for every candidate orientation at once
+
+
+def _cryoem_projection_builder(mesh, box, orientations, particles, chunk):
+    """The expectation step of cryo-EM refinement by projection matching: the current 3-D reconstruction's
+    Fourier transform (a [box, box, box] complex64 volume, replicated) is sliced (Fourier-slice theorem,
+    nearest-neighbour lookup) at every candidate orientation, CTF-weighted, and cross-correlated with the
+    particle images' Fourier transforms (sharded over the devices) to score [particles, orientations].
+    chunk=0 (the first version: all projections [orientations, box, box//2+1] complex64 made at once);
+    chunk>0: jax.lax.map over blocks of `chunk` orientations, each block projected and scored in turn, as
+    RELION/cryoSPARC iterate orientation batches."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, c64 = jnp.float32, jnp.complex64
+    D, Dh = box, box // 2 + 1
+    ky = (jnp.fft.fftfreq(D) * D).astype(f32)
+    kx = jnp.arange(Dh, dtype=f32)
+
+    def project(vol_ft, rot):                                                          # rot [3, 3]
+        coords = rot[:, 0, None, None] * kx[None, None, :] + rot[:, 1, None, None] * ky[None, :, None]
+        idx = jnp.round(coords).astype(jnp.int32) % D                                     # [3, D, Dh]
+        return vol_ft[idx[0], idx[1], idx[2]]                                            # [D, Dh] complex
+
+    def score_orientations(volume_ft, rotations, particle_ft, ctf):
+        if chunk:
+            def score_block(rs):
+                pr = jax.vmap(lambda r: project(volume_ft, r))(rs)
+                return jnp.real(jnp.einsum("pxy,oxy->po", jnp.conj(particle_ft) * ctf, pr))
+            blocks = jax.lax.map(score_block, rotations.reshape(-1, chunk, 3, 3))        # [O/c, P, c]
+            return jnp.moveaxis(blocks, 0, 1).reshape(particle_ft.shape[0], -1)
+        projs = jax.vmap(lambda r: project(volume_ft, r))(rotations)                     # [O, D, Dh]
+        return jnp.real(jnp.einsum("pxy,oxy->po", jnp.conj(particle_ft) * ctf, projs))
+
+    def projection_matching_estep(volume_ft, rotations, particle_ft, ctf):
+        scores = score_orientations(volume_ft, rotations, particle_ft, ctf)
+        return jax.nn.log_softmax(scores, -1).max(-1), jnp.argmax(scores, -1)
+
+    volume_ft = sds((D, D, D), c64, mesh, P())
+    rotations = sds((orientations, 3, 3), f32, mesh, P())
+    n = mesh.devices.size * particles
+    particle_ft = sds((n, D, Dh), c64, mesh, P("d"))
+    ctf = sds((n, D, Dh), f32, mesh, P("d"))
+    return projection_matching_estep, (volume_ft, rotations, particle_ft, ctf), {}
+
+
+# 46.5 an SR3-style super-resolution diffusion U-Net with self-attention at the full output resolution
+
+
+def _sr3_fullres_attention_builder(mesh, size, images, channels, attn_res):
+    """A training step of an SR3-style super-resolution diffusion model (64 -> 256: the bicubic-upsampled
+    low-resolution image concatenated with the noisy target, a conv U-Net over 256, 128, 64, 32 and 16,
+    bf16 activations, weights replicated, images sharded over the devices, epsilon-prediction loss).
+    Self-attention (one head over every pixel of a level) is applied at the levels in `attn_res`.
+    attn_res=(256, 16) (the first version: the config lists the output resolution among the attention
+    resolutions, so one block attends over all 65536 pixels, scores [B, 65536, 65536]); (16,): SR3's
+    attention at the 16x16 level only."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    levels = [size >> i for i in range(len(channels))]
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def res_block(x, lw):
+        h = conv(jax.nn.silu(x), lw["conv_0"])
+        h = conv(jax.nn.silu(h), lw["conv_1"])
+        return x + h
+
+    def self_attention(x, lw):
+        B, H, W, C = x.shape
+        t = x.reshape(B, H * W, C)
+        q, k, v = t @ lw["to_q"], t @ lw["to_k"], t @ lw["to_v"]
+        s = jnp.einsum("bqc,bkc->bqk", q, k, preferred_element_type=f32) * C ** -0.5
+        o = jnp.einsum("bqk,bkc->bqc", jax.nn.softmax(s, -1).astype(bf), v)
+        return x + (o @ lw["proj_out"]).reshape(x.shape)
+
+    def unet(params, x):
+        h = conv(x, params["stem"])
+        skips = []
+        for i, r in enumerate(levels):
+            h = res_block(h, params[f"down_{i}"])
+            if r in attn_res:
+                h = self_attention(h, params[f"down_attn_{i}"])
+            skips.append(h)
+            if i + 1 < len(levels):
+                B, H, W, C = h.shape
+                h = h.reshape(B, H // 2, 2, W // 2, 2, C).mean((2, 4)) @ params[f"down_proj_{i}"]
+        for i in reversed(range(len(levels))):
+            h = res_block(h + skips[i], params[f"up_{i}"])
+            if levels[i] in attn_res:
+                h = self_attention(h, params[f"up_attn_{i}"])
+            if i > 0:
+                h = jnp.repeat(jnp.repeat(h, 2, 1), 2, 2) @ params[f"up_proj_{i}"]
+        return conv(jax.nn.silu(h), params["head"])
+
+    def sr3_train_step(params, lowres_upsampled, noisy_target, noise):
+        def loss_fn(params):
+            x = jnp.concatenate([lowres_upsampled, noisy_target], -1).astype(bf)
+            eps = unet(params, x).astype(f32)
+            return jnp.mean((eps - noise) ** 2)
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    rep = P()
+    params = {"stem": sds((3, 3, 6, channels[0]), bf, mesh, rep), "head": sds((3, 3, channels[0], 3), bf, mesh, rep)}
+    for i, c in enumerate(channels):
+        for side in ("down", "up"):
+            params[f"{side}_{i}"] = {"conv_0": sds((3, 3, c, c), bf, mesh, rep), "conv_1": sds((3, 3, c, c), bf, mesh, rep)}
+            if levels[i] in attn_res:
+                params[f"{side}_attn_{i}"] = {k: sds((c, c), bf, mesh, rep) for k in ("to_q", "to_k", "to_v", "proj_out")}
+        if i + 1 < len(channels):
+            params[f"down_proj_{i}"] = sds((c, channels[i + 1]), bf, mesh, rep)
+            params[f"up_proj_{i + 1}"] = sds((channels[i + 1], c), bf, mesh, rep)
+    n = mesh.devices.size * images
+    img = lambda: sds((n, size, size, 3), f32, mesh, P("d"))
+    return sr3_train_step, (params, img(), img(), img()), {}
+
+
+pair(
+    "tomo_fbp_sinogram_gathered", "v5e", "v5e:2x2",
+    "Filtered back-projection of a parallel-beam micro-CT scan on v5e in jax.shard_map: the row-sharded "
+    "sinogram (900 angles x 1024 detector rows x 1024 columns, f32) is passed with in_specs=P(), so it is "
+    "all-gathered onto every device and ramp-filtered whole (the rfft of the zero-padded projections) before "
+    "each device cuts out its slab's rows, beyond 15.75G.",
+    "Fixed variant of tomo_fbp_sinogram_gathered_v5e: in_specs=P(None, 'd', None), each device filters and "
+    "back-projects only its own detector rows; fits.",
+    dict(category="aggregate", causes=["replicated_tensor"]),
+    _tomo_fbp_gathered_builder, dict(angles=900, det_rows=1024, det_cols=1024, sino_in_spec=()),
+    dict(angles=900, det_rows=1024, det_cols=1024, sino_in_spec=(None, "d", None)),
+    dump=True,
+)
+
+pair(
+    "gnn_partitioned_full_allgather", "v4", "v4:2x2x1",
+    "Full-graph training on v4 (8 TensorCores) of a 4-layer message-passing GNN over a 4M-node mesh graph "
+    "partitioned over the cores in jax.shard_map, that all-gathers the whole node feature matrix in every "
+    "layer (f32[4194304,256], 4 GiB) and keeps it for the backward pass of the sender projection, beyond "
+    "15.25G.",
+    "Fixed variant of gnn_partitioned_full_allgather_v4: only each partition's 65536 exported halo nodes are "
+    "all-gathered, the sender ids index [local nodes; halos]; fits.",
+    dict(category="aggregate", causes=["replicated_tensor"]),
+    _gnn_halo_builder, dict(nodes=4194304, dim=256, layers=4, edges=1048576, halo=65536, exchange="all_gather"),
+    dict(nodes=4194304, dim=256, layers=4, edges=1048576, halo=65536, exchange="halo"),
+    dump=False,
+)
+
+pair(
+    "vos_memory_bank_every_frame", "v6e", "v6e:2x2",
+    "STM-style video object segmentation on v6e (120-frame 480p clips, stride-16 keys: 1620 tokens per frame, "
+    "16 clips per device) whose memory bank stores every past frame: the readout affinity "
+    "f32[16,1620,194400] per step, beyond 31.25G.",
+    "Fixed variant of vos_memory_bank_every_frame_v6e: a frame written into the memory every 5 frames "
+    "(STM's memory interval), 24 slots; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _vos_memory_bank_builder, dict(frames=120, height=30, width=54, key_dim=64, value_dim=512, videos=16,
+                                   mem_every=1),
+    dict(frames=120, height=30, width=54, key_dim=64, value_dim=512, videos=16, mem_every=5),
+    dump=False,
+)
+
+pair(
+    "cryoem_all_orientation_projections", "v5p", "v5p:2x2x1",
+    "Cryo-EM projection matching on v5p (a 256^3 complex64 reconstruction, 196608 candidate orientations, 256 "
+    "particles per device) whose E-step slices the volume for every orientation at once: the projections "
+    "complex64[196608,256,129] (48 GiB) and their CTF-weighted products, beyond 95.74G.",
+    "Fixed variant of cryoem_all_orientation_projections_v5p: jax.lax.map over blocks of 2048 orientations, "
+    "each block projected and scored in turn; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _cryoem_projection_builder, dict(box=256, orientations=196608, particles=256, chunk=0),
+    dict(box=256, orientations=196608, particles=256, chunk=2048),
+    dump=False,
+)
+
+pair(
+    "sr3_unet_fullres_attention", "v5e", "v5e:2x2",
+    "An SR3-style 64 -> 256 super-resolution diffusion U-Net trained on v5e (2 images per device) whose "
+    "attention resolutions include the output resolution: one self-attention block over all 65536 pixels of "
+    "the 256x256 level, scores f32[2,65536,65536] (32 GiB), beyond 15.75G.",
+    "Fixed variant of sr3_unet_fullres_attention_v5e: self-attention at the 16x16 level only, as SR3's "
+    "config has it; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _sr3_fullres_attention_builder, dict(size=256, images=2, channels=(64, 128, 128, 256, 256), attn_res=(256, 16)),
+    dict(size=256, images=2, channels=(64, 128, 128, 256, 256), attn_res=(16,)),
+    dump=False,
+)
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
