@@ -101,6 +101,7 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
         out.extend(replicated(m, s, &mut claimed));
         out.extend(gathered_output(m, s, &mut claimed));
         out.extend(gathered_stack(m, s, &mut claimed));
+        out.extend(gathered_input(m, s, &mut claimed));
         out.extend(no_donation(m, s));
     }
     if tight {
@@ -544,6 +545,122 @@ fn gathered_output(
             )],
         );
         c.changes = changes;
+        causes.push(c);
+    }
+    causes
+}
+
+/// An input gathered whole on every device, and the work done on it whole: an all-gather of an
+/// entry parameter (through copies and bitcasts), whose result and what is computed from it at
+/// full size (filters, FFTs, pads of the whole array) are live at the peak, a tenth of it or more.
+/// `shard_map(..., in_specs=P())` over a sharded input, or an `all_gather` at the top of a
+/// per-shard function: every device holds and processes the whole array instead of its block.
+fn gathered_input<'a>(
+    m: &'a HloModule<'a>,
+    s: &SpaceReport,
+    claimed: &mut HashSet<String>,
+) -> Vec<Cause> {
+    let Some(entry) = m.entry().filter(|_| m.num_partitions > 1) else {
+        return Vec::new();
+    };
+    let by_name: HashMap<&'a str, &'a Instruction<'a>> =
+        entry.instructions.iter().map(|i| (i.name, i)).collect();
+    let mut users: HashMap<&'a str, Vec<&'a str>> = HashMap::default();
+    for i in &entry.instructions {
+        for o in &i.operands {
+            users.entry(*o).or_default().push(i.name);
+        }
+    }
+    let elements = |i: &Instruction<'_>| Shape::parse(i.shape).map(|x| x.elements());
+    // The entry parameter a value is a copy of (through copies, bitcasts, async starts).
+    let param_of = |mut cur: &'a str| -> Option<&'a Instruction<'a>> {
+        for _ in 0..6 {
+            let i = by_name.get(cur)?;
+            match i.opcode {
+                "parameter" => return Some(*i),
+                "copy" | "copy-start" | "copy-done" | "bitcast" | "reshape" | "convert"
+                | "all-gather-start" => cur = i.operands.first()?,
+                _ => return None,
+            }
+        }
+        None
+    };
+    let mut causes = Vec::new();
+    for g in entry
+        .instructions
+        .iter()
+        .filter(|i| matches!(i.opcode, "all-gather" | "all-gather-done"))
+    {
+        let Some(first) = g.operands.first() else {
+            continue;
+        };
+        let Some(param) = param_of(first) else {
+            continue;
+        };
+        let (Some(whole), Some(shard)) = (elements(g), elements(param)) else {
+            continue;
+        };
+        let ways = whole / shard.max(1);
+        if ways < 2 {
+            continue;
+        }
+        // What is computed from the gathered array at its full size.
+        let mut seen: HashSet<&str> = HashSet::default();
+        let mut frontier = vec![g.name];
+        seen.insert(g.name);
+        for _ in 0..10 {
+            let mut next = Vec::new();
+            for n in frontier {
+                for u in users.get(n).into_iter().flatten() {
+                    let Some(i) = by_name.get(u) else { continue };
+                    if matches!(i.opcode, "tuple" | "while" | "conditional" | "call")
+                        // (A tuple's members are weighed at their get-tuple-elements.)
+                        || !elements(i).map_or(i.shape.starts_with('('), |e| e * 2 >= whole)
+                        || seen.len() >= 256
+                    {
+                        continue;
+                    }
+                    if seen.insert(u) {
+                        next.push(*u);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        let live: Vec<&BufferAtPeak> = s
+            .buffers_at_peak
+            .iter()
+            .filter(|b| seen.contains(b.name.split('{').next().unwrap_or("")))
+            .filter(|b| !claimed.contains(&b.name))
+            .collect();
+        let together: u64 = live.iter().map(|b| b.size_bytes).sum();
+        if live.is_empty() || together * 10 < s.peak_bytes {
+            continue;
+        }
+        let name = match param.metadata.op_name {
+            "" => param.name,
+            n => n,
+        };
+        let mut c = cause(
+            CauseKind::ReplicatedTensor,
+            None,
+            format!(
+                "the input `{name}` ({}) is all-gathered whole on every device (`{}`, {ways}x its shard), and what is computed from it is whole too: {} at the peak, {} of it",
+                param.shape.split('{').next().unwrap_or(param.shape),
+                g.name,
+                format_size(together),
+                pct(together, s.peak_bytes)
+            ),
+            vec![
+                "keep it sharded and work on each device's block: shard_map in_specs matching the array's sharding (not P()), or no all_gather at the top of the per-shard function".into(),
+                "where a device needs its neighbours' data, exchange only that (a halo with jax.lax.ppermute, all_to_all, psum_scatter) instead of the whole array".into(),
+            ],
+        );
+        for b in &live {
+            claimed.insert(b.name.clone());
+            c.changes
+                .push((b.name.clone(), (1000 / ways).max(1) as u32));
+        }
         causes.push(c);
     }
     causes
