@@ -2303,7 +2303,10 @@ fn gathered_whole(ctx: &Ctx<'_>) -> Option<Cause> {
                 // (A one-layer slice `[1, ...]` is what a scan reads of its stack, not a shard.)
                 && l >= 2
                 && k > l
-                && k % l == 0)
+                && k % l == 0
+                // (A mesh axis: a power of two, or a small count; 768 times a volume's 256 is
+                // no axis, it is 196608 orientations beside a [256, ...] volume.)
+                && ((k / l).is_power_of_two() || k / l <= 16))
                 .then_some((big, *a, k / l))
         })
     })?;
@@ -4025,6 +4028,12 @@ mod corpus_tests {
         assert_eq!(
             first_causes("tpu/partition_rules_stale_name_v4/stderr.log")[0],
             CauseKind::ReplicatedTensor
+        );
+        // 196608 orientations' projections beside a [256, 256, 129] volume: 768 times its first
+        // dimension is no mesh axis, so no shard gathered whole.
+        assert_eq!(
+            first_causes("tpu/cryoem_all_orientation_projections_v5p/stderr.log")[0],
+            CauseKind::LargeActivation
         );
     }
 
