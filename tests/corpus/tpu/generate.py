@@ -15806,6 +15806,509 @@ pair(
     dump=False,
 )
 
+# ---- 47. more broken/fixed pairs (batch tpu36): other models, other names ---------------------
+#
+# Programs of kinds sections 13-46 do not have, three about placement the way training codebases write it
+# (a Levanter/haliax-style named-axis mapping whose `axis_resources` leave the 'vocab' axis unmapped; Adam
+# moments whose partition specs are looked up by shape in a table built from the per-layer params tree before
+# the layers were stacked for the scan; a tied LM head in jax.shard_map that all-gathers the vocabulary-sharded
+# embedding table) and the rest activations / program structure (a mixture-of-depths block computed for every
+# token and masked instead of gathering the routed tokens; RETRO's chunked cross-attention written as one
+# cross-attention over every chunk's neighbours; ESM-2 contact prediction whose layer scan emits every layer's
+# attention maps in f32 for the contact head). The same conventions: the fixed twin changes exactly the
+# first cause. See the README section of batch tpu36 for which pairs keep their dumps.
+
+
+def _rms_norm36(x, g):
+    import jax
+    import jax.numpy as jnp
+    x32 = x.astype(jnp.float32)
+    return (x32 * jax.lax.rsqrt((x32 * x32).mean(-1, keepdims=True) + 1e-6) * g).astype(jnp.bfloat16)
+
+
+# 47.1 haliax-style named-axis mapping: axis_resources map 'mlp' and 'heads' to 'model' but leave 'vocab' unmapped
+
+
+def _haliax_vocab_unmapped_builder(mesh, layers, vocab, embed, mlp, heads, head_size, batch, seq, axis_resources):
+    """A Gemma-style decoder trained with tensor parallelism over the slice, written the Levanter/haliax way:
+    every parameter and activation carries named axes (('vocab', 'embed'), ('layers', 'embed', 'heads',
+    'head_size'), ('batch', 'position', 'mlp'), ...) and one `axis_resources` dict maps axis names to mesh
+    axes; an axis the dict does not name is replicated (haliax's rule). Parameters f32 (bf16 compute), Adam
+    moments shaped and placed like the parameters, params and state donated, layers under lax.scan.
+    axis_resources={'mlp': 'model', 'heads': 'model'} (the first version: the tensor-parallel mapping written
+    for the blocks, 'vocab' never mapped, so the 256000-row token embedding and the untied lm_head, their
+    gradients, both Adam moments and the logits are whole on every device); the same with 'vocab': 'model'."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    grid = Mesh(mesh.devices.reshape(-1), ("model",))
+    f32, bf = jnp.float32, jnp.bfloat16
+
+    def spec(axes):
+        return P(*(axis_resources.get(a) for a in axes))
+
+    def shard(x, *axes):                                   # hax.shard(x, axis_resources)
+        return jax.lax.with_sharding_constraint(x, NamedSharding(grid, spec(axes)))
+
+    def decoder_layer(x, lw):
+        h = _rms_norm36(x, lw["attn_norm"])
+        q = shard(jnp.einsum("bse,ehd->bshd", h, lw["q_proj"].astype(bf)), "batch", "position", "heads", "head_size")
+        k = shard(jnp.einsum("bse,ehd->bshd", h, lw["k_proj"].astype(bf)), "batch", "position", "heads", "head_size")
+        v = shard(jnp.einsum("bse,ehd->bshd", h, lw["v_proj"].astype(bf)), "batch", "position", "heads", "head_size")
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * head_size ** -0.5
+        causal = jnp.tril(jnp.ones((seq, seq), bool))
+        p = jax.nn.softmax(jnp.where(causal, s, -1e9), -1).astype(bf)
+        o = jnp.einsum("bhqk,bkhd->bqhd", p, v)
+        x = shard(x + jnp.einsum("bshd,hde->bse", o, lw["o_proj"].astype(bf)), "batch", "position", "embed")
+        h = _rms_norm36(x, lw["mlp_norm"])
+        g = shard(h @ lw["gate_proj"].astype(bf), "batch", "position", "mlp")
+        u = shard(h @ lw["up_proj"].astype(bf), "batch", "position", "mlp")
+        x = shard(x + (jax.nn.gelu(g) * u) @ lw["down_proj"].astype(bf), "batch", "position", "embed")
+        return x, None
+
+    def train_step(params, opt_state, tokens, targets):
+        def loss_fn(params):
+            x = shard(params["token_embeddings"][tokens].astype(bf), "batch", "position", "embed")
+            x, _ = jax.lax.scan(jax.checkpoint(decoder_layer), x, params["layers"])
+            x = _rms_norm36(x, params["final_norm"])
+            logits = shard(jnp.einsum("bse,ev->bsv", x, params["lm_head"].astype(bf), preferred_element_type=f32),
+                           "batch", "position", "vocab")
+            logp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    L, E, M, H, D = layers, embed, mlp, heads, head_size
+    named = {"token_embeddings": ((vocab, E), ("vocab", "embed")),
+             "lm_head": ((E, vocab), ("embed", "vocab")),
+             "final_norm": ((E,), ("embed",)),
+             "layers": {"attn_norm": ((L, E), ("layers", "embed")),
+                        "q_proj": ((L, E, H, D), ("layers", "embed", "heads", "head_size")),
+                        "k_proj": ((L, E, H, D), ("layers", "embed", "heads", "head_size")),
+                        "v_proj": ((L, E, H, D), ("layers", "embed", "heads", "head_size")),
+                        "o_proj": ((L, H, D, E), ("layers", "heads", "head_size", "embed")),
+                        "mlp_norm": ((L, E), ("layers", "embed")),
+                        "gate_proj": ((L, E, M), ("layers", "embed", "mlp")),
+                        "up_proj": ((L, E, M), ("layers", "embed", "mlp")),
+                        "down_proj": ((L, M, E), ("layers", "mlp", "embed"))}}
+    is_leaf = lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], tuple)
+    mk = lambda t: sds(t[0], f32, grid, spec(t[1]))
+    params = jax.tree_util.tree_map(mk, named, is_leaf=is_leaf)
+    opt_state = {"count": sds((), jnp.int32, grid, P()),
+                 "mu": jax.tree_util.tree_map(mk, named, is_leaf=is_leaf),
+                 "nu": jax.tree_util.tree_map(mk, named, is_leaf=is_leaf)}
+    tokens = sds((batch, seq), jnp.int32, grid, P())
+    targets = sds((batch, seq), jnp.int32, grid, P())
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(grid, P())),
+          "donate_argnums": (0, 1)}
+    return train_step, (params, opt_state, tokens, targets), kw
+
+
+# 47.2 Adam-moment partition specs looked up by shape in a table built from the unstacked per-layer params tree
+
+
+def _opt_specs_by_shape_builder(mesh, layers, d_model, d_ff, vocab, batch, seq, specs_from):
+    """FSDP training of a decoder (f32 master weights sharded over 'fsdp' on their input dimension, bf16
+    compute, layers under lax.scan with jax.checkpoint, params and Adam state donated). The launcher derives
+    the optimizer state's shardings the way some trainers do: a table {shape: PartitionSpec} built from the
+    params' specs, every moment looked up by its shape, anything not found replicated ("counts and scalars").
+    specs_from='per_layer' (the first version: the table was built from the model's per-layer params tree
+    before the layers were stacked into [layers, ...] arrays for the scan; the stacked moments' shapes are not
+    in it, so both moments of every layer weight fall back to P() and are whole on every device);
+    'stacked': the table built from the params tree that is actually trained."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    grid = Mesh(mesh.devices.reshape(-1), ("fsdp",))
+    f32, bf = jnp.float32, jnp.bfloat16
+    L, D, F, V = layers, d_model, d_ff, vocab
+    per_layer = {"wq": ((D, D), P("fsdp", None)), "wk": ((D, D), P("fsdp", None)), "wv": ((D, D), P("fsdp", None)),
+                 "wo": ((D, D), P("fsdp", None)), "w_gate": ((D, F), P("fsdp", None)),
+                 "w_up": ((D, F), P("fsdp", None)), "w_down": ((F, D), P("fsdp", None)),
+                 "attn_norm": ((D,), P()), "mlp_norm": ((D,), P())}
+    top = {"embed_tokens": ((V, D), P("fsdp", None)), "final_norm": ((D,), P()), "lm_head": ((D, V), P("fsdp", None))}
+    stacked = {k: ((L,) + s, P(None, *sp)) for k, (s, sp) in per_layer.items()}
+    params_def = dict(top, layers=stacked)
+    table_src = dict(top, **per_layer) if specs_from == "per_layer" else dict(top, **stacked)
+    spec_by_shape = {s: sp for s, sp in table_src.values()}
+    is_leaf = lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], P)
+    params = jax.tree_util.tree_map(lambda t: sds(t[0], f32, grid, t[1]), params_def, is_leaf=is_leaf)
+    moment = lambda t: sds(t[0], f32, grid, spec_by_shape.get(t[0], P()))
+    opt_state = {"count": sds((), jnp.int32, grid, P()),
+                 "mu": jax.tree_util.tree_map(moment, params_def, is_leaf=is_leaf),
+                 "nu": jax.tree_util.tree_map(moment, params_def, is_leaf=is_leaf)}
+
+    def layer(x, lw):
+        w = {k: v.astype(bf) for k, v in lw.items()}
+        h = _rms_norm36(x, lw["attn_norm"])
+        B, S, _ = x.shape
+        q, k, v = [(h @ w[n]).reshape(B, S, D // 128, 128) for n in ("wq", "wk", "wv")]
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * 128 ** -0.5
+        s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s, -1e9)
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(B, S, D)
+        x = x + o @ w["wo"]
+        h = _rms_norm36(x, lw["mlp_norm"])
+        return x + (jax.nn.silu(h @ w["w_gate"]) * (h @ w["w_up"])) @ w["w_down"], None
+
+    def fsdp_train_step(params, opt_state, input_ids, labels):
+        def loss_fn(params):
+            x = params["embed_tokens"][input_ids].astype(bf)
+            x, _ = jax.lax.scan(jax.checkpoint(layer), x, params["layers"])
+            logits = _rms_norm36(x, params["final_norm"]) @ params["lm_head"].astype(bf)
+            logp = jax.nn.log_softmax(logits.astype(f32), -1)
+            return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    input_ids = sds((batch, seq), jnp.int32, grid, P("fsdp"))
+    labels = sds((batch, seq), jnp.int32, grid, P("fsdp"))
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(grid, P())),
+          "donate_argnums": (0, 1)}
+    return fsdp_train_step, (params, opt_state, input_ids, labels), kw
+
+
+# 47.3 a tied LM head in jax.shard_map that all-gathers the vocabulary-sharded embedding table
+
+
+def _tied_head_gathered_builder(mesh, vocab, d_model, batch, seq, head):
+    """The tied output layer and loss of a Gemma-style model under hand-written tensor parallelism in
+    jax.shard_map: the input embedding table [vocab, d_model] is vocabulary-parallel (P('model', None)), the
+    final hidden states [B, S, d_model] are replicated over 'model' (after the last row-parallel psum), and the
+    head reuses the embedding (logits = x @ E^T, soft-capped as Gemma does), cross-entropy, value_and_grad.
+    head='all_gather' (the first version: `E = jax.lax.all_gather(embedding, 'model', tiled=True)`, "the head
+    needs the whole vocabulary", so every device computes full-vocabulary f32 logits [B, S, vocab] and keeps
+    them for the backward pass); 'vocab_parallel': each device computes the logits of its own vocabulary
+    rows, the log-sum-exp and the target's logit combined with pmax/psum (Megatron's vocab-parallel
+    cross-entropy)."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    grid = Mesh(mesh.devices.reshape(-1), ("model",))
+    f32, bf = jnp.float32, jnp.bfloat16
+    n = grid.devices.size
+    v_local = vocab // n
+
+    def tied_lm_loss(embedding, final_norm, hidden, targets):
+        x = _rms_norm36(hidden, final_norm)
+        if head == "all_gather":
+            table = jax.lax.all_gather(embedding, "model", axis=0, tiled=True)             # [vocab, D]
+            logits = jnp.einsum("bsd,vd->bsv", x, table.astype(bf), preferred_element_type=f32)
+            logits = 30.0 * jnp.tanh(logits / 30.0)
+            logp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], -1))
+        logits = jnp.einsum("bsd,vd->bsv", x, embedding.astype(bf), preferred_element_type=f32)
+        logits = 30.0 * jnp.tanh(logits / 30.0)                                             # [B, S, vocab/n]
+        m = jax.lax.pmax(jax.lax.stop_gradient(logits.max(-1)), "model")
+        lse = jnp.log(jax.lax.psum(jnp.exp(logits - m[..., None]).sum(-1), "model")) + m
+        lo = jax.lax.axis_index("model") * v_local
+        local_t = targets - lo
+        mine = (local_t >= 0) & (local_t < v_local)
+        t_logit = jnp.take_along_axis(logits, jnp.clip(local_t, 0, v_local - 1)[..., None], -1)[..., 0]
+        t_logit = jax.lax.psum(jnp.where(mine, t_logit, 0.0), "model")
+        return jnp.mean(lse - t_logit)
+
+    def per_device(embedding, final_norm, hidden, targets):
+        loss, grads = jax.value_and_grad(tied_lm_loss, argnums=(0, 1, 2))(embedding, final_norm, hidden, targets)
+        return loss, grads
+
+    step = jax.shard_map(per_device, mesh=grid, in_specs=(P("model", None), P(), P(), P()),
+                         out_specs=(P(), (P("model", None), P(), P())), check_vma=False)
+
+    def tied_head_loss_and_grads(embedding, final_norm, hidden, targets):
+        return step(embedding, final_norm, hidden, targets)
+
+    embedding = sds((vocab, d_model), f32, grid, P("model", None))
+    final_norm = sds((d_model,), f32, grid, P())
+    hidden = sds((batch, seq, d_model), bf, grid, P())
+    targets = sds((batch, seq), jnp.int32, grid, P())
+    return tied_head_loss_and_grads, (embedding, final_norm, hidden, targets), {}
+
+
+# 47.4 a mixture-of-depths block computed for every token and masked, instead of on the routed tokens
+
+
+def _mod_dense_masked_builder(mesh, layers, d_model, heads, d_ff, batch, seq, capacity, routing):
+    """Mixture-of-depths (Raposo et al. 2024) training: in every block a linear router scores the tokens,
+    the top `capacity` fraction (12.5%) go through attention + MLP, the others skip it on the residual, the
+    block output scaled by the router weight. Layers under lax.scan, no rematerialization, bf16, batch
+    sharded over the devices. routing='mask' (the first version, the "simple" implementation: the block is
+    applied to every token and its output multiplied by the top-k mask, so attention is computed over the
+    whole sequence and its [B, H, S, S] scores kept for the backward pass); 'gather': the routed tokens
+    gathered with take_along_axis (in sequence order), the block run on [B, k, D], the outputs scattered back."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+    k_tok = int(seq * capacity)
+    hd = d_model // heads
+
+    def block(x, lw):
+        B, S, D = x.shape
+        h = _rms_norm36(x, lw["norm_1"])
+        q, k, v = [(h @ lw[n]).reshape(B, S, heads, hd) for n in ("wq", "wk", "wv")]
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * hd ** -0.5
+        s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s, -1e9)
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(B, S, D)
+        x = x + o @ lw["wo"]
+        h = _rms_norm36(x, lw["norm_2"])
+        return x + jax.nn.gelu(h @ lw["w_in"]) @ lw["w_out"]
+
+    def mod_layer(x, lw):
+        r = (x @ lw["router"])[..., 0].astype(f32)                                         # [B, S]
+        top_w, top_i = jax.lax.top_k(r, k_tok)
+        if routing == "mask":
+            thresh = top_w[:, -1:]
+            routed = (r >= thresh)
+            y = block(x, lw)
+            return x + jnp.where(routed[..., None], (y - x) * r[..., None].astype(bf), 0).astype(bf), None
+        idx = jnp.sort(top_i, -1)
+        xs = jnp.take_along_axis(x, idx[..., None], 1)                                    # [B, k, D]
+        w = jnp.take_along_axis(r, idx, -1)
+        y = block(xs, lw)
+        upd = ((y - xs) * w[..., None].astype(bf)).astype(bf)
+        return jax.vmap(lambda xb, ib, ub: xb.at[ib].add(ub))(x, idx, upd), None
+
+    def mod_train_step(params, input_ids, labels):
+        def loss_fn(params):
+            x = params["embed"][input_ids]
+            x, _ = jax.lax.scan(mod_layer, x, params["blocks"])
+            logits = (_rms_norm36(x, params["final_norm"]) @ params["unembed"]).astype(f32)
+            logp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    L, D, F = layers, d_model, d_ff
+    rep = P()
+    blocks = {n: sds((L, D, D), bf, mesh, rep) for n in ("wq", "wk", "wv", "wo")}
+    blocks.update(router=sds((L, D, 1), bf, mesh, rep), norm_1=sds((L, D), f32, mesh, rep),
+                  norm_2=sds((L, D), f32, mesh, rep), w_in=sds((L, D, F), bf, mesh, rep),
+                  w_out=sds((L, F, D), bf, mesh, rep))
+    params = {"embed": sds((32000, D), bf, mesh, rep), "unembed": sds((D, 32000), bf, mesh, rep),
+              "final_norm": sds((D,), f32, mesh, rep), "blocks": blocks}
+    n = mesh.devices.size * batch
+    input_ids = sds((n, seq), jnp.int32, mesh, P("d"))
+    labels = sds((n, seq), jnp.int32, mesh, P("d"))
+    return mod_train_step, (params, input_ids, labels), {}
+
+
+# 47.5 RETRO chunked cross-attention written as one cross-attention over every chunk's neighbours
+
+
+def _retro_cca_builder(mesh, layers, d_model, heads, batch, seq, chunk, neighbours, neighbour_len, cca):
+    """The decoder side of a RETRO-style retrieval-enhanced LM (training): the sequence is cut into chunks of
+    `chunk` tokens, each chunk has `neighbours` retrieved passages of `neighbour_len` tokens (already encoded,
+    [B, C, K, R, D] bf16, sharded over the batch), and every decoder layer adds a chunked cross-attention.
+    Layers under lax.scan, no rematerialization. cca='flat' (the first version: the neighbours of all chunks
+    flattened into one memory [B, C*K*R, D] and every token attends over all of it, a block-causal chunk mask
+    keeping only its own chunk's neighbours: scores [B, H, S, C*K*R]); 'chunked': the tokens reshaped to
+    [B, C, chunk, D] and each chunk attends only over its own K*R neighbour tokens, as the paper's CCA does
+    (scores [B, C, H, chunk, K*R], the same result)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+    C = seq // chunk
+    KR = neighbours * neighbour_len
+    hd = d_model // heads
+
+    def self_attn(x, lw):
+        B, S, D = x.shape
+        h = _rms_norm36(x, lw["sa_norm"])
+        q, k, v = [(h @ lw[n]).reshape(B, S, heads, hd) for n in ("sa_q", "sa_k", "sa_v")]
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * hd ** -0.5
+        s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s, -1e9)
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(B, S, D)
+        return x + o @ lw["sa_o"]
+
+    def chunked_cross_attn(x, nbr, lw):
+        B, S, D = x.shape
+        h = _rms_norm36(x, lw["cca_norm"])
+        mem = nbr.reshape(B, C * KR, D)
+        q = (h @ lw["cca_q"]).reshape(B, S, heads, hd)
+        k = (mem @ lw["cca_k"]).reshape(B, C * KR, heads, hd)
+        v = (mem @ lw["cca_v"]).reshape(B, C * KR, heads, hd)
+        if cca == "flat":
+            s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * hd ** -0.5     # [B,H,S,C*KR]
+            own = (jnp.arange(S)[:, None] // chunk) == (jnp.arange(C * KR)[None, :] // KR)
+            p = jax.nn.softmax(jnp.where(own, s, -1e9), -1).astype(bf)
+            o = jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(B, S, D)
+        else:
+            qc = q.reshape(B, C, chunk, heads, hd)
+            kc, vc = k.reshape(B, C, KR, heads, hd), v.reshape(B, C, KR, heads, hd)
+            s = jnp.einsum("bcqhd,bckhd->bchqk", qc, kc, preferred_element_type=f32) * hd ** -0.5
+            p = jax.nn.softmax(s, -1).astype(bf)
+            o = jnp.einsum("bchqk,bckhd->bcqhd", p, vc).reshape(B, S, D)
+        return x + o @ lw["cca_o"]
+
+    def retro_train_step(params, input_ids, neighbour_states, labels):
+        def loss_fn(params):
+            x = params["embed"][input_ids]
+
+            def layer(x, lw):
+                x = self_attn(x, lw)
+                x = chunked_cross_attn(x, neighbour_states, lw)
+                h = _rms_norm36(x, lw["ffw_norm"])
+                return x + jax.nn.gelu(h @ lw["ffw_in"]) @ lw["ffw_out"], None
+
+            x, _ = jax.lax.scan(layer, x, params["decoder"])
+            logits = (_rms_norm36(x, params["final_norm"]) @ params["unembed"]).astype(f32)
+            logp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    L, D = layers, d_model
+    rep = P()
+    dec = {n: sds((L, D, D), bf, mesh, rep) for n in ("sa_q", "sa_k", "sa_v", "sa_o", "cca_q", "cca_k", "cca_v", "cca_o")}
+    dec.update({n: sds((L, D), f32, mesh, rep) for n in ("sa_norm", "cca_norm", "ffw_norm")})
+    dec.update(ffw_in=sds((L, D, 4 * D), bf, mesh, rep), ffw_out=sds((L, 4 * D, D), bf, mesh, rep))
+    params = {"embed": sds((32000, D), bf, mesh, rep), "unembed": sds((D, 32000), bf, mesh, rep),
+              "final_norm": sds((D,), f32, mesh, rep), "decoder": dec}
+    n = mesh.devices.size * batch
+    input_ids = sds((n, seq), jnp.int32, mesh, P("d"))
+    labels = sds((n, seq), jnp.int32, mesh, P("d"))
+    neighbour_states = sds((n, C, neighbours, neighbour_len, D), bf, mesh, P("d"))
+    return retro_train_step, (params, input_ids, neighbour_states, labels), {}
+
+
+pair(
+    "haliax_axis_mapping_vocab_unmapped", "v5e", "v5e:2x2",
+    "A Gemma-style decoder (vocab 256000, embed 3072, mlp 24576, 2 layers) trained on v5e with tensor "
+    "parallelism written the haliax way: the named-axis mapping axis_resources={'mlp': 'model', 'heads': "
+    "'model'} leaves 'vocab' unmapped, so the token embedding and the untied lm_head (f32[256000,3072] each) "
+    "and their Adam moments are whole on every device, beyond 15.75G.",
+    "Fixed variant of haliax_axis_mapping_vocab_unmapped_v5e: axis_resources also maps 'vocab': 'model'; fits.",
+    dict(category="arguments", causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _haliax_vocab_unmapped_builder, dict(layers=2, vocab=256000, embed=3072, mlp=24576, heads=16, head_size=256,
+                                         batch=4, seq=512, axis_resources={"mlp": "model", "heads": "model"}),
+    dict(layers=2, vocab=256000, embed=3072, mlp=24576, heads=16, head_size=256, batch=4, seq=512,
+         axis_resources={"mlp": "model", "heads": "model", "vocab": "model"}),
+    dump=False,
+)
+
+pair(
+    "adam_specs_by_shape_before_stacking", "v5p", "v5p:2x2x1",
+    "FSDP training on v5p of a 26-layer decoder (D=6144, d_ff=16384, f32 master weights sharded over 'fsdp') "
+    "whose Adam moments take their PartitionSpecs from a {shape: spec} table built from the per-layer params "
+    "tree before the layers were stacked for lax.scan: no stacked shape is in the table, so both moments of "
+    "every layer weight fall back to P() (2 x 47 GB whole on every device), beyond 95.74G.",
+    "Fixed variant of adam_specs_by_shape_before_stacking_v5p: the table built from the stacked params tree "
+    "that is trained, the moments sharded like the weights; fits.",
+    dict(category="arguments", causes=["optimizer_state_unsharded"]),
+    _opt_specs_by_shape_builder, dict(layers=26, d_model=6144, d_ff=16384, vocab=32000, batch=8, seq=1024,
+                                      specs_from="per_layer"),
+    dict(layers=26, d_model=6144, d_ff=16384, vocab=32000, batch=8, seq=1024, specs_from="stacked"),
+    dump=False,
+)
+
+pair(
+    "tied_lm_head_embedding_allgathered", "v6e", "v6e:2x2",
+    "The tied LM head and loss of a Gemma-style model (vocab 262144, d_model 2560, 8 x 2048 tokens) under "
+    "tensor parallelism in jax.shard_map on v6e: the vocabulary-parallel embedding is all-gathered "
+    "(jax.lax.all_gather(embedding, 'model', tiled=True)) to compute the tied logits, so every device holds "
+    "the whole table and full-vocabulary f32 logits [8,2048,262144] (16 GiB), beyond 31.25G.",
+    "Fixed variant of tied_lm_head_embedding_allgathered_v6e: each device computes the logits of its own "
+    "65536 vocabulary rows, the log-sum-exp and the target logit combined with pmax/psum (vocab-parallel "
+    "cross-entropy); fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "large_activation"]),
+    _tied_head_gathered_builder, dict(vocab=262144, d_model=2560, batch=8, seq=2048, head="all_gather"),
+    dict(vocab=262144, d_model=2560, batch=8, seq=2048, head="vocab_parallel"),
+    dump=True,
+)
+
+pair(
+    "mixture_of_depths_dense_masked", "v4", "v4:2x2x1",
+    "Mixture-of-depths training on v4 (8 TensorCores, 16384-token sequences, 1 per core, 4 blocks, D=2048, "
+    "8 heads, capacity 12.5%) whose routed block is computed for every token and masked by the router's top-k: "
+    "attention over all 16384 tokens, scores f32[1,8,16384,16384] (8 GiB) per block, beyond 15.25G.",
+    "Fixed variant of mixture_of_depths_dense_masked_v4: the 2048 routed tokens gathered (take_along_axis), "
+    "the block run on them, the outputs scattered back; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "no_remat"]),
+    _mod_dense_masked_builder, dict(layers=4, d_model=2048, heads=8, d_ff=8192, batch=1, seq=16384,
+                                    capacity=0.125, routing="mask"),
+    dict(layers=4, d_model=2048, heads=8, d_ff=8192, batch=1, seq=16384, capacity=0.125, routing="gather"),
+    dump=False,
+)
+
+pair(
+    "retro_cca_flat_neighbour_memory", "v5e", "v5e:2x2",
+    "A RETRO-style retrieval-enhanced decoder (8 layers, D=1024, 16 heads, 2048 tokens in 32 chunks of 64, 2 "
+    "neighbours of 128 tokens per chunk, 2 sequences per device) trained on v5e whose chunked cross-attention "
+    "attends over all 8192 neighbour tokens of the sequence under a block-causal chunk mask: scores "
+    "f32[2,16,2048,8192] per layer kept for the backward pass, beyond 15.75G.",
+    "Fixed variant of retro_cca_flat_neighbour_memory_v5e: each chunk's 64 tokens attend only over their own "
+    "256 neighbour tokens (scores [2,32,16,64,256]); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "no_remat"]),
+    _retro_cca_builder, dict(layers=8, d_model=1024, heads=16, batch=2, seq=2048, chunk=64, neighbours=2,
+                             neighbour_len=128, cca="flat"),
+    dict(layers=8, d_model=1024, heads=16, batch=2, seq=2048, chunk=64, neighbours=2, neighbour_len=128,
+         cca="chunked"),
+    dump=False,
+)
+
+
+# 47.6 ESM-2 contact prediction: every layer's attention maps stacked in f32 for the logistic-regression head
+
+
+def _esm_contact_maps_builder(mesh, layers, d_model, heads, seqs, length, maps_dtype):
+    """Contact-map prediction with an ESM-2-style protein language model (inference, bf16 weights
+    replicated, sequences sharded over the devices): a lax.scan over the transformer layers that also emits
+    each layer's attention probabilities, stacked into [layers, B, heads, N, N], then ESM's contact head
+    (symmetrize, average product correction, a logistic regression over the layers x heads maps, sigmoid).
+    maps_dtype='float32' (the first version: the softmax is taken in f32 and the maps are emitted as they
+    come, so the stack, its symmetrized copy and the corrected maps are f32); 'bfloat16': the maps cast to
+    bf16 before they leave the layer (the softmax itself and the regression's accumulation still in f32)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+    hd = d_model // heads
+    out_dt = jnp.dtype(maps_dtype)
+
+    def layer(x, lw):
+        B, N, D = x.shape
+        h = _rms_norm36(x, lw["attn_layer_norm"])
+        q, k, v = [(h @ lw[n]).reshape(B, N, heads, hd) for n in ("q_proj", "k_proj", "v_proj")]
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) * hd ** -0.5
+        attn = jax.nn.softmax(s, -1)                                                       # f32 [B, H, N, N]
+        o = jnp.einsum("bhqk,bkhd->bqhd", attn.astype(bf), v).reshape(B, N, D)
+        x = x + o @ lw["out_proj"]
+        h = _rms_norm36(x, lw["final_layer_norm"])
+        x = x + jax.nn.gelu(h @ lw["fc1"]) @ lw["fc2"]
+        return x, attn.astype(out_dt)
+
+    def predict_contacts(params, tokens):
+        x = params["embed_tokens"][tokens]
+        _, attentions = jax.lax.scan(layer, x, params["layers"])                           # [L, B, H, N, N]
+        sym = attentions + jnp.swapaxes(attentions, -1, -2)
+        a1 = sym.sum(-1, keepdims=True)
+        a2 = sym.sum(-2, keepdims=True)
+        a12 = sym.sum((-1, -2), keepdims=True)
+        normalized = sym - (a1 * a2 / a12).astype(out_dt)                                  # APC
+        logits = jnp.einsum("lbhij,lh->bij", normalized, params["contact_head"]["regression"].astype(out_dt),
+                            preferred_element_type=f32) + params["contact_head"]["bias"]
+        return jax.nn.sigmoid(logits)
+
+    L, D = layers, d_model
+    rep = P()
+    lay = {n: sds((L, D, D), bf, mesh, rep) for n in ("q_proj", "k_proj", "v_proj", "out_proj")}
+    lay.update(attn_layer_norm=sds((L, D), f32, mesh, rep), final_layer_norm=sds((L, D), f32, mesh, rep),
+               fc1=sds((L, D, 4 * D), bf, mesh, rep), fc2=sds((L, 4 * D, D), bf, mesh, rep))
+    params = {"embed_tokens": sds((33, D), bf, mesh, rep), "layers": lay,
+              "contact_head": {"regression": sds((L, heads), f32, mesh, rep), "bias": sds((), f32, mesh, rep)}}
+    tokens = sds((mesh.devices.size * seqs, length), jnp.int32, mesh, P("d"))
+    return predict_contacts, (params, tokens), {"out_shardings": NamedSharding(mesh, P("d"))}
+
+
+pair(
+    "esm_contact_attention_maps_f32", "v5e", "v5e:2x2",
+    "ESM-2 (650M: 33 layers, 20 heads, D=1280) contact-map prediction on v5e for 1024-residue proteins, 4 per "
+    "device, whose layer scan emits every layer's attention probabilities in f32 for the contact head: the "
+    "stack f32[33,4,20,1024,1024] (10.3 GiB) and its symmetrized copy, beyond 15.75G.",
+    "Fixed variant of esm_contact_attention_maps_f32_v5e: the maps cast to bf16 before they leave the layer "
+    "(the softmax and the contact head's regression still accumulate in f32); fits.",
+    dict(category="single_large_allocation", causes=["f32_precision", "large_activation"]),
+    _esm_contact_maps_builder, dict(layers=33, d_model=1280, heads=20, seqs=4, length=1024, maps_dtype="float32"),
+    dict(layers=33, d_model=1280, heads=20, seqs=4, length=1024, maps_dtype="bfloat16"),
+    dump=True,
+)
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
