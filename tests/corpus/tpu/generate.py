@@ -16309,6 +16309,348 @@ pair(
     dump=True,
 )
 
+# ---- 48. more broken/fixed pairs (batch tpu37): other models, other names ---------------------
+#
+# Programs of kinds sections 13-46 do not have, from model-based RL, neural fields, differentiable rendering,
+# implicit surfaces and exploration in RL (an MBPO-style ensemble of dynamics models vmapped over stacked
+# members whose stacked params and Adam moments are given in_shardings P(); a Plenoxels-style dense radiance grid passed replicated
+# to the jitted train step; a 3-D Gaussian splatting renderer that composites every Gaussian at every pixel;
+# a neural SDF evaluated on the whole marching-cubes query grid at once; an NGU-style episodic memory of every
+# actor given in_shardings P() while the actors are sharded). The same conventions: the fixed twin
+# changes exactly the first cause. See the README section of batch tpu37 for which pairs keep their dumps and
+# what did not go as first written.
+
+
+# 48.1 an MBPO-style dynamics-model ensemble vmapped over stacked members whose params are given in_shardings P()
+
+
+def _mbpo_ensemble_builder(mesh, members, obs_dim, act_dim, hidden, depth, batch, member_spec):
+    """Model-based RL (MBPO / PETS): an ensemble of `members` probabilistic dynamics models, each an MLP
+    (obs + action -> hidden x depth -> mean and log-variance of the next-state delta), params stacked on a
+    leading member axis and trained together with jax.vmap(member_nll) and Adam; every member gets its own
+    bootstrap batch [members, batch, ...] placed over the member axis. The jit's in_shardings/out_shardings
+    for the stacked params and the Adam moments come from `member_spec`:
+    member_spec=() (the first version: `ensemble_sharding = NamedSharding(mesh, P())`, written when the
+    ensemble was 5 small members, so the stacked params and both moments are replicated on every device);
+    ('d',): P('d') over the member axis, each device holds and trains its own members (as the data is)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    spec = P(*member_spec)
+    d_in = obs_dim + act_dim
+
+    def member_nll(p, obs, act, next_obs):
+        h = jnp.concatenate([obs, act], -1)
+        h = jax.nn.swish(h @ p["input_layer"]["kernel"])
+        for i in range(depth):
+            h = jax.nn.swish(h @ p[f"hidden_{i}"]["kernel"])
+        out = h @ p["output_layer"]["kernel"]
+        mean, log_var = out[..., :obs_dim], jnp.clip(out[..., obs_dim:], -10.0, 0.5)
+        delta = next_obs - obs
+        return jnp.mean((mean - delta) ** 2 * jnp.exp(-log_var) + log_var)
+
+    def ensemble_train_step(ens_params, opt_state, obs, act, next_obs):
+        def loss_fn(ens_params):
+            return jnp.sum(jax.vmap(member_nll)(ens_params, obs, act, next_obs))
+
+        loss, grads = jax.value_and_grad(loss_fn)(ens_params)
+        ens_params, opt_state = adam_update(ens_params, grads, opt_state)
+        return ens_params, opt_state, loss
+
+    def stack(shape):
+        return sds((members,) + shape, f32, mesh, spec)
+
+    def tree():
+        t = {"input_layer": {"kernel": stack((d_in, hidden))},
+             "output_layer": {"kernel": stack((hidden, 2 * obs_dim))}}
+        for i in range(depth):
+            t[f"hidden_{i}"] = {"kernel": stack((hidden, hidden))}
+        return t
+
+    ens_params = tree()
+    opt_state = {"count": sds((), jnp.int32, mesh, P()), "mu": tree(), "nu": tree()}
+    data = lambda d: sds((members, batch, d), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(ens_params), _shardings(opt_state), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return ensemble_train_step, (ens_params, opt_state, data(obs_dim), data(act_dim), data(obs_dim)), kw
+
+
+# 48.2 a Plenoxels-style dense radiance grid (and its Adam moments) passed to the jitted step replicated
+
+
+def _plenoxel_grid_builder(mesh, res, channels, rays, samples, grid_spec):
+    """Training of a Plenoxels / DVGO-style dense radiance field: the grid `density_sh` f32[channels, res,
+    res, res] (1 density + 27 spherical-harmonic coefficients per voxel, channels-first as the PyTorch
+    original stores it) is sampled trilinearly at `samples` points along each ray (8 corner look-ups into the
+    flattened grid), alpha-composited, and fitted to the pixel colours with an L2 loss and Adam; the rays are
+    sharded over the devices, the grid and its moments donated.
+    grid_spec=() (the first version: `pjit(train_step, in_shardings=(P(), P(), P('d'), P('d')))` "because
+    every ray may touch any voxel", so the grid and both moments are replicated on every device);
+    (None, 'd'): the grid and its moments sharded over its x axis, the look-ups masked per shard."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n_vox = res ** 3
+    gspec = P(*grid_spec)
+
+    def render_rays(density_sh, origins, dirs):
+        flat = density_sh.reshape(channels, n_vox)
+        t = jnp.linspace(0.05, 1.0, samples, dtype=f32)
+        pts = origins[:, None, :] + t[None, :, None] * dirs[:, None, :]             # [R, S, 3] in [0, 1)
+        g = jnp.clip(pts, 0.0, 1.0 - 1e-6) * (res - 1)
+        i0 = jnp.floor(g).astype(jnp.int32)
+        frac = g - i0
+        feats = 0.0
+        for corner in range(8):
+            off = jnp.array([(corner >> 2) & 1, (corner >> 1) & 1, corner & 1], jnp.int32)
+            ijk = i0 + off
+            w = jnp.prod(jnp.where(off == 1, frac, 1.0 - frac), -1)                   # [R, S]
+            idx = (ijk[..., 0] * res + ijk[..., 1]) * res + ijk[..., 2]
+            feats = feats + w[None] * jnp.take(flat, idx, axis=1)                     # [C, R, S]
+        sigma = jax.nn.relu(feats[0])
+        rgb = jax.nn.sigmoid(jnp.stack([jnp.sum(feats[1 + 9 * k:10 + 9 * k], 0) for k in range(3)], -1))
+        alpha = 1.0 - jnp.exp(-sigma / samples)
+        trans = jnp.cumprod(jnp.concatenate([jnp.ones_like(alpha[:, :1]), 1.0 - alpha[:, :-1] + 1e-10], -1), -1)
+        return jnp.sum((alpha * trans)[..., None] * rgb, 1)                              # [R, 3]
+
+    def plenoxel_train_step(density_sh, opt_state, ray_bundle, target_rgb):
+        def loss_fn(density_sh):
+            return jnp.mean((render_rays(density_sh, ray_bundle[:, 0], ray_bundle[:, 1]) - target_rgb) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(density_sh)
+        density_sh, opt_state = adam_update(density_sh, grads, opt_state, lr=1e-1)
+        return density_sh, opt_state, loss
+
+    grid = lambda: sds((channels, res, res, res), f32, mesh, gspec)
+    density_sh = grid()
+    opt_state = {"count": sds((), jnp.int32, mesh, P()), "mu": grid(), "nu": grid()}
+    ray_bundle = sds((rays, 2, 3), f32, mesh, P("d"))
+    target_rgb = sds((rays, 3), f32, mesh, P("d"))
+    kw = {"out_shardings": (_shardings(density_sh), _shardings(opt_state), NamedSharding(mesh, P())),
+          "donate_argnums": (0, 1)}
+    return plenoxel_train_step, (density_sh, opt_state, ray_bundle, target_rgb), kw
+
+
+# 48.3 a 3-D Gaussian splatting renderer that alpha-composites every Gaussian at every pixel (no tiles)
+
+
+def _gsplat_dense_builder(mesh, gaussians, views, height, width, pixel_chunk):
+    """Fitting a 3-D Gaussian splatting scene: `gaussians` Gaussians (means, log-scales, rotation quaternions,
+    opacity logits, RGB), replicated; `views` camera views per device (sharded), projected with a pinhole
+    camera to 2-D means and inverse covariances, sorted by depth once per view, then composited front to
+    back per pixel (alpha = opacity * exp(-0.5 d^T Sigma^-1 d), transmittance = the exclusive cumulative product of 1 - alpha, as
+    exp(cumsum(log1p(-alpha)))); L1 loss
+    against the ground-truth image, gradients for every Gaussian parameter.
+    pixel_chunk=None (the first version, a "readable" JAX rasterizer: every Gaussian evaluated at every pixel
+    of the view at once, alpha and transmittance [H*W, G] kept for the backward pass); an int: the pixels
+    rendered `pixel_chunk` at a time with jax.lax.map over a jax.checkpoint'ed chunk renderer."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    focal = 0.8 * width
+
+    def project(g, cam):
+        R, tvec = cam[:, :3], cam[:, 3]
+        xyz = g["means"] @ R.T + tvec                                                    # [G, 3]
+        z = jnp.maximum(xyz[:, 2], 0.1)
+        uv = focal * xyz[:, :2] / z[:, None] + jnp.array([width / 2, height / 2], f32)
+        q = g["quats"] / jnp.linalg.norm(g["quats"], axis=-1, keepdims=True)
+        w, x, y, zq = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
+        rot = jnp.stack([1 - 2 * (y * y + zq * zq), 2 * (x * y - w * zq), 2 * (x * y + w * zq),
+                         1 - 2 * (x * x + zq * zq)], -1).reshape(-1, 2, 2)
+        s = jnp.exp(g["log_scales"][:, :2]) * focal / z[:, None]
+        cov = jnp.einsum("gij,gj,gkj->gik", rot, s * s, rot) + 0.3 * jnp.eye(2, dtype=f32)
+        det = cov[:, 0, 0] * cov[:, 1, 1] - cov[:, 0, 1] ** 2
+        conic = jnp.stack([cov[:, 1, 1], -cov[:, 0, 1], cov[:, 0, 0]], -1) / det[:, None]
+        order = jnp.argsort(z)
+        return uv[order], conic[order], jax.nn.sigmoid(g["opacity_logits"][order]), jax.nn.sigmoid(g["colors"][order])
+
+    def composite(pix, uv, conic, opacity, color):
+        d = pix[:, None, :] - uv[None]                                                   # [P, G, 2]
+        power = -0.5 * (conic[None, :, 0] * d[..., 0] ** 2 + 2 * conic[None, :, 1] * d[..., 0] * d[..., 1]
+                        + conic[None, :, 2] * d[..., 1] ** 2)
+        alpha = jnp.minimum(0.99, opacity[None] * jnp.exp(power))                          # [P, G]
+        log_keep = jnp.log1p(-alpha)
+        trans = jnp.exp(jnp.cumsum(log_keep, -1) - log_keep)                               # exclusive cumprod
+        return (alpha * trans) @ color                                                  # [P, 3]
+
+    ys, xs = jnp.meshgrid(jnp.arange(height, dtype=f32), jnp.arange(width, dtype=f32), indexing="ij")
+    pixels = jnp.stack([xs.ravel(), ys.ravel()], -1) + 0.5
+
+    def render_view(g, cam):
+        uv, conic, opacity, color = project(g, cam)
+        if pixel_chunk is None:
+            return composite(pixels, uv, conic, opacity, color)
+        chunk_fn = jax.checkpoint(lambda pix: composite(pix, uv, conic, opacity, color))
+        out = jax.lax.map(chunk_fn, pixels.reshape(-1, pixel_chunk, 2))
+        return out.reshape(-1, 3)
+
+    def splat_train_step(gaussian_params, cameras, gt_images):
+        def loss_fn(g):
+            rendered = jax.vmap(lambda cam: render_view(g, cam))(cameras)
+            return jnp.mean(jnp.abs(rendered - gt_images.reshape(rendered.shape)))
+
+        loss, grads = jax.value_and_grad(loss_fn)(gaussian_params)
+        return loss, grads
+
+    rep = P()
+    gaussian_params = {"means": sds((gaussians, 3), f32, mesh, rep), "log_scales": sds((gaussians, 3), f32, mesh, rep),
+                       "quats": sds((gaussians, 4), f32, mesh, rep), "opacity_logits": sds((gaussians,), f32, mesh, rep),
+                       "colors": sds((gaussians, 3), f32, mesh, rep)}
+    n = mesh.devices.size * views
+    cameras = sds((n, 3, 4), f32, mesh, P("d"))
+    gt_images = sds((n, height, width, 3), f32, mesh, P("d"))
+    return splat_train_step, (gaussian_params, cameras, gt_images), {}
+
+
+# 48.4 a neural SDF evaluated on the whole marching-cubes query grid at once
+
+
+def _sdf_grid_query_builder(mesh, res, width, depth, freqs, chunk):
+    """Mesh extraction from a trained neural signed-distance field (NeuS / IGR-style: Fourier-feature
+    positional encoding with `freqs` octaves, a softplus MLP of `depth` x `width`, bf16 weights,
+    replicated): the SDF is queried at every vertex of a res^3 grid, the values returned for marching cubes on
+    the host. The grid's points are built in the jitted function, its z slabs sharded over the devices
+    (with_sharding_constraint) and queried per slab in jax.shard_map.
+    chunk=None (the first version: `sdf_fn(grid_points)` on all res^3 points at once, every hidden
+    activation [points, width] materialised); an int: jax.lax.map over blocks of `chunk` points."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def encode(x):
+        scales = (2.0 ** jnp.arange(freqs, dtype=f32)) * jnp.pi
+        xb = x[..., None, :] * scales[:, None]
+        return jnp.concatenate([x, jnp.sin(xb).reshape(*x.shape[:-1], -1), jnp.cos(xb).reshape(*x.shape[:-1], -1)], -1)
+
+    def sdf_fn(params, x):
+        h = encode(x).astype(bf)
+        for i in range(depth):
+            h = jax.nn.softplus((h @ params[f"layer_{i}"]["kernel"]).astype(f32) * 100.0).astype(bf) / 100.0
+        return (h @ params["sdf_head"]["kernel"]).astype(f32)[..., 0]
+
+    def extract_sdf_grid(params, bbox_min, bbox_max):
+        lin = jnp.linspace(0.0, 1.0, res, dtype=f32)
+        zz, yy, xx = jnp.meshgrid(lin, lin, lin, indexing="ij")
+        pts = jnp.stack([xx, yy, zz], -1) * (bbox_max - bbox_min) + bbox_min            # [res, res, res, 3]
+        pts = jax.lax.with_sharding_constraint(pts, NamedSharding(mesh, P("d")))
+
+        def slab(p):                                                                    # one chip's z slab
+            if chunk is None:
+                return sdf_fn(params, p)
+            return jax.lax.map(lambda c: sdf_fn(params, c), p.reshape(-1, chunk, 3)).reshape(p.shape[:-1])
+
+        return jax.shard_map(slab, mesh=mesh, in_specs=P("d"), out_specs=P("d"), check_vma=False)(pts)
+
+    d_in = 3 + 6 * freqs
+    params = {f"layer_{i}": {"kernel": sds((d_in if i == 0 else width, width), bf, mesh, P())} for i in range(depth)}
+    params["sdf_head"] = {"kernel": sds((width, 1), bf, mesh, P())}
+    box = lambda: sds((3,), f32, mesh, P())
+    return extract_sdf_grid, (params, box(), box()), {}
+
+
+# 48.5 an NGU-style episodic memory of every actor given in_shardings P() (replicated) while the actors are sharded
+
+
+def _ngu_episodic_memory_builder(mesh, actors, slots, emb_dim, k, memory_spec):
+    """Never Give Up / Agent57-style intrinsic reward in an on-device (Anakin / Sebulba-style) actor step: each
+    of `actors` parallel environments keeps an episodic memory of `slots` controllable-state embeddings
+    (f32 [actors, slots, emb_dim], a ring buffer written at `write_ptr`); the step embeds the new
+    observations, takes the k-nearest-neighbour kernel of each against its own actor's memory for the
+    episodic novelty bonus, and writes the embedding into the memory (donated). The actors' observations
+    are sharded over the devices.
+    memory_spec=() (the first version: `episodic_memory` in in_shardings as P() "because it is bookkeeping,
+    not a model", so every device holds every actor's memory); ('d',): P('d') over the actor axis, like the
+    observations, each device holds its own actors' memories."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    mspec = P(*memory_spec)
+
+    def episodic_novelty_step(embed_params, episodic_memory, write_ptr, observations):
+        emb = jnp.tanh(observations @ embed_params["embedding_net"]["kernel"])             # [A, E]
+        d2 = jnp.sum((episodic_memory - emb[:, None, :]) ** 2, -1)                          # [A, slots]
+        knn_d2 = -jax.lax.top_k(-d2, k)[0]                                                  # [A, k]
+        knn_d2 = knn_d2 / (jnp.mean(knn_d2, -1, keepdims=True) + 1e-8)
+        kernel = 1e-3 / (knn_d2 + 1e-3)
+        intrinsic_reward = 1.0 / (jnp.sqrt(jnp.sum(kernel, -1)) + 1e-3)
+        onehot = jax.nn.one_hot(write_ptr % slots, slots, dtype=f32)[:, :, None]          # [A, slots, 1]
+        episodic_memory = episodic_memory * (1.0 - onehot) + onehot * emb[:, None, :]
+        return episodic_memory, write_ptr + 1, intrinsic_reward
+
+    obs_dim = 512
+    embed_params = {"embedding_net": {"kernel": sds((obs_dim, emb_dim), f32, mesh, P())}}
+    episodic_memory = sds((actors, slots, emb_dim), f32, mesh, mspec)
+    write_ptr = sds((actors,), jnp.int32, mesh, P("d"))
+    observations = sds((actors, obs_dim), f32, mesh, P("d"))
+    kw = {"out_shardings": (NamedSharding(mesh, mspec), NamedSharding(mesh, P("d")), NamedSharding(mesh, P("d"))),
+          "donate_argnums": (1, 2)}
+    return episodic_novelty_step, (embed_params, episodic_memory, write_ptr, observations), kw
+
+
+pair(
+    "mbpo_ensemble_members_replicated", "v5e", "v5e:2x2",
+    "An MBPO-style ensemble of 8 probabilistic dynamics models (obs 376 + act 17 -> 4 x 8192 swish -> mean and "
+    "log-variance) trained on v5e with jax.vmap over the stacked members and Adam, whose stacked params and "
+    "moments are given in_shardings/out_shardings NamedSharding(mesh, P()): f32[8,8192,8192] kernels and both "
+    "moments replicated on every device, beyond 15.75G.",
+    "Fixed variant of mbpo_ensemble_members_replicated_v5e: the stacked params and moments P('d') over the "
+    "member axis, as the bootstrap batches are; fits.",
+    dict(category="arguments", causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _mbpo_ensemble_builder, dict(members=8, obs_dim=376, act_dim=17, hidden=8192, depth=3, batch=256, member_spec=()),
+    dict(members=8, obs_dim=376, act_dim=17, hidden=8192, depth=3, batch=256, member_spec=("d",)),
+    dump=False,
+)
+
+pair(
+    "plenoxel_grid_replicated", "v6e", "v6e:2x2",
+    "Plenoxels-style dense radiance-field training on v6e: the grid density_sh f32[28,512,512,512] (15 GiB) "
+    "and its Adam moments are passed with in_shardings P() (replicated: \"every ray may touch any voxel\"), "
+    "4096 rays of 128 samples per device, beyond 31.25G.",
+    "Fixed variant of plenoxel_grid_replicated_v6e: the grid and its moments sharded over the grid's x axis "
+    "(P(None, 'd')), the look-ups masked per shard; fits.",
+    dict(category="arguments", causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _plenoxel_grid_builder, dict(res=512, channels=28, rays=16384, samples=128, grid_spec=()),
+    dict(res=512, channels=28, rays=16384, samples=128, grid_spec=(None, "d")),
+    dump=False,
+)
+
+pair(
+    "gsplat_dense_every_pixel", "v4", "v4:2x2x1",
+    "Fitting a 3-D Gaussian splatting scene (65536 Gaussians) on v4 (8 TensorCores), one 128x128 view per "
+    "core, with a pure-JAX rasterizer that evaluates every Gaussian at every pixel: the offsets "
+    "f32[16384,65536,2] (8 GiB), alpha and transmittance f32[16384,65536] (4 GiB each) for the backward pass, "
+    "beyond 15.25G.",
+    "Fixed variant of gsplat_dense_every_pixel_v4: the pixels rendered 1024 at a time (jax.lax.map over a "
+    "jax.checkpoint'ed chunk renderer); fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _gsplat_dense_builder, dict(gaussians=65536, views=1, height=128, width=128, pixel_chunk=None),
+    dict(gaussians=65536, views=1, height=128, width=128, pixel_chunk=1024),
+    dump=False,
+)
+
+pair(
+    "neural_sdf_marching_cubes_grid", "v5e", "v5e:2x2",
+    "Mesh extraction from a NeuS-style neural SDF (6 x 512 softplus MLP, 6 Fourier octaves, bf16) on v5e: the "
+    "SDF queried at all 512^3 vertices of the marching-cubes grid at once (z slabs sharded over the 4 chips), "
+    "hidden activations [33554432, 512] per device, beyond 15.75G.",
+    "Fixed variant of neural_sdf_marching_cubes_grid_v5e: each chip's slab queried 65536 points at a time "
+    "(jax.lax.map in jax.shard_map); fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _sdf_grid_query_builder, dict(res=512, width=512, depth=6, freqs=6, chunk=None),
+    dict(res=512, width=512, depth=6, freqs=6, chunk=65536),
+    dump=True,
+)
+
+
+pair(
+    "ngu_episodic_memory_replicated", "v6e", "v6e:2x2",
+    "An on-device NGU-style actor step on v6e (512 actors sharded over the chips) whose episodic memories "
+    "f32[512,131072,128] (32 GiB) are given in_shardings P() (\"bookkeeping, not a model\"): every chip holds "
+    "every actor's memory, beyond 31.25G.",
+    "Fixed variant of ngu_episodic_memory_replicated_v6e: the memories P('d') over the actor axis, like the "
+    "observations; fits.",
+    dict(category="arguments", causes=["replicated_tensor"]),
+    _ngu_episodic_memory_builder, dict(actors=512, slots=131072, emb_dim=128, k=10, memory_spec=()),
+    dict(actors=512, slots=131072, emb_dim=128, k=10, memory_spec=("d",)),
+    dump=False,
+)
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
