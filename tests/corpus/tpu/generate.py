@@ -16312,13 +16312,14 @@ pair(
 # ---- 48. more broken/fixed pairs (batch tpu37): other models, other names ---------------------
 #
 # Programs of kinds sections 13-46 do not have, from model-based RL, neural fields, differentiable rendering,
-# implicit surfaces and exploration in RL (an MBPO-style ensemble of dynamics models vmapped over stacked
-# members whose stacked params and Adam moments are given in_shardings P(); a Plenoxels-style dense radiance grid passed replicated
-# to the jitted train step; a 3-D Gaussian splatting renderer that composites every Gaussian at every pixel;
-# a neural SDF evaluated on the whole marching-cubes query grid at once; an NGU-style episodic memory of every
-# actor given in_shardings P() while the actors are sharded). The same conventions: the fixed twin
-# changes exactly the first cause. See the README section of batch tpu37 for which pairs keep their dumps and
-# what did not go as first written.
+# implicit surfaces, exploration in RL and robot learning (an MBPO-style ensemble of dynamics models vmapped
+# over stacked members whose stacked params and Adam moments are given in_shardings P(); a Plenoxels-style
+# dense radiance grid passed replicated to the jitted train step; a 3-D Gaussian splatting renderer that
+# composites every Gaussian at every pixel; a neural SDF evaluated on the whole marching-cubes query grid at
+# once; an NGU-style episodic memory of every actor given in_shardings P() while the actors are sharded; a
+# Diffusion Policy trained on every diffusion timestep of every action chunk). The same conventions: the fixed
+# twin changes exactly the first cause. See the README section of batch tpu37 for which pairs keep their dumps
+# and what did not go as first written.
 
 
 # 48.1 an MBPO-style dynamics-model ensemble vmapped over stacked members whose params are given in_shardings P()
@@ -16583,6 +16584,90 @@ def _ngu_episodic_memory_builder(mesh, actors, slots, emb_dim, k, memory_spec):
     return episodic_novelty_step, (embed_params, episodic_memory, write_ptr, observations), kw
 
 
+# 48.6 a Diffusion Policy trained on every diffusion timestep of every action chunk (timesteps = arange(T))
+
+
+def _diffusion_policy_all_timesteps_builder(mesh, batch, horizon, action_dim, obs_dim, channels, train_timesteps,
+                                            all_timesteps):
+    """Training of a Diffusion Policy (Chi et al.) for a robot arm: a 1-D temporal conv U-Net (kernel 5, channels
+    `channels`, FiLM-conditioned on the observation features and the timestep embedding, bf16) predicts the
+    noise added to an action chunk [horizon, action_dim] under a DDPM schedule of `train_timesteps` steps;
+    batch sharded over the devices, weights replicated.
+    all_timesteps=True (the first version: `timesteps = jnp.arange(num_train_timesteps)` broadcast against the
+    batch "so every noise level is seen every step": each chunk is noised at all 100 levels and the U-Net runs
+    on batch x 100 chunks, its activations kept for the backward pass); False: one timestep per chunk drawn
+    with jax.random.randint, as the reference implementation does."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    betas = jnp.linspace(1e-4, 2e-2, train_timesteps, dtype=f32)
+    alphas_cumprod = jnp.cumprod(1.0 - betas)
+
+    def conv1d(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1,), "SAME", dimension_numbers=("NWC", "WIO", "NWC"))
+
+    def cond_res_block(x, cond, p):
+        h = jax.nn.mish(conv1d(x, p["conv_0"]))
+        scale, shift = jnp.split(cond @ p["film"], 2, -1)
+        h = h * (1 + scale[:, None, :]) + shift[:, None, :]
+        h = jax.nn.mish(conv1d(h, p["conv_1"]))
+        return h + (conv1d(x, p["residual"]) if "residual" in p else x)
+
+    def temb(t, dim=128):
+        freqs = jnp.exp(-jnp.log(10000.0) * jnp.arange(dim // 2, dtype=f32) / (dim // 2))
+        a = t.astype(f32)[:, None] * freqs
+        return jnp.concatenate([jnp.sin(a), jnp.cos(a)], -1)
+
+    def unet(params, x, t, obs):
+        cond = jnp.concatenate([jax.nn.mish(temb(t) @ params["time_mlp"]), obs], -1).astype(bf)
+        h = x.astype(bf)
+        skips = []
+        for i in range(len(channels)):
+            h = cond_res_block(h, cond, params[f"down_{i}"])
+            skips.append(h)
+            if i + 1 < len(channels):
+                B, W, C = h.shape
+                h = h.reshape(B, W // 2, 2, C).mean(2)
+        for i in reversed(range(len(channels) - 1)):
+            h = jnp.repeat(h, 2, 1)
+            h = cond_res_block(jnp.concatenate([h, skips[i]], -1), cond, params[f"up_{i}"])
+        return conv1d(h, params["final_conv"]).astype(f32)
+
+    def policy_train_step(params, actions, obs_features, rng):
+        def loss_fn(params):
+            k_t, k_n = jax.random.split(rng)
+            B = actions.shape[0]
+            if all_timesteps:
+                t = jnp.tile(jnp.arange(train_timesteps), B)
+                a0, obs = jnp.repeat(actions, train_timesteps, 0), jnp.repeat(obs_features, train_timesteps, 0)
+            else:
+                t = jax.random.randint(k_t, (B,), 0, train_timesteps)
+                a0, obs = actions, obs_features
+            noise = jax.random.normal(k_n, a0.shape, f32)
+            ac = alphas_cumprod[t][:, None, None]
+            noisy = jnp.sqrt(ac) * a0 + jnp.sqrt(1 - ac) * noise
+            return jnp.mean((unet(params, noisy, t, obs) - noise) ** 2)
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    rep = P()
+    cdim = 128 + obs_dim
+    params = {"time_mlp": sds((128, 128), f32, mesh, rep), "final_conv": sds((5, channels[0], action_dim), bf, mesh, rep)}
+    prev = action_dim
+    for i, c in enumerate(channels):
+        params[f"down_{i}"] = {"conv_0": sds((5, prev, c), bf, mesh, rep), "conv_1": sds((5, c, c), bf, mesh, rep),
+                               "film": sds((cdim, 2 * c), bf, mesh, rep), "residual": sds((1, prev, c), bf, mesh, rep)}
+        prev = c
+    for i in range(len(channels) - 1):
+        cin, c = channels[i + 1] + channels[i], channels[i]
+        params[f"up_{i}"] = {"conv_0": sds((5, cin, c), bf, mesh, rep), "conv_1": sds((5, c, c), bf, mesh, rep),
+                             "film": sds((cdim, 2 * c), bf, mesh, rep), "residual": sds((1, cin, c), bf, mesh, rep)}
+    n = mesh.devices.size * batch
+    actions = sds((n, horizon, action_dim), f32, mesh, P("d"))
+    obs_features = sds((n, obs_dim), f32, mesh, P("d"))
+    rng = sds((2,), jnp.uint32, mesh, P())
+    return policy_train_step, (params, actions, obs_features, rng), {}
+
+
 pair(
     "mbpo_ensemble_members_replicated", "v5e", "v5e:2x2",
     "An MBPO-style ensemble of 8 probabilistic dynamics models (obs 376 + act 17 -> 4 x 8192 swish -> mean and "
@@ -16648,6 +16733,22 @@ pair(
     dict(category="arguments", causes=["replicated_tensor"]),
     _ngu_episodic_memory_builder, dict(actors=512, slots=131072, emb_dim=128, k=10, memory_spec=()),
     dict(actors=512, slots=131072, emb_dim=128, k=10, memory_spec=("d",)),
+    dump=False,
+)
+
+pair(
+    "diffusion_policy_every_timestep", "v5p", "v5p:2x2x1",
+    "Diffusion Policy training on v5p (a 1-D conv U-Net over 16-step action chunks, channels 256/512/1024, bf16, "
+    "8192 chunks per chip) whose timesteps are jnp.arange(100) broadcast against the batch: every chunk noised at "
+    "all 100 levels, the U-Net run on 819200 chunks per chip with its activations kept for the backward pass, "
+    "beyond 95.74G.",
+    "Fixed variant of diffusion_policy_every_timestep_v5p: one timestep per chunk drawn with "
+    "jax.random.randint, as the reference implementation does; fits.",
+    dict(category="aggregate", causes=["batch_too_large", "large_activation"]),
+    _diffusion_policy_all_timesteps_builder, dict(batch=8192, horizon=16, action_dim=10, obs_dim=512,
+                                                  channels=(256, 512, 1024), train_timesteps=100, all_timesteps=True),
+    dict(batch=8192, horizon=16, action_dim=10, obs_dim=512, channels=(256, 512, 1024), train_timesteps=100,
+         all_timesteps=False),
     dump=False,
 )
 
