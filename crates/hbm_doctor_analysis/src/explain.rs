@@ -323,7 +323,10 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             rank!(5.0, fragmentation(&ctx));
             rank!(6.0, allocation_cap(&ctx));
         }
-        Category::Arguments => rank!(4.0, arguments_exceed(&ctx)),
+        Category::Arguments => {
+            rank!(4.0, arguments_exceed(&ctx));
+            rank!(1.5, arguments_left_whole(&ctx));
+        }
         _ => {}
     }
     if !matches!(category, Category::Vmem | Category::HostMemory) {
@@ -1606,6 +1609,32 @@ fn arguments_exceed(ctx: &Ctx<'_>) -> Option<Cause> {
             "mesh = jax.make_mesh((jax.device_count(),), (\"fsdp\",))\nparams = jax.device_put(params, NamedSharding(mesh, P(\"fsdp\")))  # shard, not replicate\n# optimizer state on the host:\nopt_state = jax.device_put(opt_state, NamedSharding(mesh, P(\"fsdp\"), memory_kind=\"pinned_host\"))",
             "import torch_xla.distributed.spmd as xs\nfrom torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel as FSDPv2\nmodel = FSDPv2(model)  # shards parameters and optimizer state over the mesh",
         ),
+    ))
+}
+
+/// Arguments over a TPU's limit at compile time: in an SPMD program, state left whole on every
+/// device is the usual reason (`in_shardings` of `P()`, a partition rule or an axis mapping that
+/// falls through to `P()`, a `device_put` with no sharding), and the listing cannot tell; a
+/// candidate after [`arguments_exceed`], with the one check that decides it.
+fn arguments_left_whole(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Compile || e.backend != Some(Backend::Tpu) {
+        return None;
+    }
+    let args = e.arguments_bytes?;
+    let l = ctx.limit?;
+    if args < l {
+        return None;
+    }
+    Some(ctx.cause(
+        CauseKind::ReplicatedTensor,
+        None,
+        format!("the arguments alone ({}) exceed one device: in a program over several chips that is usually state copied whole on every one of them, which the message cannot show", fmt(args)),
+        vec![
+            "Print where the parameters and optimizer state live (jax.debug.visualize_array_sharding(x), or x.sharding for each leaf of params and opt_state): a leaf on PartitionSpec() is whole on every device.".into(),
+            "Shard what is whole over the mesh (in_shardings / a partition rule or logical-axis mapping that names the missing axis; the optimizer state with the same specs as its parameters).".into(),
+        ],
+        Vec::new(),
     ))
 }
 
@@ -4035,6 +4064,11 @@ mod corpus_tests {
             first_causes("tpu/cryoem_all_orientation_projections_v5p/stderr.log")[0],
             CauseKind::LargeActivation
         );
+        // Arguments over the limit: the arguments first, and state left whole on every device
+        // among the next, with the check that tells.
+        let c = first_causes("tpu/plenoxel_grid_replicated_v6e/stderr.log");
+        assert_eq!(c[0], CauseKind::ArgumentsExceed);
+        assert!(c[..3].contains(&CauseKind::ReplicatedTensor), "{c:?}");
     }
 
     #[test]
