@@ -565,12 +565,6 @@ fn gathered_input<'a>(
     };
     let by_name: HashMap<&'a str, &'a Instruction<'a>> =
         entry.instructions.iter().map(|i| (i.name, i)).collect();
-    let mut users: HashMap<&'a str, Vec<&'a str>> = HashMap::default();
-    for i in &entry.instructions {
-        for o in &i.operands {
-            users.entry(*o).or_default().push(i.name);
-        }
-    }
     let elements = |i: &Instruction<'_>| Shape::parse(i.shape).map(|x| x.elements());
     // The entry parameter a value is a copy of (through copies, bitcasts, async starts).
     let param_of = |mut cur: &'a str| -> Option<&'a Instruction<'a>> {
@@ -585,18 +579,23 @@ fn gathered_input<'a>(
         }
         None
     };
-    let mut causes = Vec::new();
-    for g in entry
+    let gathers: Vec<(&Instruction<'_>, &Instruction<'_>)> = entry
         .instructions
         .iter()
         .filter(|i| matches!(i.opcode, "all-gather" | "all-gather-done"))
-    {
-        let Some(first) = g.operands.first() else {
-            continue;
-        };
-        let Some(param) = param_of(first) else {
-            continue;
-        };
+        .filter_map(|g| Some((g, param_of(g.operands.first()?)?)))
+        .collect();
+    if gathers.is_empty() {
+        return Vec::new();
+    }
+    let mut users: HashMap<&'a str, Vec<&'a str>> = HashMap::default();
+    for i in &entry.instructions {
+        for o in &i.operands {
+            users.entry(*o).or_default().push(i.name);
+        }
+    }
+    let mut causes = Vec::new();
+    for (g, param) in gathers {
         let (Some(whole), Some(shard)) = (elements(g), elements(param)) else {
             continue;
         };

@@ -642,9 +642,12 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
             // The words of a remedy, a negation or a possibility count in the clause that tells
             // the failure: `it doesn't work as I get cuda out of memory error` reports one (a
             // clause of the user's own after `as I` / `because I` / `since I` / `but I`).
+            if !oom.is_match(sentence) {
+                continue;
+            }
             // (The failure's own words are not its negation: `there is not enough RAM to train`.)
             let clause = oom.replace_all(own_clause(sentence, oom), " ");
-            if !oom.is_match(sentence) || talk.is_match(&clause) && !persisted {
+            if talk.is_match(&clause) && !persisted {
                 continue;
             }
             let mine = first_person.is_match(sentence);

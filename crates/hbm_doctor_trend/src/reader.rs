@@ -504,12 +504,20 @@ fn unit_scale(u: &str) -> Option<f64> {
 /// request count, the resident size, its change): each unsigned cell with a size's unit is a
 /// reading of its column's series. Signed cells are changes, bare numbers counts or steps.
 fn spaced_row(line: &str) -> Vec<(String, f64, Option<f64>)> {
-    let cells: Vec<&str> = line.split_whitespace().collect();
-    if cells.len() < 2 || cells.len() > 12 {
+    // (Cheap refusals first: most lines start with a word, and a row is a dozen cells at most.)
+    if !line
+        .trim_start()
+        .starts_with(|c: char| c.is_ascii_digit() || c == '+' || c == '-')
+    {
         return Vec::new();
     }
     let mut out = Vec::new();
-    for (k, cell) in cells.iter().enumerate() {
+    let mut cells = 0;
+    for (k, cell) in line.split_whitespace().enumerate() {
+        cells += 1;
+        if cells > 12 {
+            return Vec::new();
+        }
         let at = cell
             .find(|c: char| c.is_ascii_alphabetic())
             .unwrap_or(cell.len());
@@ -524,6 +532,9 @@ fn spaced_row(line: &str) -> Vec<(String, f64, Option<f64>)> {
             return Vec::new();
         };
         out.push((format!("column {}", k + 1), v, Some(u)));
+    }
+    if cells < 2 {
+        return Vec::new();
     }
     out
 }
