@@ -279,6 +279,16 @@ pub struct Reader {
     bare: Bare,
     /// The second and later value columns of lines of bare numbers (`2491.67 21.20`).
     bare_cols: Vec<Bare>,
+    /// Lines of several bare numbers read by [`Reader::bare_columns`], and the numbers of the
+    /// last one, its first cell included: one such line alone is a run of readings posted in a
+    /// row (`0.34 0.57 0.79 1.02 ...`), not as many series of one reading.
+    bare_lines: u64,
+    bare_run: Vec<f64>,
+    /// A markdown table's header: each column's unit, when the header names one (`| step | max
+    /// current (GB) | % cap |`), and whether its first column counts steps.
+    md_units: Vec<Option<f64>>,
+    md_keys: Vec<String>,
+    md_step: bool,
     /// Device samples in the collection before this input (to tell whether it gave any).
     samples_before: Option<u64>,
     /// The key of each device's first memory reading in a log (`memory_allocated`, `hbm`...).
@@ -602,6 +612,11 @@ impl Reader {
             smi_gpu: None,
             bare: Bare::default(),
             bare_cols: Vec::new(),
+            bare_lines: 0,
+            bare_run: Vec::new(),
+            md_units: Vec::new(),
+            md_keys: Vec::new(),
+            md_step: false,
             samples_before: None,
             mem_keys: Vec::new(),
             unitless: BTreeMap::new(),
@@ -1563,6 +1578,9 @@ impl Reader {
     /// before `in use` / `used` (`14 MB currently in use`; `1024 MB allocated cumulatively` is a
     /// counter and is not read), else every `KEY: SIZE` of the line (`mbiu: 255 MB, bui: 1 MB`).
     fn hold_keyed(&mut self, line: &str) {
+        if self.markdown_by_header(line) {
+            return;
+        }
         let p = pats();
         // Cheap filter first: a digit then a size unit (`255 MB`, `1.5GiB`, `16 kb`, `bytes`).
         let b = line.as_bytes();
@@ -1671,6 +1689,91 @@ impl Reader {
                 }
             }
         }
+    }
+
+    /// A markdown table whose header names the unit of its columns (`| step | max current (GB)
+    /// | max peak (GB) | % cap |`): the header is kept, and each row's bare numbers under a
+    /// sized column are readings of that column (keyed by its name), at the step of the first
+    /// column when the header names steps (`| 2735 (resume) | 41.5 | 44.9 | 11% |`). True when
+    /// the line was such a table's line.
+    fn markdown_by_header(&mut self, line: &str) -> bool {
+        let row = line.trim();
+        if !(row.len() > 2 && row.starts_with('|') && row.ends_with('|')) {
+            return false;
+        }
+        let cells: Vec<&str> = row[1..row.len() - 1]
+            .split('|')
+            .map(|x| x.trim().trim_matches(|c| c == '*' || c == '`').trim())
+            .collect();
+        // The rule under the header (`|---:|:---|`).
+        if cells
+            .iter()
+            .all(|x| !x.is_empty() && x.bytes().all(|b| matches!(b, b'-' | b':' | b' ')))
+        {
+            return !self.md_units.is_empty();
+        }
+        let starts_num = |x: &str| x.starts_with(|c: char| c.is_ascii_digit());
+        if !cells.iter().any(|x| starts_num(x)) {
+            // A header: the unit in brackets or as the last word of each cell.
+            let units: Vec<Option<f64>> = cells
+                .iter()
+                .map(|x| {
+                    let l = x.to_ascii_lowercase();
+                    let word = l
+                        .rsplit(|c: char| c.is_whitespace() || c == '(' || c == '[' || c == '_')
+                        .map(|w| w.trim_matches(|c| c == ')' || c == ']' || c == ','))
+                        .find(|w| !w.is_empty())
+                        .unwrap_or("");
+                    let word = word.strip_prefix("in ").unwrap_or(word);
+                    matches!(word, "gb" | "gib" | "mb" | "mib" | "kb" | "kib" | "bytes")
+                        .then(|| unit_scale(word))
+                        .flatten()
+                })
+                .collect();
+            if units.iter().any(Option::is_some) {
+                let first = cells[0].to_ascii_lowercase();
+                self.md_step = [
+                    "step", "epoch", "iter", "round", "request", "batch", "cycle",
+                ]
+                .iter()
+                .any(|k| first.contains(k));
+                self.md_units = units;
+                self.md_keys = cells.iter().map(|x| x.to_ascii_lowercase()).collect();
+                return true;
+            }
+            self.md_units.clear();
+            return false;
+        }
+        if self.md_units.is_empty() || cells.len() != self.md_units.len() {
+            return false;
+        }
+        if self.md_step {
+            let n: String = cells[0].chars().take_while(char::is_ascii_digit).collect();
+            if let Ok(n) = n.parse::<u64>() {
+                self.step = Some(n);
+            }
+        }
+        for (k, cell) in cells.iter().enumerate() {
+            let Some(u) = self.md_units[k] else { continue };
+            // A bare number, perhaps with a note after it (`41.5 (resume)`); a sign is a change.
+            let num = cell.split_whitespace().next().unwrap_or("");
+            let Some(v) = number(num).filter(|_| !num.starts_with(['+', '-'])) else {
+                continue;
+            };
+            let key = self.md_keys[k].clone();
+            let row = (self.step, v, Some(u), self.ts);
+            let full = self.keyed.len() >= MAX_KEYED;
+            match self.keyed.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, bare)) => bare.push(row),
+                None if full => {}
+                None => {
+                    let mut bare = Bare::default();
+                    bare.push(row);
+                    self.keyed.push((key, bare));
+                }
+            }
+        }
+        true
     }
 
     /// Sizes told in a sentence about memory, kept in the order told ([`Reader::prose`]): the
@@ -1808,7 +1911,11 @@ impl Reader {
     /// list's numbers are successive readings; a line's columns are series side by side, the
     /// first of them the step when it is a whole number and more columns follow.
     fn bare_columns(&mut self, line: &str) -> bool {
-        let t = line.trim();
+        // (A list pasted in backticks or quotes: `` `[0.49, 0.82, 1.15]` ``.)
+        let t = line
+            .trim()
+            .trim_matches(|c| c == '`' || c == '\'' || c == '"')
+            .trim();
         let (list, body) = match t.strip_prefix('[').and_then(|b| b.strip_suffix(']')) {
             Some(b) => (true, b),
             None => (false, t),
@@ -1843,6 +1950,8 @@ impl Reader {
         if vals.len() < 2 {
             return false;
         }
+        self.bare_lines += 1;
+        self.bare_run.clone_from(&vals);
         let counted = vals.len() > 2 && !cells[0].contains(['.', 'e', 'E']);
         let (step, vals) = if counted {
             (cells[0].parse::<u64>().ok(), &vals[1..])
@@ -1902,6 +2011,15 @@ impl Reader {
     /// below 1000 with decimals: GiB, as `psutil` readings divided by 10^9 are posted; else MiB,
     /// as nvidia-smi prints). The first column is the step when it rises at every line.
     fn flush_bare(&mut self, c: &mut Collected) {
+        // One line of three or more numbers and no other bare line: readings posted in a row.
+        if self.bare_lines == 1 && self.bare.rows.len() == 1 && self.bare_run.len() >= 3 {
+            let ts = self.bare.rows[0].3;
+            let run: Vec<BareRow> = self.bare_run.iter().map(|&v| (None, v, None, ts)).collect();
+            self.bare.rows.clear();
+            self.bare_cols.clear();
+            self.flush_bare_column(c, "0", run);
+            return;
+        }
         let first = std::mem::take(&mut self.bare.rows);
         let more: Vec<Vec<BareRow>> = std::mem::take(&mut self.bare_cols)
             .into_iter()

@@ -317,6 +317,46 @@ fn a_table_aligned_with_spaces() {
     assert_eq!(s["leak_suspected"], false, "four readings are too few");
 }
 
+#[test]
+fn one_line_of_numbers_is_a_run_of_readings() {
+    // faiss#2996: `0.34 0.57 0.79 ... 2.37`, RSS in GiB printed with end=' ': ten readings of
+    // one series, not ten series of one reading.
+    let (v, _) = trend("posted/facebookresearch-faiss-2996.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 10);
+    assert_eq!(s["last_bytes"], (2.37 * 1_073_741_824.0) as u64);
+    assert_eq!(
+        s["leak_suspected"], true,
+        "each reading higher than the last"
+    );
+}
+
+#[test]
+fn a_list_pasted_in_backticks() {
+    // faiss#3810: `` `[0.49, 0.82, ..., 5.28]` `` without the fix, `[0.52, 0.7, ...]` with it.
+    let (v, _) = trend("posted/facebookresearch-faiss-3810.log");
+    assert_eq!(v["series"][0]["samples"], 20);
+    assert_eq!(v["series"][0]["leak_suspected"], true);
+    let (v, _) = trend("posted/facebookresearch-faiss-3810-2.log");
+    assert_eq!(v["series"][0]["samples"], 20);
+    assert_eq!(
+        v["series"][0]["leak_suspected"], false,
+        "flat after the first"
+    );
+}
+
+#[test]
+fn a_markdown_table_whose_header_names_the_unit() {
+    // marin#6908: `| step | max current (GB) | max peak (GB) | % cap |`, rows of bare numbers.
+    let (v, _) = trend("posted/marin-community-marin-6908.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 7);
+    assert_eq!(s["first_step"], 2735);
+    assert_eq!(s["last_step"], 3000);
+    assert_eq!(s["last_bytes"], (249.9 * 1_073_741_824.0) as u64);
+    assert_eq!(s["leak_suspected"], true);
+}
+
 /// A series added to the corpus comes with its test here.
 #[test]
 fn every_series_in_the_corpus_has_a_test() {
