@@ -1593,10 +1593,14 @@ fn arguments_exceed(ctx: &Ctx<'_>) -> Option<Cause> {
         return None;
     }
     let chips = (args as f64 / (l as f64 * 0.7)).ceil() as u64;
-    let mut actions = vec![
-        format!("Shard parameters and optimizer state over more chips (FSDP / ZeRO-3 style): {} of arguments need about {chips} or more chips' worth of HBM with room left for activations.", fmt(args)),
-    ];
-    let fits = chips::tpus_that_fit(args + args / 4);
+    let mut actions = vec![if chips >= 2 {
+        format!("Shard parameters and optimizer state over more chips (FSDP / ZeRO-3 style): {} of arguments need about {chips} or more chips' worth of HBM with room left for activations.", fmt(args))
+    } else {
+        format!("Shard parameters and optimizer state over the chips (FSDP / ZeRO-3 style): {} of arguments leave {} of the {} limit for everything else.", fmt(args), fmt(l.saturating_sub(args)), fmt(l))
+    }];
+    // A chip where the whole program fits, not only its arguments, and larger than this one.
+    let need = ctx.used.unwrap_or(0).max(args + args / 4);
+    let fits = chips::tpus_that_fit(need.max(l + 1));
     if let Some(first) = fits.first() {
         actions.push(format!("Or a chip with more HBM: {first}."));
     }
