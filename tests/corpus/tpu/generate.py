@@ -16752,6 +16752,421 @@ pair(
     dump=False,
 )
 
+# ---- 49. more broken/fixed pairs (batch tpu38): other models, other names ---------------------
+#
+# Programs of kinds sections 13-48 do not have, mostly placement written the way training codebases write it
+# (a knowledge-graph embedding trainer on a multi-host v5e-16 whose mesh is built from jax.local_devices(); a
+# DCN / Wide & Deep ranking model in jax's explicit-sharding mode whose embedding gather is given
+# out_sharding=P() to silence the ShardingTypeError; a FuXi-style weather transformer whose partition helper
+# shards only 2-D params, so the layer-stacked 3-D kernels and their Adam moments stay replicated; a long-context
+# DNA LM meant as DeepSpeed-Ulysses sequence parallelism in shard_map that all-gathers the sequence at entry
+# instead of an all_to_all per layer), and a reward model trained on every (chosen, rejected) pair of K
+# responses by running it on each pair; and the HBM budget capped per jit by compiler_options carried over from a
+# serving config. The same conventions: the fixed twin changes exactly the first cause.
+# See the README section of batch tpu38 for which pairs keep their dumps and what did not go as first written.
+
+
+# 49.1 a multi-host knowledge-graph embedding trainer whose mesh is built from jax.local_devices() (one host's chips)
+
+
+def _kge_local_devices_mesh_builder(mesh, entities, relations, dim, triples, negatives, local_mesh):
+    """Knowledge-graph embedding training (TransE with PyTorch-BigGraph-style chunked negative sampling: every
+    chunk of positive triples shares `negatives` corrupted tail entities) on a multi-host v5e-16 slice (4 hosts
+    of 4 chips): f32 entity and relation tables, row-wise sharded over the mesh axis 'entity_shard', trained with
+    Adagrad (elementwise accumulators, as PBG's dense variant), tables and accumulators donated; the triples are
+    sharded over the same axis.
+    local_mesh=True (the first version, ported from the single-host v5e-4 script: `mesh =
+    Mesh(np.array(jax.local_devices()), ('entity_shard',))`, so every host builds a mesh over its own 4 chips
+    and each holds a quarter of the tables, i.e. the tables are split 4 ways instead of 16 and every host keeps a
+    whole copy); False: `Mesh(np.array(jax.devices()), ('entity_shard',))`, the tables over all 16 chips."""
+    jax, jnp, NamedSharding, P = _jax()
+    import numpy as np
+    from jax.sharding import Mesh
+    f32 = jnp.float32
+    if local_mesh:
+        devs = [d for d in mesh.devices.flat if d.process_index == 0]                  # jax.local_devices() on host 0
+    else:
+        devs = list(mesh.devices.flat)                                                  # jax.devices()
+    kg_mesh = Mesh(np.array(devs), ("entity_shard",))
+    rows = NamedSharding(kg_mesh, P("entity_shard", None))
+
+    def transe_adagrad_step(tables, adagrad_state, heads, rels, tails, neg_tails):
+        def loss_fn(tables):
+            h = tables["entity_embeddings"][heads]                                     # [B, D]
+            r = tables["relation_embeddings"][rels]
+            t = tables["entity_embeddings"][tails]
+            n = tables["entity_embeddings"][neg_tails]                                 # [chunks, K, D]
+            hr = (h + r).reshape(n.shape[0], -1, dim)                                 # [chunks, B/chunks, D]
+            pos = -jnp.sum(jnp.abs(hr - t.reshape(hr.shape)), -1)
+            neg = -jnp.sum(jnp.abs(hr[:, :, None, :] - n[:, None, :, :]), -1)          # [chunks, B/c, K]
+            return jnp.mean(jax.nn.relu(1.0 - pos[..., None] + neg))
+
+        loss, grads = jax.value_and_grad(loss_fn)(tables)
+        adagrad_state = _tm(lambda a, g: a + g * g, adagrad_state, grads)
+        tables = _tm(lambda p, g, a: p - 0.1 * g / (jnp.sqrt(a) + 1e-10), tables, grads, adagrad_state)
+        return tables, adagrad_state, loss
+
+    def tabs():
+        return {"entity_embeddings": jax.ShapeDtypeStruct((entities, dim), f32, sharding=rows),
+                "relation_embeddings": jax.ShapeDtypeStruct((relations, dim), f32, sharding=rows)}
+
+    tables, adagrad_state = tabs(), tabs()
+    ids = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=NamedSharding(kg_mesh, P("entity_shard")))
+    chunks = len(devs) * 4
+    args = (tables, adagrad_state, ids((triples,)), ids((triples,)), ids((triples,)), ids((chunks, negatives)))
+    kw = {"out_shardings": (_shardings(tables), _shardings(adagrad_state), NamedSharding(kg_mesh, P())),
+          "donate_argnums": (0, 1)}
+    return transe_adagrad_step, args, kw
+
+
+# 49.2 explicit-sharding mode: the embedding gather given out_sharding=P() to silence the ShardingTypeError
+
+
+def _explicit_gather_out_sharding_builder(mesh, vocab, fields, dim, batch, deep, gather_spec):
+    """A Wide & Deep / DCN-style CTR ranking model written for jax's explicit-sharding mode (`jax.make_mesh(...,
+    axis_types=(AxisType.Explicit,))`): the hashed sparse features of `fields` categorical fields are looked up
+    in one f32 table [vocab, dim] sharded by rows, concatenated (an Avazu-style all-categorical model), passed
+    through a cross layer and a bf16 deep tower (weights replicated), logistic loss (the labels resharded to
+    the logits' sharding, as explicit mode asks), SGD; the batch is sharded over 'data'. In explicit mode
+    `table[ids]` raises `ShardingTypeError: Use .at[...].get(out_sharding=) ...` because both operands are sharded
+    over 'data'.
+    gather_spec=() (the first version: `table.at[ids].get(out_sharding=P())` "to make the error go away": the
+    gathered features are replicated, and explicit mode carries that sharding on, so every chip runs the cross
+    layer and the deep tower on the whole global batch); ('data',): out_sharding=P('data'), the features
+    sharded like the ids, every chip runs its own quarter of the batch."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import AxisType, Mesh
+    bf, f32 = jnp.bfloat16, jnp.float32
+    xm = Mesh(mesh.devices, ("data",), axis_types=(AxisType.Explicit,))
+    gspec = NamedSharding(xm, P(*gather_spec))
+    rep = NamedSharding(xm, P())
+
+    def ctr_train_step(params, sparse_ids, clicks):
+        def loss_fn(params):
+            emb = params["sparse_embedding"].at[sparse_ids].get(out_sharding=gspec)     # [B, F, D]
+            x0 = emb.reshape(emb.shape[0], fields * dim).astype(bf)
+            x = x0 * (x0 @ params["cross_0"]["kernel"]) + x0                            # DCN-v2 cross layer
+            h = x
+            for i in range(len(deep)):
+                h = jax.nn.relu(h @ params[f"deep_{i}"]["kernel"])
+            logit = (h @ params["logit"]["kernel"]).astype(f32)[:, 0]
+            y = jax.sharding.reshard(clicks, jax.typeof(logit).sharding)
+            return jnp.mean(jax.nn.softplus(logit) - y * logit)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), params, grads), loss
+
+    d_in = fields * dim
+    params = {"sparse_embedding": jax.ShapeDtypeStruct((vocab, dim), f32, sharding=NamedSharding(xm, P("data", None))),
+              "cross_0": {"kernel": jax.ShapeDtypeStruct((d_in, d_in), bf, sharding=rep)}}
+    prev = d_in
+    for i, w in enumerate(deep):
+        params[f"deep_{i}"] = {"kernel": jax.ShapeDtypeStruct((prev, w), bf, sharding=rep)}
+        prev = w
+    params["logit"] = {"kernel": jax.ShapeDtypeStruct((prev, 1), bf, sharding=rep)}
+    bs = lambda shape, dt: jax.ShapeDtypeStruct(shape, dt, sharding=NamedSharding(xm, P("data", *([None] * (len(shape) - 1)))))
+    args = (params, bs((batch, fields), jnp.int32), bs((batch,), f32))
+    kw = {"out_shardings": (_shardings(params), rep), "donate_argnums": (0,)}
+    return ctr_train_step, args, kw
+
+
+# 49.3 a partition helper that shards only 2-D params: the layer-stacked 3-D kernels and their Adam moments replicated
+
+
+def _weather_rank_rule_builder(mesh, layers, d_model, ffn, tokens, batch, three_d_rule):
+    """A FuXi / Pangu-style medium-range weather transformer trunk (the 0.25-degree fields patch-embedded into
+    `tokens` tokens of `d_model`, `layers` pre-LN blocks stacked on a leading layer axis and run with
+    jax.lax.scan under jax.checkpoint, bf16 compute, f32 master weights), trained with Adam on an 'fsdp' mesh,
+    params and moments donated. The shardings come from the project's helper
+
+        def fsdp_spec(p): return P('fsdp', None) if p.ndim == 2 else P()     # "biases and scales replicated"
+
+    written for the unstacked model, where every kernel is 2-D.
+    three_d_rule=False (the first version: after the blocks were stacked for the scan every block kernel is 3-D
+    [layers, in, out], so the helper returns P() for all of them and for both of their Adam moments; only
+    the patch embedding and the output head (2-D) are sharded); True: the helper also maps 3-D params to
+    P(None, 'fsdp', None) (the layer axis kept whole, the input features sharded)."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf, f32 = jnp.bfloat16, jnp.float32
+    fm = Mesh(mesh.devices, ("fsdp",))
+    channels = 70 * 4 * 4                                                              # 70 variables, 4x4 patches
+
+    def fsdp_spec(shape):
+        if len(shape) == 2:
+            return P("fsdp", None)
+        if len(shape) == 3 and three_d_rule:
+            return P(None, "fsdp", None)
+        return P()
+
+    def leaf(shape):
+        return jax.ShapeDtypeStruct(shape, f32, sharding=NamedSharding(fm, fsdp_spec(shape)))
+
+    def ln(x, g):
+        x32 = x.astype(f32)
+        return ((x32 - x32.mean(-1, keepdims=True)) * jax.lax.rsqrt(x32.var(-1, keepdims=True) + 1e-6) * g).astype(bf)
+
+    def fuxi_train_step(params, opt_state, era5_patches, targets):
+        def loss_fn(params):
+            x = (era5_patches.astype(bf) @ params["cube_embed"]["kernel"].astype(bf))  # [B, T, D]
+
+            @jax.checkpoint
+            def block(h, w):
+                a = ln(h, w["attn_norm"]["scale"])
+                b_, t_, _ = a.shape
+                qkv = (a @ w["attention"]["qkv"]["kernel"].astype(bf)).reshape(b_, t_, 3, 16, -1)
+                s = jnp.einsum("bqhd,bkhd->bhqk", qkv[:, :, 0], qkv[:, :, 1]).astype(f32) / 16.0
+                o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), qkv[:, :, 2]).reshape(b_, t_, -1)
+                h = h + o @ w["attention"]["out"]["kernel"].astype(bf)
+                m = ln(h, w["mlp_norm"]["scale"])
+                return h + jax.nn.gelu(m @ w["mlp"]["fc1"]["kernel"].astype(bf)) @ w["mlp"]["fc2"]["kernel"].astype(bf), None
+
+            h, _ = jax.lax.scan(block, x, params["swin_blocks"])
+            pred = (h @ params["head"]["kernel"].astype(bf)).astype(f32)
+            return jnp.mean((pred - targets) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    L, D, F = layers, d_model, ffn
+
+    def tree():
+        return {"cube_embed": {"kernel": leaf((channels, D))}, "head": {"kernel": leaf((D, channels))},
+                "swin_blocks": {"attn_norm": {"scale": leaf((L, D))}, "mlp_norm": {"scale": leaf((L, D))},
+                                "attention": {"qkv": {"kernel": leaf((L, D, 3 * D))}, "out": {"kernel": leaf((L, D, D))}},
+                                "mlp": {"fc1": {"kernel": leaf((L, D, F))}, "fc2": {"kernel": leaf((L, F, D))}}}}
+
+    params = tree()
+    opt_state = {"count": jax.ShapeDtypeStruct((), jnp.int32, sharding=NamedSharding(fm, P())), "mu": tree(), "nu": tree()}
+    data = lambda: jax.ShapeDtypeStruct((batch, tokens, channels), f32, sharding=NamedSharding(fm, P("fsdp")))
+    kw = {"out_shardings": (_shardings(params), _shardings(opt_state), NamedSharding(fm, P())),
+          "donate_argnums": (0, 1)}
+    return fuxi_train_step, (params, opt_state, data(), data()), kw
+
+
+# 49.4 a reward model trained on every (chosen, rejected) pair of K responses by running it on each pair
+
+
+def _rm_all_pairs_builder(mesh, prompts, k_resp, seq, d_model, heads, depth, encode_pairs):
+    """An LLM reward model (a scanned pre-LN decoder, bf16, jax.checkpoint per block, the reward read at the last
+    token) trained with the InstructGPT loss over all K*(K-1)/2 ranked pairs of K responses per prompt; prompts
+    sharded over the devices, weights replicated, SGD, donated.
+    encode_pairs=True (the first version, from a pairwise-dataset collator: for every pair (i, j) the two token
+    sequences are gathered into chosen_ids / rejected_ids [prompts * K*(K-1)/2, seq] and the model is run on both,
+    so each response is encoded K-1 times); False: every response encoded once [prompts * K, seq], the K rewards
+    gathered into the pairs (as the InstructGPT paper does "to avoid overfitting and for efficiency")."""
+    jax, jnp, NamedSharding, P = _jax()
+    import itertools
+    bf, f32 = jnp.bfloat16, jnp.float32
+    D, H = d_model, heads
+    hd = D // H
+    pairs = list(itertools.combinations(range(k_resp), 2))
+    pi = jnp.array([p[0] for p in pairs], jnp.int32)
+    pj = jnp.array([p[1] for p in pairs], jnp.int32)
+
+    def rms(x, g):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6) * g).astype(bf)
+
+    @jax.checkpoint
+    def decoder_block(h, w):
+        b, s, _ = h.shape
+        a = rms(h, w["input_layernorm"])
+        q = (a @ w["q_proj"]).reshape(b, s, H, hd)
+        k = (a @ w["k_proj"]).reshape(b, s, H, hd)
+        v = (a @ w["v_proj"]).reshape(b, s, H, hd)
+        sc = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) * hd ** -0.5
+        sc = jnp.where(jnp.tril(jnp.ones((s, s), bool)), sc, -1e30)
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(sc, -1).astype(bf), v).reshape(b, s, D)
+        h = h + o @ w["o_proj"]
+        m = rms(h, w["post_attention_layernorm"])
+        return h + (jax.nn.silu(m @ w["gate_proj"]) * (m @ w["up_proj"])) @ w["down_proj"], None
+
+    def rewards(rm, ids):
+        h = jnp.take(rm["embed_tokens"], ids, axis=0)
+        h, _ = jax.lax.scan(decoder_block, h, rm["layers"])
+        return (rms(h[:, -1], rm["norm"]) @ rm["score_head"]).astype(f32)[:, 0]
+
+    def reward_model_step(rm, response_ids):                                          # [B, K, S], best first
+        def loss_fn(rm):
+            B = response_ids.shape[0]
+            if encode_pairs:
+                chosen_ids = response_ids[:, pi].reshape(-1, seq)                         # [B*P, S]
+                rejected_ids = response_ids[:, pj].reshape(-1, seq)
+                margin = rewards(rm, chosen_ids) - rewards(rm, rejected_ids)
+            else:
+                r = rewards(rm, response_ids.reshape(-1, seq)).reshape(B, k_resp)
+                margin = (r[:, pi] - r[:, pj]).reshape(-1)
+            return -jnp.mean(jax.nn.log_sigmoid(margin))
+
+        loss, g = jax.value_and_grad(loss_fn)(rm)
+        return _tm(lambda p, g: (p - 1e-5 * g).astype(p.dtype), rm, g), loss
+
+    L, F = depth, 4 * d_model
+    lay = lambda *s: sds((L,) + s, bf, mesh, P())
+    rm = {"embed_tokens": sds((32000, D), bf, mesh, P()), "norm": sds((D,), bf, mesh, P()),
+          "score_head": sds((D, 1), bf, mesh, P()),
+          "layers": {"input_layernorm": lay(D), "post_attention_layernorm": lay(D), "q_proj": lay(D, D),
+                     "k_proj": lay(D, D), "v_proj": lay(D, D), "o_proj": lay(D, D), "gate_proj": lay(D, F),
+                     "up_proj": lay(D, F), "down_proj": lay(F, D)}}
+    n = mesh.devices.size * prompts
+    response_ids = sds((n, k_resp, seq), jnp.int32, mesh, P("d"))
+    return reward_model_step, (rm, response_ids), {"donate_argnums": (0,)}
+
+
+# 49.5 DeepSpeed-Ulysses sequence parallelism in shard_map that all-gathers the sequence at entry instead of all_to_all per layer
+
+
+def _ulysses_allgather_builder(mesh, layers, d_model, heads, seq, batch, head_scatter):
+    """Prefill (scoring) of a long-context DNA language model (bidirectional encoder blocks over single-nucleotide
+    tokens, bf16, blocks stacked and run with jax.lax.scan) with DeepSpeed-Ulysses sequence parallelism written in
+    jax.shard_map: the sequence is sharded over the mesh axis 'sp', every device projects Q/K/V for its own
+    sequence slice, and an all_to_all should trade the sequence shards for head shards (each device attends with
+    heads/n heads over the whole sequence), a second all_to_all trading them back.
+    head_scatter=False (the first version, written before jax.lax.all_to_all's split/concat axes were understood:
+    the token ids are jax.lax.all_gather'ed over 'sp' at entry "so that attention sees the whole sequence", every
+    device runs every layer on the whole sequence with ALL heads and keeps its own slice of the output, so the
+    [B, heads, S, S] scores are on every device); True: each layer's Q/K/V go through
+    jax.lax.all_to_all(split_axis=heads, concat_axis=sequence), the attention output back."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf, f32 = jnp.bfloat16, jnp.float32
+    sp = Mesh(mesh.devices, ("sp",))
+    n = sp.devices.size
+    hd = d_model // heads
+
+    def attend(q, k, v):
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) * hd ** -0.5
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v)
+
+    def ulysses_layer(h, w):                                                          # h: [B, S/n, D]
+        b, s_loc, _ = h.shape
+        x32 = h.astype(f32)
+        a = (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6)).astype(bf)
+        q, k, v = [(a @ w[m]).reshape(b, s_loc, heads, hd) for m in ("wq", "wk", "wv")]
+        if head_scatter:
+            q, k, v = [jax.lax.all_to_all(t, "sp", 2, 1, tiled=True) for t in (q, k, v)]    # [B, S, H/n, hd]
+            o = jax.lax.all_to_all(attend(q, k, v), "sp", 1, 2, tiled=True)                 # [B, S/n, H, hd]
+        else:
+            o = attend(q, k, v)                                                         # the whole sequence
+        h = h + o.reshape(b, s_loc, d_model) @ w["wo"]
+        return h + jax.nn.gelu(h @ w["w_in"]) @ w["w_out"], None
+
+    def dna_lm_prefill(params, token_ids):
+        def body(ids, params):
+            s_loc = ids.shape[1]
+            if not head_scatter:
+                ids = jax.lax.all_gather(ids, "sp", axis=1, tiled=True)                  # [B, S]
+            h = jnp.take(params["nucleotide_embed"], ids, axis=0)
+            h, _ = jax.lax.scan(ulysses_layer, h, params["encoder_layers"])
+            if not head_scatter:
+                h = jax.lax.dynamic_slice_in_dim(h, jax.lax.axis_index("sp") * s_loc, s_loc, 1)   # own slice
+            return h.astype(f32)
+
+        return jax.shard_map(body, mesh=sp, in_specs=(P(None, "sp"), P()), out_specs=P(None, "sp"),
+                             check_vma=False)(token_ids, params)
+
+    L, D = layers, d_model
+    lay = lambda *s: jax.ShapeDtypeStruct((L,) + s, bf, sharding=NamedSharding(sp, P()))
+    params = {"nucleotide_embed": jax.ShapeDtypeStruct((16, D), bf, sharding=NamedSharding(sp, P())),
+              "encoder_layers": {"wq": lay(D, D), "wk": lay(D, D), "wv": lay(D, D), "wo": lay(D, D),
+                                 "w_in": lay(D, 4 * D), "w_out": lay(4 * D, D)}}
+    token_ids = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=NamedSharding(sp, P(None, "sp")))
+    return dna_lm_prefill, (params, token_ids), {}
+
+
+pair(
+    "kge_mesh_from_local_devices", "v5e", "v5e:4x4",
+    "TransE knowledge-graph embedding training (67M entities x 128, f32, Adagrad, PyTorch-BigGraph-style chunked "
+    "negatives) on a 4-host v5e-16 slice whose mesh is built from jax.local_devices(): the tables and accumulators "
+    "(64 GiB) split over one host's 4 chips instead of 16, 16 GiB of arguments per chip, beyond 15.75G.",
+    "Fixed variant of kge_mesh_from_local_devices_v5e: the mesh built from jax.devices(), the tables over all 16 "
+    "chips; fits.",
+    dict(category="arguments", causes=["arguments_exceed", "replicated_tensor"]),
+    _kge_local_devices_mesh_builder, dict(entities=1 << 26, relations=4096, dim=128, triples=65536, negatives=1000,
+                                          local_mesh=True),
+    dict(entities=1 << 26, relations=4096, dim=128, triples=65536, negatives=1000, local_mesh=False),
+    dump=True,
+)
+
+pair(
+    "explicit_mode_gather_out_sharding_replicated", "v6e", "v6e:2x2",
+    "A DCN / Wide & Deep CTR model in jax's explicit-sharding mode on v6e: the sparse-feature gather "
+    "table.at[ids].get(out_sharding=P()) (written to silence the ShardingTypeError) replicates the gathered "
+    "features, and the cross layer and deep tower run on the whole global batch on every chip, beyond 31.25G.",
+    "Fixed variant of explicit_mode_gather_out_sharding_replicated_v6e: out_sharding=P('data'), the features "
+    "sharded like the ids; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "batch_too_large"]),
+    _explicit_gather_out_sharding_builder, dict(vocab=1 << 24, fields=24, dim=128, batch=262144,
+                                                deep=(16384, 16384, 16384, 8192), gather_spec=()),
+    dict(vocab=1 << 24, fields=24, dim=128, batch=262144, deep=(16384, 16384, 16384, 8192), gather_spec=("data",)),
+    dump=False,
+)
+
+pair(
+    "weather_fsdp_rule_2d_only_stacked_replicated", "v5p", "v5p:2x2x1",
+    "A FuXi-style weather transformer trunk (44 stacked blocks, d=4096, f32 master weights, Adam) on v5p whose "
+    "partition helper `P('fsdp', None) if p.ndim == 2 else P()` was written before the blocks were stacked for "
+    "lax.scan: every 3-D block kernel and both of its Adam moments replicated, beyond 95.74G.",
+    "Fixed variant of weather_fsdp_rule_2d_only_stacked_replicated_v5p: the helper maps 3-D params to "
+    "P(None, 'fsdp', None); fits.",
+    dict(category="arguments", causes=["replicated_tensor", "optimizer_state_unsharded", "arguments_exceed"]),
+    _weather_rank_rule_builder, dict(layers=44, d_model=4096, ffn=16384, tokens=2048, batch=4, three_d_rule=False),
+    dict(layers=44, d_model=4096, ffn=16384, tokens=2048, batch=4, three_d_rule=True),
+    dump=False,
+)
+
+pair(
+    "reward_model_pairs_reencoded", "v5e", "v5e:2x2",
+    "An LLM reward model (8 scanned decoder blocks, d=2048, bf16, remat per block) trained on all 28 ranked pairs "
+    "of 8 responses per prompt on v5e by running the model on every pair's chosen and rejected sequence: 56 "
+    "encodings of 1024 tokens per prompt instead of 8, beyond 15.75G.",
+    "Fixed variant of reward_model_pairs_reencoded_v5e: every response encoded once, the rewards gathered into "
+    "the pairs; fits.",
+    dict(category="aggregate", causes=["batch_too_large", "large_activation"]),
+    _rm_all_pairs_builder, dict(prompts=4, k_resp=8, seq=1024, d_model=2048, heads=16, depth=8, encode_pairs=True),
+    dict(prompts=4, k_resp=8, seq=1024, d_model=2048, heads=16, depth=8, encode_pairs=False),
+    dump=False,
+)
+
+
+pair(
+    "ulysses_sp_allgather_all_heads", "v6e", "v6e:2x2",
+    "Prefill of a long-context DNA language model (4 scanned encoder blocks, d=2048, 16 heads, bf16) over 4 "
+    "sequences of 16384 nucleotides on v6e, meant as DeepSpeed-Ulysses sequence parallelism in jax.shard_map, whose "
+    "token ids are all_gather'ed over the sequence at entry instead of an all_to_all per layer: every chip runs "
+    "every layer on the whole sequence with all 16 heads, the probabilities bf16[4,16,16384,16384] (32 GiB) on "
+    "every chip, beyond 31.25G.",
+    "Fixed variant of ulysses_sp_allgather_all_heads_v6e: the sequence stays sharded, each layer's Q/K/V go through "
+    "jax.lax.all_to_all(split_axis=heads, concat_axis=sequence) and back, each chip attends with 4 heads; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "large_activation"]),
+    _ulysses_allgather_builder, dict(layers=4, d_model=2048, heads=16, seq=16384, batch=4, head_scatter=False),
+    dict(layers=4, d_model=2048, heads=16, seq=16384, batch=4, head_scatter=True),
+    dump=True,
+)
+
+# 49.6 the HBM budget capped per jit: compiler_options={'xla_tpu_max_hbm_size_mib': ...} from a co-located serving config
+
+_ULYSSES_FIT = dict(layers=4, d_model=2048, heads=16, seq=16384, batch=4, head_scatter=True)
+
+case(
+    "jit_compiler_options_hbm_cap_v6e", "v6e:2x2",
+    "The (fixed, Ulysses all_to_all) long-context DNA LM prefill of ulysses_sp_allgather_all_heads_fixed_v6e compiled "
+    "with jax.jit(...).lower(...).compile(compiler_options={'xla_tpu_max_hbm_size_mib': 6144}), carried over from "
+    "the serving config that shares each v6e chip with a second model: the compiler plans for 6 GiB instead of "
+    "31.25G and the 8.19G program does not fit.",
+    expect="oom", dump=False, compiler_options={"xla_tpu_max_hbm_size_mib": 6144},
+    label=dict(category="single_large_allocation", causes=["preallocation", "large_activation"],
+               fixed="jit_compiler_options_hbm_cap_fixed_v6e"),
+)(lambda mesh: _ulysses_allgather_builder(mesh, **_ULYSSES_FIT))
+case(
+    "jit_compiler_options_hbm_cap_fixed_v6e", "v6e:2x2",
+    "Fixed variant of jit_compiler_options_hbm_cap_v6e: the same program compiled without the "
+    "xla_tpu_max_hbm_size_mib compiler option; fits.",
+    expect="fit", dump=False, label={"twin_of": "jit_compiler_options_hbm_cap_v6e"},
+)(lambda mesh: _ulysses_allgather_builder(mesh, **_ULYSSES_FIT))
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
