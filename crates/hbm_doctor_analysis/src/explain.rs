@@ -1893,6 +1893,35 @@ fn loop_stacked(a: &Allocation) -> bool {
         })
 }
 
+/// [`loop_stacked`], and a stack along a scan's iterations. Not when its leading dimension leads
+/// more allocations that are no such slot than slots that are (one step's temporaries, led by
+/// the batch: `f32[112,16,1024,1024]` reused again and again beside `bf16[112,1024,8192]`,
+/// `bf16[112,16,128,1024]`...), unless the value of one iteration (the shape without its
+/// leading dimension) is listed too (`bf16[8,112,1024,2048]` beside `bf16[112,1024,2048]`).
+fn scan_stacked(a: &Allocation, allocs: &[Allocation], listed: &[Shape]) -> bool {
+    if !loop_stacked(a) {
+        return false;
+    }
+    let Some(s) = shape_of(a) else { return false };
+    if listed
+        .iter()
+        .any(|l| l.type_name == s.type_name && l.dims[..] == s.dims[1..])
+    {
+        return true;
+    }
+    let (mut stacks, mut others) = (0, 0);
+    for o in allocs {
+        if shape_of(o).is_some_and(|o| o.dims.len() >= 2 && o.dims[0] == s.dims[0]) {
+            if loop_stacked(o) {
+                stacks += 1;
+            } else {
+                others += 1;
+            }
+        }
+    }
+    others <= stacks
+}
+
 /// The leading dimension most listed allocations share: probably the batch. Dimensions that are
 /// the layer count of stacked parameters are not.
 fn common_batch(allocs: &[Allocation]) -> Option<(u64, u64)> {
@@ -2153,7 +2182,12 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
     let saved: u64 = fwd.iter().map(|a| a.size_bytes).sum();
     // Or a scan's stacked outputs filling the report (`5×bf16[16,32768,8192]` in slot after
     // slot): every layer's activations kept for the backward pass.
-    let stacked: Vec<&Allocation> = e.allocations.iter().filter(|a| loop_stacked(a)).collect();
+    let listed: Vec<Shape> = listed_shapes(&e.allocations).collect();
+    let stacked: Vec<&Allocation> = e
+        .allocations
+        .iter()
+        .filter(|a| scan_stacked(a, &e.allocations, &listed))
+        .collect();
     let stacked_bytes: u64 = stacked.iter().map(|a| a.size_bytes).sum();
     if fwd.is_empty() && stacked.len() >= 3 {
         let layers = stacked
@@ -4100,6 +4134,14 @@ mod corpus_tests {
         // 15.25G): they do not exceed the topology; the state left whole comes first.
         let c = first_causes("tpu/shampoo_stats_replicated_v4/stderr.log");
         assert_eq!(c[0], CauseKind::ReplicatedTensor, "{c:?}");
+        // A reward model run on all 56 pair sequences: slots led by the batch (112) reused by
+        // one step's temporaries are no scan's stack (one step's `[112, ...]` temporaries of
+        // other shapes beside them outnumber them); no rematerialization is missing.
+        let c = first_causes("tpu/reward_model_pairs_reencoded_v5e/stderr.log");
+        assert_ne!(c[0], CauseKind::NoRemat, "{c:?}");
+        // Stacked along 32 layers (gathered FSDP weights saved by a scan): a stack.
+        let c = first_causes("tpu/fsdp_shard_map_gathered_weights_saved_v4/stderr.log");
+        assert_eq!(c[0], CauseKind::NoRemat, "{c:?}");
     }
 
     #[test]
