@@ -597,8 +597,11 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         // Unless the listing shows the arguments a small share of the device (under a fifth):
         // then the overshoot is the program's temporaries, and the program, not the chip, is
         // what the fix changes (in the compiled cases: remat, a shape, an activation).
-        // (libtpu's `the total memory required for HLO temporaries (X) exceeds available HBM
-        // (Y)` says it in words: its figure is the temporaries alone.)
+        // libtpu's one-line `the total memory required for HLO temporaries (X) exceeds
+        // available HBM (Y)` is ranked the same way, though its X is the whole requirement
+        // (the listing's `Used`, arguments included, in all 289 compiled pairs): a measured
+        // prior (a program fails to compile far more often than it needs a bigger chip),
+        // not a reading of the message.
         let temporaries_over = e
             .arguments_bytes
             .zip(ctx.limit)
