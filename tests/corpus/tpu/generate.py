@@ -17644,6 +17644,361 @@ pair(
 )
 
 
+# ---- 52. more broken/fixed pairs (batch tpu41): other models, other names ---------------------
+#
+# Programs of kinds sections 13-50 do not have, from recommendation, reinforcement learning, materials graph
+# nets and scientific ML (a TT-Rec tensor-train embedding whose table is reconstructed in full from its cores before
+# the lookup; a count-based exploration bonus written per environment as a scatter into the closed-over
+# visit-count table and jax.vmap'ed, which broadcasts the table to one copy per environment; an MPNN / NNConv
+# edge network that materializes every edge's [C, C] weight matrix; a spatio-temporal Gaussian process whose Kronecker
+# kernel is materialized with jnp.kron inside a CG solve; a Kalman filter differentiated through its lax.scan
+# without jax.checkpoint). The same conventions: the fixed twin changes exactly the first cause. See the README
+# section of batch tpu41 for which pairs keep their dumps and what did not go as first written.
+# (Tried and dropped: a HuBERT-style speech encoder whose config pins jax_threefry_partitionable=False, meant
+# to make every chip hash the dropout bits of the whole global batch: on v6e (8 x 2048 frames per chip) the
+# compiler crashed (SIGSEGV, stack overflow in FusedSpatialMajorConvolution::MakeConvWindows); on v5e it
+# compiled at 7.39G (16 utterances of 1024 frames per chip) and 12.39G (36), and at 60 it failed at 19.85G
+# with global-batch u32 bits in the listing, but its twin with the partitionable threefry failed too, at
+# 120.74G (many per-shard u32[60,16,1024,1024] bits buffers), so the flag was not the fix; a LaBSE-style
+# encoder whose embedding is a T5X-style one-hot matmul over a 262144-token vocabulary: compiled at 6.22G on
+# v5p, the one-hot fused into the dot and never materialized; an IMPALA learner whose time-major
+# trajectories were sharded over the unroll axis: 15.03G on v5e, while its twin sharded over the batch
+# failed at 16.06G, the partitioner did not gather the unroll.)
+
+
+# 52.1 a TT-Rec tensor-train embedding whose table is reconstructed in full from its cores before the lookup
+
+
+def _ttrec_full_table_builder(mesh, batch, row_factors, dim_factors, rank, gather_cores):
+    """Training step of a CTR model (TT-Rec style) whose 33M-row user-id embedding is stored as a tensor train:
+    three f32 cores core_k [r_{k-1}, n_k, d_k, r_k] (rows factored n1 x n2 x n3, the 128 dims d1 x d2 x d3,
+    rank `rank`), beside a plain item table, a dense-feature tower and a 3-layer MLP on the concatenation;
+    BCE on clicks, SGD, the batch of impressions sharded over the chips, the (small) cores replicated.
+    gather_cores=False (the first version, the reference implementation's "materialize then look up": the full
+    table einsum(core_0, core_1, core_2) -> f32[n1*n2*n3, d1*d2*d3] built every step, its rows gathered by
+    user id, and the gradient scattered into a table-sized buffer on the way back); True: each user id is
+    split into (i, j, k), the three core slices are gathered per id and contracted to the id's row, as TT-Rec's
+    kernel does."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n1, n2, n3 = row_factors
+    d1, d2, d3 = dim_factors
+    N, D = n1 * n2 * n3, d1 * d2 * d3
+
+    def tt_embedding_lookup(cores, user_ids):
+        if not gather_cores:
+            table = jnp.einsum("aiux,xjvy,ykwb->ijkuvw", cores["core_0"], cores["core_1"],
+                               cores["core_2"]).reshape(N, D)
+            return table[user_ids]
+        i, rest = user_ids // (n2 * n3), user_ids % (n2 * n3)
+        j, k = rest // n3, rest % n3
+        g0 = cores["core_0"][0][i]                                        # [B, d1, r]
+        g1 = jnp.moveaxis(cores["core_1"], 1, 0)[j]                       # [B, r, d2, r]
+        g2 = jnp.moveaxis(cores["core_2"], 1, 0)[k][..., 0]               # [B, r, d3]
+        return jnp.einsum("bux,bxvy,byw->buvw", g0, g1, g2).reshape(-1, D)
+
+    def ctr_train_step(params, user_ids, item_ids, dense_features, clicks):
+        def loss_fn(params):
+            u = tt_embedding_lookup(params["user_tt_cores"], user_ids)
+            it = params["item_embedding"][item_ids]
+            d = jax.nn.relu(dense_features @ params["dense_tower"])
+            h = jnp.concatenate([u, it, d, u * it], -1)
+            for name in ("mlp_0", "mlp_1"):
+                h = jax.nn.relu(h @ params[name])
+            logit = (h @ params["logit"])[:, 0]
+            return jnp.mean(jax.nn.softplus(logit) - clicks * logit)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    params = {"user_tt_cores": {"core_0": r(1, n1, d1, rank), "core_1": r(rank, n2, d2, rank),
+                                "core_2": r(rank, n3, d3, 1)},
+              "item_embedding": r(1 << 20, D), "dense_tower": r(13, D),
+              "mlp_0": r(4 * D, 1024), "mlp_1": r(1024, 256), "logit": r(256, 1)}
+    n = mesh.devices.size * batch
+    ids = lambda: sds((n,), jnp.int32, mesh, P("d"))
+    dense_features = sds((n, 13), f32, mesh, P("d"))
+    clicks = sds((n,), f32, mesh, P("d"))
+    return ctr_train_step, (params, ids(), ids(), dense_features, clicks), {"donate_argnums": (0,)}
+
+
+# 52.2 a count-based exploration bonus vmapped over the environments, scattering into the closed-over count table
+
+
+def _count_bonus_vmap_scatter_builder(mesh, envs, obs_dim, hash_bits, hidden, vmapped_scatter):
+    """Acting step of an on-device (PureJaxRL / Anakin-style) PPO agent with a SimHash count-based exploration
+    bonus (#Exploration, Tang et al.): the policy MLP samples an action for each environment, each
+    observation is hashed by the signs of a fixed random projection into one of 2^hash_bits buckets of the
+    visit-count table `visit_counts` f32[2^hash_bits] (one table shared by all environments, replicated,
+    donated), the bonus is beta / sqrt(count), and the table is incremented with the hashes of every
+    environment at once. Environments sharded over the chips.
+    vmapped_scatter=True (the first version: the bonus written for one environment as
+    `visit_counts.at[h].add(1.0)[h]`, the count including this visit, and jax.vmap'ed over the environments;
+    the table is closed over, so vmap's batching rule for the scatter broadcasts it to one copy per
+    environment, f32[envs, 2^hash_bits]); False: `visit_counts[h] + 1.0`, the same value read without a
+    scatter."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    powers = (2 ** jnp.arange(hash_bits)).astype(jnp.int32)
+
+    def act_step(policy, simhash_projection, visit_counts, observations, rng):
+        def simhash(obs):
+            return jnp.sum((obs @ simhash_projection > 0).astype(jnp.int32) * powers)
+
+        def intrinsic_bonus(obs):
+            h = simhash(obs)
+            if vmapped_scatter:
+                count = visit_counts.at[h].add(1.0)[h]
+            else:
+                count = visit_counts[h] + 1.0
+            return 0.01 / jnp.sqrt(count)
+
+        h = jnp.tanh(observations @ policy["torso_0"])
+        h = jnp.tanh(h @ policy["torso_1"])
+        logits = h @ policy["actor_head"]
+        value = (h @ policy["critic_head"])[:, 0]
+        actions = jax.random.categorical(rng, logits)
+        bonus = jax.vmap(intrinsic_bonus)(observations)
+        visit_counts = visit_counts.at[jax.vmap(simhash)(observations)].add(1.0)
+        return actions, value, bonus, visit_counts
+
+    rep = P()
+    policy = {"torso_0": sds((obs_dim, hidden), f32, mesh, rep), "torso_1": sds((hidden, hidden), f32, mesh, rep),
+              "actor_head": sds((hidden, 18), f32, mesh, rep), "critic_head": sds((hidden, 1), f32, mesh, rep)}
+    simhash_projection = sds((obs_dim, hash_bits), f32, mesh, rep)
+    visit_counts = sds((2 ** hash_bits,), f32, mesh, rep)
+    observations = sds((envs, obs_dim), f32, mesh, P("d"))
+    rng = sds((2,), jnp.uint32, mesh, rep)
+    ev = NamedSharding(mesh, P("d"))
+    kw = {"donate_argnums": (2,), "out_shardings": (ev, ev, ev, NamedSharding(mesh, rep))}
+    return act_step, (policy, simhash_projection, visit_counts, observations, rng), kw
+
+
+# 52.3 an edge-conditioned (NNConv / MPNN edge network) graph net that materializes every edge's weight matrix
+
+
+def _nnconv_edge_matrices_builder(mesh, crystals, atoms, neighbors, channels, edge_hidden, rounds, factorized):
+    """Training step of an MPNN with an edge network (Gilmer et al.; PyG's NNConv) predicting the formation energy
+    of crystals: each crystal has `atoms` atoms with `neighbors` neighbours each (radius graph, 32 Gaussian
+    distance features per edge); the edge network maps an edge's features to a [channels, channels] matrix
+    Theta(e) = (relu(e @ edge_net_0) @ edge_net_1).reshape(C, C) (weights tied across the `rounds` message-
+    passing rounds, as in the MPNN paper), the message is x_src @ Theta(e), summed into the destination atom,
+    and h = relu(h @ root_weight + aggregated); sum readout, MSE; f32, weights replicated, crystals sharded
+    over the chips.
+    factorized=False (the first version, NNConv as written: Theta(e) materialized for every edge,
+    f32[crystals, atoms*neighbors, C, C], then einsum('bei,beio->beo', x_src, theta) each round); True: the
+    same product in the other order, (x_src (x) hidden_e) @ edge_net_1, so no per-edge matrix exists (the
+    edge network's last layer is linear)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    C, Hn = channels, edge_hidden
+    E = atoms * neighbors
+
+    def nnconv_step(params, atom_feats, edge_src, edge_dst, edge_rbf, energy):
+        def loss_fn(params):
+            h = atom_feats @ params["atom_embedding"]                                     # [B, atoms, C]
+            e_hidden = jax.nn.relu(edge_rbf @ params["edge_net_0"])                        # [B, E, Hn]
+            if not factorized:
+                theta = (e_hidden @ params["edge_net_1"]).reshape(-1, E, C, C)
+            w1 = params["edge_net_1"].reshape(Hn, C, C)
+            bidx = jnp.arange(h.shape[0])[:, None]
+            for _ in range(rounds):
+                x_src = jnp.take_along_axis(h, edge_src[..., None], 1)                   # [B, E, C]
+                if factorized:
+                    outer = jnp.einsum("bei,beh->behi", x_src, e_hidden).reshape(-1, E, Hn * C)
+                    msg = outer @ w1.reshape(Hn * C, C)
+                else:
+                    msg = jnp.einsum("bei,beio->beo", x_src, theta)
+                agg = jnp.zeros_like(h).at[bidx, edge_dst].add(msg)
+                h = jax.nn.relu(h @ params["root_weight"] + agg)
+            pred = jnp.sum(h @ params["readout"], axis=(1, 2))
+            return jnp.mean((pred - energy) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-4 * g, params, grads), loss
+
+    rep = P()
+    params = {"atom_embedding": sds((92, C), f32, mesh, rep), "edge_net_0": sds((32, Hn), f32, mesh, rep),
+              "edge_net_1": sds((Hn, C * C), f32, mesh, rep), "root_weight": sds((C, C), f32, mesh, rep),
+              "readout": sds((C, 1), f32, mesh, rep)}
+    B = mesh.devices.size * crystals
+    atom_feats = sds((B, atoms, 92), f32, mesh, P("d"))
+    edge_src = sds((B, E), jnp.int32, mesh, P("d"))
+    edge_dst = sds((B, E), jnp.int32, mesh, P("d"))
+    edge_rbf = sds((B, E, 32), f32, mesh, P("d"))
+    energy = sds((B,), f32, mesh, P("d"))
+    return nnconv_step, (params, atom_feats, edge_src, edge_dst, edge_rbf, energy), {"donate_argnums": (0,)}
+
+
+# 52.4 a spatio-temporal Gaussian process whose Kronecker-structured kernel is materialized with jnp.kron
+
+
+def _kron_gp_builder(mesh, stations, times, outputs_per_chip, cg_iters, kron_mvm):
+    """Posterior mean of a separable spatio-temporal Gaussian process (air-quality / weather-station
+    interpolation): an RBF kernel over the stations' coordinates K_space f32[stations, stations], a Matern-3/2
+    kernel over the time stamps K_time f32[times, times], observations y of several pollutant fields
+    [stations * times, fields] (fields sharded over the chips), solved with jax.scipy.sparse.linalg.cg on
+    (K_space (x) K_time + noise I), then the posterior mean K alpha.
+    kron_mvm=False (the first version: `K = jnp.kron(k_space, k_time)` materialized,
+    f32[stations*times, stations*times], and the CG's matvec K @ v); True: the Kronecker matvec identity,
+    (K_space @ V @ K_time.T) with V the [stations, times] reshape of each column, as GPyTorch's
+    KroneckerProductLazyTensor does; the same numbers."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    N = stations * times
+
+    def gp_posterior_mean(hyper, station_xy, timestamps, y):
+        d2 = jnp.sum((station_xy[:, None, :] - station_xy[None, :, :]) ** 2, -1)
+        k_space = hyper["space_variance"] * jnp.exp(-0.5 * d2 / hyper["space_lengthscale"] ** 2)
+        r = jnp.sqrt(3.0) * jnp.abs(timestamps[:, None] - timestamps[None, :]) / hyper["time_lengthscale"]
+        k_time = (1.0 + r) * jnp.exp(-r)
+        if kron_mvm:
+            def kmv(v):                                                   # v: [N, F]
+                V = v.reshape(stations, times, -1)
+                return jnp.einsum("st,tuf,vu->svf", k_space, V, k_time).reshape(N, -1)
+        else:
+            K = jnp.kron(k_space, k_time)                                 # [N, N]
+            kmv = lambda v: K @ v
+        matvec = lambda v: kmv(v) + hyper["noise"] * v
+        alpha, _ = jax.scipy.sparse.linalg.cg(matvec, y, maxiter=cg_iters)
+        return kmv(alpha)
+
+    rep = P()
+    hyper = {k: sds((), f32, mesh, rep) for k in ("space_variance", "space_lengthscale", "time_lengthscale", "noise")}
+    station_xy = sds((stations, 2), f32, mesh, rep)
+    timestamps = sds((times,), f32, mesh, rep)
+    y = sds((N, mesh.devices.size * outputs_per_chip), f32, mesh, P(None, "d"))
+    return gp_posterior_mean, (hyper, station_xy, timestamps, y), {"out_shardings": NamedSharding(mesh, P(None, "d"))}
+
+# 52.5 a differentiable Kalman filter (state-space MLE) scanned over a long series without jax.checkpoint
+
+
+def _kalman_mle_builder(mesh, series, steps, state_dim, obs_dim, remat):
+    """Maximum-likelihood fitting of a linear-Gaussian state-space model (a sensor-tracking / structural time
+    series model) by gradient descent through the Kalman filter: transition F, emission H and the Cholesky
+    factors of the noise covariances Q and R are learned (f32, replicated); the filter runs under lax.scan over
+    `steps` observations of every series (series sharded over the chips): predict (F P F^T + Q), innovation
+    covariance S = H P H^T + R, its Cholesky, the gain by cho_solve, the update, and the Gaussian
+    log-likelihood of the innovation; Adam-free SGD on the negative log-likelihood.
+    remat=False (the first version: the scan body differentiated as is, so the backward pass keeps every step's
+    predicted covariance, innovation covariance, Cholesky factor, gain and updated covariance,
+    [steps, series, n, n] each); True: the step wrapped in jax.checkpoint, only the carry (mean, covariance)
+    is kept per step and the rest recomputed."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n, m = state_dim, obs_dim
+
+    def kalman_step(ssm, carry, y_t):
+        mean, cov, ll = carry
+        F, Hm = ssm["transition"], ssm["emission"]
+        Q = ssm["process_noise_chol"] @ ssm["process_noise_chol"].T
+        R = ssm["obs_noise_chol"] @ ssm["obs_noise_chol"].T + 1e-3 * jnp.eye(m)
+        mean_p = mean @ F.T
+        cov_p = jnp.einsum("ij,bjk,lk->bil", F, cov, F) + Q
+        innov = y_t - mean_p @ Hm.T
+        S = jnp.einsum("ij,bjk,lk->bil", Hm, cov_p, Hm) + R
+        L = jnp.linalg.cholesky(S)
+        PHt = jnp.einsum("bij,kj->bik", cov_p, Hm)                                    # [B, n, m]
+        gain = jnp.swapaxes(jax.scipy.linalg.cho_solve((L, True), jnp.swapaxes(PHt, 1, 2)), 1, 2)
+        mean = mean_p + jnp.einsum("bij,bj->bi", gain, innov)
+        cov = cov_p - jnp.einsum("bij,bkj->bik", gain, PHt)
+        z = jax.scipy.linalg.solve_triangular(L, innov[..., None], lower=True)[..., 0]
+        ll = ll - 0.5 * jnp.sum(z ** 2, -1) - jnp.sum(jnp.log(jnp.diagonal(L, axis1=1, axis2=2)), -1)
+        return (mean, cov, ll), None
+
+    def ssm_mle_step(ssm, observations, init_mean, init_cov):
+        def nll(ssm):
+            step = lambda c, y: kalman_step(ssm, c, y)
+            if remat:
+                step = jax.checkpoint(step)
+            ll0 = jnp.zeros(observations.shape[0], f32)
+            (_, _, ll), _ = jax.lax.scan(step, (init_mean, init_cov, ll0), jnp.swapaxes(observations, 0, 1))
+            return -jnp.mean(ll) / steps
+
+        loss, grads = jax.value_and_grad(nll)(ssm)
+        return _tm(lambda p, g: p - 1e-3 * g, ssm, grads), loss
+
+    rep = P()
+    ssm = {"transition": sds((n, n), f32, mesh, rep), "emission": sds((m, n), f32, mesh, rep),
+           "process_noise_chol": sds((n, n), f32, mesh, rep), "obs_noise_chol": sds((m, m), f32, mesh, rep)}
+    B = mesh.devices.size * series
+    observations = sds((B, steps, m), f32, mesh, P("d"))
+    init_mean = sds((B, n), f32, mesh, P("d"))
+    init_cov = sds((B, n, n), f32, mesh, P("d"))
+    return ssm_mle_step, (ssm, observations, init_mean, init_cov), {"donate_argnums": (0,)}
+
+pair(
+    "ttrec_full_table_reconstructed", "v5e", "v5e:2x2",
+    "A CTR model with a TT-Rec tensor-train user embedding (33554432 users = 512 x 256 x 256 rows, 128 = 4 x 8 x 4 "
+    "dims, rank 32) trained on v5e whose lookup reconstructs the whole table from its three cores every step "
+    "(f32[33554432,128], 16 GiB) and gathers the batch's rows from it, beyond 15.75G.",
+    "Fixed variant of ttrec_full_table_reconstructed_v5e: each user id split into its three core indices, the "
+    "core slices gathered per id and contracted to the id's row; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision"]),
+    _ttrec_full_table_builder, dict(batch=16384, row_factors=(512, 256, 256), dim_factors=(4, 8, 4), rank=32,
+                                    gather_cores=False),
+    dict(batch=16384, row_factors=(512, 256, 256), dim_factors=(4, 8, 4), rank=32, gather_cores=True),
+    dump=False,
+)
+
+pair(
+    "simhash_count_bonus_vmap_broadcast_table", "v4", "v4:2x2x1",
+    "An on-device PPO actor on v4 (8 TensorCores, 8192 environments, 1024 per core) with a SimHash count-based "
+    "exploration bonus whose per-environment function increments the closed-over visit-count table "
+    "(f32[4194304], 2^22 buckets) with visit_counts.at[h].add(1.0) and is jax.vmap'ed over the environments: "
+    "vmap broadcasts the table to f32[8192,4194304] (16 GiB per core), beyond 15.25G.",
+    "Fixed variant of simhash_count_bonus_vmap_broadcast_table_v4: the per-environment count read as "
+    "visit_counts[h] + 1.0, no scatter under vmap; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _count_bonus_vmap_scatter_builder, dict(envs=8192, obs_dim=512, hash_bits=22, hidden=512, vmapped_scatter=True),
+    dict(envs=8192, obs_dim=512, hash_bits=22, hidden=512, vmapped_scatter=False),
+    dump=True,
+)
+
+pair(
+    "mpnn_nnconv_edge_matrices", "v5p", "v5p:2x2x1",
+    "An MPNN / NNConv formation-energy model trained on v5p (1024 crystals per chip, 64 atoms with 16 neighbours "
+    "each, 128 channels, 3 rounds) whose edge network materializes every edge's 128 x 128 weight matrix: "
+    "f32[1024,1024,128,128] per chip (64 GiB), beyond 95.74G.",
+    "Fixed variant of mpnn_nnconv_edge_matrices_v5p: the message computed in the other order, (x_src (x) "
+    "edge hidden) @ edge_net_1, no per-edge matrix; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large", "f32_precision"]),
+    _nnconv_edge_matrices_builder, dict(crystals=1024, atoms=64, neighbors=16, channels=128, edge_hidden=16,
+                                        rounds=3, factorized=False),
+    dict(crystals=1024, atoms=64, neighbors=16, channels=128, edge_hidden=16, rounds=3, factorized=True),
+    dump=False,
+)
+
+pair(
+    "spatiotemporal_gp_jnp_kron_kernel", "v6e", "v6e:2x2",
+    "A separable spatio-temporal Gaussian process (4096 monitoring stations x 24 hourly time stamps, 8 pollutant "
+    "fields per chip) solved with jax.scipy.sparse.linalg.cg on v6e, whose kernel is materialized with "
+    "jnp.kron(k_space, k_time): f32[98304,98304] (36 GiB) on every chip, beyond 31.25G.",
+    "Fixed variant of spatiotemporal_gp_jnp_kron_kernel_v6e: the CG matvec uses the Kronecker identity "
+    "K_space @ V @ K_time.T on the [stations, times] reshape; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "padding"]),
+    _kron_gp_builder, dict(stations=4096, times=24, outputs_per_chip=8, cg_iters=100, kron_mvm=False),
+    dict(stations=4096, times=24, outputs_per_chip=8, cg_iters=100, kron_mvm=True),
+    dump=True,
+)
+
+pair(
+    "kalman_filter_mle_scan_no_remat", "v5e", "v5e:2x2",
+    "Maximum-likelihood fitting of a linear-Gaussian state-space model on v5e (64 series per chip, 1024 steps, "
+    "state 128, observations 64) by differentiating the Kalman filter's lax.scan without jax.checkpoint: the "
+    "backward pass keeps every step's covariances, Cholesky factors and gains ([1024,64,128,128] stacks), "
+    "beyond 15.75G.",
+    "Fixed variant of kalman_filter_mle_scan_no_remat_v5e: the filter step wrapped in jax.checkpoint (only the "
+    "mean and covariance carried per step are kept); fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _kalman_mle_builder, dict(series=64, steps=1024, state_dim=128, obs_dim=64, remat=False),
+    dict(series=64, steps=1024, state_dim=128, obs_dim=64, remat=True),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
