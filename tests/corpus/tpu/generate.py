@@ -17644,6 +17644,493 @@ pair(
 )
 
 
+# ---- 51. more broken/fixed pairs (batch tpu40): other models, other names ---------------------
+#
+# Programs of kinds sections 13-50 do not have, from speech, recommendation, video, genomics and RL (a
+# domain-adversarial ASR encoder whose gradient-reversal custom_vjp constrains the reversed cotangent with the
+# domain head's replicated spec; a two-tower recommender whose in_shardings are a spec list written in the
+# model's declaration order and unflattened onto the params tree, whose dict keys jax sorts, so the user table
+# gets a dense layer's P(); a video classifier whose mixup partner is x[jax.random.permutation(B)] over the
+# data-sharded global batch instead of timm's x.flip(0); an IMPALA learner whose time-major trajectories are
+# placed with the batch-major P('d'), which splits time; a metagenomic read classifier whose bag of k-mers is a
+# dense multi-hot count matrix over all 4^12 k-mers multiplied by the embedding table instead of a gather; a
+# causal 3-D video VAE decoder that decodes all frames of a long video in one pass instead of temporal tiles).
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch tpu40.
+
+
+# 51.1 domain-adversarial ASR: the gradient-reversal custom_vjp constrains the reversed cotangent to P()
+
+
+def _dann_grad_reversal_builder(mesh, batch, frames, d_model, layers, n_domains, cot_spec):
+    """Training step of a domain-adversarial (DANN) speech encoder: log-mel frames f32[B, T, 80] (sharded over
+    the batch) -> input projection -> `layers` residual feed-forward blocks (bf16, lax.scan with
+    jax.checkpoint) -> frame-level token classifier (cross-entropy on frame labels); the encoder output also
+    goes, in f32, through a gradient-reversal layer (jax.custom_vjp: identity forward, -lambda * g backward) into
+    a frame-level domain classifier (recording channel / accent), whose loss is added. Weights replicated, SGD.
+    cot_spec=() (the first version: the backward rule ends with
+    `jax.lax.with_sharding_constraint(g, NamedSharding(mesh, P()))`, the spec copied from the domain head's
+    replicated weights, so the reversed cotangent f32[B, T, d_model] of the whole global batch is built on every
+    chip); ('d',): the cotangent constrained like the activation it belongs to, P('d')."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    cot_sharding = NamedSharding(mesh, P(*cot_spec))
+
+    @jax.custom_vjp
+    def grad_reverse(x, lambda_):
+        return x
+
+    def grad_reverse_fwd(x, lambda_):
+        return x, lambda_
+
+    def grad_reverse_bwd(lambda_, g):
+        g = jax.lax.with_sharding_constraint(-lambda_ * g, cot_sharding)
+        return g, jnp.zeros_like(lambda_)
+
+    grad_reverse.defvjp(grad_reverse_fwd, grad_reverse_bwd)
+
+    def ffn_block(h, blk):
+        y = jax.nn.gelu(h @ blk["ffn_in"])
+        return h + y @ blk["ffn_out"], None
+
+    def dann_asr_train_step(params, log_mel, frame_labels, domain_labels, grl_lambda):
+        def loss_fn(params):
+            h = (log_mel @ params["input_proj"]).astype(bf)
+            h, _ = jax.lax.scan(jax.checkpoint(ffn_block), h, params["encoder"])
+            tok = (h @ params["token_head"]).astype(f32)
+            asr = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(tok, -1), frame_labels[..., None], -1))
+            r = grad_reverse(h.astype(f32), grl_lambda)
+            dom = jax.nn.relu(r @ params["domain_head"]["dense_0"]) @ params["domain_head"]["dense_1"]
+            adv = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(dom, -1), domain_labels[..., None], -1))
+            return asr + adv
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), params, grads), loss
+
+    rep, D = P(), d_model
+    params = {"input_proj": sds((80, D), f32, mesh, rep),
+              "encoder": {"ffn_in": sds((layers, D, D), bf, mesh, rep), "ffn_out": sds((layers, D, D), bf, mesh, rep)},
+              "token_head": sds((D, 512), bf, mesh, rep),
+              "domain_head": {"dense_0": sds((D, 1024), f32, mesh, rep), "dense_1": sds((1024, n_domains), f32, mesh, rep)}}
+    n = mesh.devices.size * batch
+    log_mel = sds((n, frames, 80), f32, mesh, P("d"))
+    frame_labels = sds((n, frames), jnp.int32, mesh, P("d"))
+    domain_labels = sds((n, frames), jnp.int32, mesh, P("d"))
+    grl_lambda = sds((), f32, mesh, rep)
+    return dann_asr_train_step, (params, log_mel, frame_labels, domain_labels, grl_lambda), {"donate_argnums": (0,)}
+
+
+# 51.2 a two-tower recommender whose spec list, written in declaration order, is unflattened onto sorted dict keys
+
+
+def _two_tower_spec_list_builder(mesh, users, items, dim, batch, by_name):
+    """Training step of a two-tower (YouTube-style) candidate generator: user id -> user_embedding row ->
+    user_tower (3 dense layers), item id -> item_embedding row -> item_tower (1 dense layer), in-batch
+    sampled-softmax over the global batch; Adagrad (the accumulators shaped like the params), params and
+    accumulators donated, in_shardings = out_shardings.
+    by_name=False (the first version: `PARAM_SPECS = [P('d', None), P(), P(), P(), P('d', None), P()]` listed in
+    the order the model declares its params (user_embedding, user_tower/dense_0..2, item_embedding,
+    item_tower/dense_0) and turned into shardings with
+    `jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), ...)`; tree_structure sorts dict keys
+    (item_embedding, item_tower, user_embedding, user_tower), so item_embedding still gets P('d', None) but
+    user_embedding gets P() (replicated, and its Adagrad accumulator too) while user_tower/dense_1 gets
+    P('d', None)); True: the specs derived from each param's path (`'embedding' in name -> P('d', None)`)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    decl = [("user_embedding", (users, dim)), ("user_tower/dense_0", (dim, 1024)),
+            ("user_tower/dense_1", (1024, 1024)), ("user_tower/dense_2", (1024, dim)),
+            ("item_embedding", (items, dim)), ("item_tower/dense_0", (dim, dim))]
+    PARAM_SPECS = [P("d", None), P(), P(), P(), P("d", None), P()]
+
+    def nest(flat):
+        out = {}
+        for k, v in flat.items():
+            parts = k.split("/")
+            d = out
+            for p_ in parts[:-1]:
+                d = d.setdefault(p_, {})
+            d[parts[-1]] = v
+        return out
+
+    shapes = nest({k: s for k, s in decl})
+    treedef = jax.tree_util.tree_structure(shapes, is_leaf=lambda x: isinstance(x, tuple))
+    if by_name:
+        specs = nest({k: (P("d", None) if "embedding" in k else P()) for k, _ in decl})
+    else:
+        specs = jax.tree_util.tree_unflatten(treedef, PARAM_SPECS)       # specs in declaration order, keys sorted
+    params = jax.tree_util.tree_map(lambda s, sp: sds(s, f32, mesh, sp), shapes, specs,
+                                    is_leaf=lambda x: isinstance(x, tuple))
+    adagrad_acc = jax.tree_util.tree_map(lambda a: sds(a.shape, f32, mesh, a.sharding.spec), params)
+
+    def tower(x, layers):
+        for i in range(len(layers)):
+            x = x @ layers[f"dense_{i}"]
+            if i < len(layers) - 1:
+                x = jax.nn.relu(x)
+        return x
+
+    def two_tower_train_step(params, adagrad_acc, user_ids, item_ids):
+        def loss_fn(params):
+            u = tower(params["user_embedding"][user_ids], params["user_tower"])
+            v = tower(params["item_embedding"][item_ids], params["item_tower"])
+            logits = u @ v.T                                                    # [B, B] in-batch softmax
+            return -jnp.mean(jnp.diagonal(jax.nn.log_softmax(logits, -1)))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        acc = _tm(lambda a, g: a + g * g, adagrad_acc, grads)
+        new = _tm(lambda p, g, a: p - 0.05 * g * jax.lax.rsqrt(a + 1e-10), params, grads, acc)
+        return new, acc, loss
+
+    user_ids = sds((batch,), jnp.int32, mesh, P("d"))
+    item_ids = sds((batch,), jnp.int32, mesh, P("d"))
+    kw = {"donate_argnums": (0, 1), "out_shardings": (_shardings(params), _shardings(adagrad_acc),
+                                                       NamedSharding(mesh, P()))}
+    return two_tower_train_step, (params, adagrad_acc, user_ids, item_ids), kw
+
+
+# 51.3 a video classifier whose mixup partner is x[jax.random.permutation(B)] over the data-sharded global batch
+
+
+def _video_mixup_perm_builder(mesh, clips, frames, size, d_model, layers, partner):
+    """Training step of a ViViT-style video classifier (tubelet embedding 4x32x32 -> `layers` pre-LN
+    transformer blocks, bf16, lax.scan with jax.checkpoint -> mean pool -> 400 Kinetics classes) on normalized
+    f32 clips [B, frames, size, size, 3] sharded over the batch, with mixup (lam ~ Beta(0.8, 0.8)) of clips and
+    one-hot labels. Weights replicated, SGD.
+    partner='permutation' (the first version, mixup as in the original paper:
+    `perm = jax.random.permutation(rng, B); x_mix = lam * x + (1 - lam) * x[perm]`, a gather with global
+    indices along the sharded batch axis, so the partitioner all-gathers the whole global batch of clips onto
+    every chip); 'flip': the partner is `x[::-1]` (timm's Mixup uses x.flip(0)), a reversal the partitioner
+    does with a collective permute of each chip's own clips."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    tt, tp = 4, 32
+    d_tube = tt * tp * tp * 3
+    heads = d_model // 64
+
+    def ln(x, g):
+        m = jnp.mean(x, -1, keepdims=True)
+        v = jnp.mean((x - m) ** 2, -1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(v + 1e-6) * g
+
+    def block(x, blk):
+        B, N, D = x.shape
+        h = ln(x, blk["ln1"]).astype(bf)
+        q, k, v = jnp.split(h @ blk["qkv"], 3, -1)
+        q, k, v = (t.reshape(B, N, heads, 64) for t in (q, k, v))
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=f32) / 8.0
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(B, N, D)
+        x = x + (o @ blk["proj"]).astype(f32)
+        h = ln(x, blk["ln2"]).astype(bf)
+        return x + (jax.nn.gelu(h @ blk["mlp_fc1"]) @ blk["mlp_fc2"]).astype(f32), None
+
+    def vivit_mixup_train_step(params, clips_, labels, rng):
+        B, T, H, W, C = clips_.shape
+        k1, k2 = jax.random.split(rng)
+        lam = jax.random.beta(k1, 0.8, 0.8)
+        y = jax.nn.one_hot(labels, 400)
+        if partner == "permutation":
+            perm = jax.random.permutation(k2, B)
+            x_mix, y_mix = lam * clips_ + (1 - lam) * clips_[perm], lam * y + (1 - lam) * y[perm]
+        else:
+            x_mix, y_mix = lam * clips_ + (1 - lam) * clips_[::-1], lam * y + (1 - lam) * y[::-1]
+
+        def loss_fn(params):
+            t = x_mix.reshape(B, T // tt, tt, H // tp, tp, W // tp, tp, C).transpose(0, 1, 3, 5, 2, 4, 6, 7)
+            x = t.reshape(B, -1, d_tube).astype(bf) @ params["tubelet_embed"]
+            x = x.astype(f32) + params["pos_embed"]
+            x, _ = jax.lax.scan(jax.checkpoint(block), x, params["blocks"])
+            logits = jnp.mean(x, 1) @ params["head"]
+            return -jnp.mean(jnp.sum(y_mix * jax.nn.log_softmax(logits, -1), -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), params, grads), loss
+
+    rep, L, D = P(), layers, d_model
+    n_tok = (frames // tt) * (size // tp) ** 2
+    params = {"tubelet_embed": sds((d_tube, D), bf, mesh, rep), "pos_embed": sds((n_tok, D), f32, mesh, rep),
+              "head": sds((D, 400), f32, mesh, rep),
+              "blocks": {"ln1": sds((L, D), f32, mesh, rep), "ln2": sds((L, D), f32, mesh, rep),
+                         "qkv": sds((L, D, 3 * D), bf, mesh, rep), "proj": sds((L, D, D), bf, mesh, rep),
+                         "mlp_fc1": sds((L, D, 4 * D), bf, mesh, rep), "mlp_fc2": sds((L, 4 * D, D), bf, mesh, rep)}}
+    n = mesh.devices.size * clips
+    clips_in = sds((n, frames, size, size, 3), f32, mesh, P("d"))
+    labels = sds((n,), jnp.int32, mesh, P("d"))
+    rng = sds((2,), jnp.uint32, mesh, rep)
+    return vivit_mixup_train_step, (params, clips_in, labels, rng), {"donate_argnums": (0,)}
+
+
+# 51.4 a metagenomic read classifier whose bag of k-mers is a dense multi-hot count matrix times the table
+
+
+def _kmer_multihot_builder(mesh, reads, read_len, k, dim, taxa, dense_counts):
+    """Training step of a DeepMicrobes/fastText-style metagenomic read classifier: each read of `read_len`
+    bases is split into its read_len - k + 1 overlapping k-mers (ids in [0, 4^k)), the k-mer embeddings
+    (f32[4^k, dim], replicated, donated) are averaged into the read's vector, an MLP predicts the taxon
+    (softmax over `taxa`); reads sharded over the chips, SGD.
+    dense_counts=True (the first version, the bag of k-mers written as in the scikit-learn prototype: a count
+    matrix `jnp.zeros((B, 4**k)).at[rows, kmer_ids].add(1.0)` (f32[B, 16777216] for k = 12), divided by the
+    number of k-mers and multiplied by the table); False: the embedding bag as a gather,
+    `kmer_embedding[kmer_ids].mean(1)`."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    vocab = 4 ** k
+    n_kmers = read_len - k + 1
+
+    def read_classifier_step(params, kmer_ids, taxon):
+        B = kmer_ids.shape[0]
+
+        def loss_fn(params):
+            if dense_counts:
+                counts = jnp.zeros((B, vocab), f32).at[jnp.arange(B)[:, None], kmer_ids].add(1.0)
+                x = (counts / n_kmers) @ params["kmer_embedding"]
+            else:
+                x = jnp.mean(params["kmer_embedding"][kmer_ids], 1)
+            h = jax.nn.relu(x @ params["mlp"]["dense_0"])
+            logits = h @ params["mlp"]["dense_1"]
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), taxon[:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    rep = P()
+    params = {"kmer_embedding": sds((vocab, dim), f32, mesh, rep),
+              "mlp": {"dense_0": sds((dim, 1024), f32, mesh, rep), "dense_1": sds((1024, taxa), f32, mesh, rep)}}
+    n = mesh.devices.size * reads
+    kmer_ids = sds((n, n_kmers), jnp.int32, mesh, P("d"))
+    taxon = sds((n,), jnp.int32, mesh, P("d"))
+    return read_classifier_step, (params, kmer_ids, taxon), {"donate_argnums": (0,)}
+
+
+
+# 51.5 a causal 3-D video VAE decoder that decodes every latent frame of a long video in one pass
+
+
+def _video_vae_decode_builder(mesh, videos, lat_frames, lat_h, lat_w, chunk):
+    """Decode step of a causal 3-D-conv video VAE (CogVideoX / LTX-style decoder, bf16): the latents
+    [B, lat_frames, lat_h, lat_w, 16] (one video per chip, sharded over the batch) go through conv_in (16 ->
+    512), a residual block, three up stages (nearest x2 in space each, x2 in time in the first two; 3x3x3
+    convs with causal padding in time, group-norm-free for brevity, SiLU; channels 512 -> 512 -> 256 -> 128, a
+    residual block each) and conv_out to RGB, returned channels-first per frame [B, T, 3, H, W] in f32.
+    chunk=None (the first version: the whole video decoded in one pass, every full-resolution activation
+    bf16[B, 4 * lat_frames, 8 * lat_h, 8 * lat_w, 128] of every frame at once); an int: temporal tiling as
+    diffusers' `enable_tiling()` / CogVideoX do it, lax.map over chunks of `chunk` latent frames, each decoded
+    with the previous latent frame as causal context and the context's output frames dropped."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    dn = ("NDHWC", "DHWIO", "NDHWC")
+
+    def conv3d(x, w):
+        x = jnp.pad(x, ((0, 0), (2, 0), (1, 1), (1, 1), (0, 0)))                         # causal in time
+        return jax.lax.conv_general_dilated(x, w, (1, 1, 1), "VALID", dimension_numbers=dn)
+
+    def resblock(x, rb):
+        h = conv3d(jax.nn.silu(x), rb["conv1"])
+        return x + conv3d(jax.nn.silu(h), rb["conv2"])
+
+    def upsample(x, t2):
+        x = jnp.repeat(jnp.repeat(x, 2, 2), 2, 3)
+        return jnp.repeat(x, 2, 1) if t2 else x
+
+    def decode(dec, z):
+        x = conv3d(z.astype(bf), dec["conv_in"])
+        x = resblock(x, dec["mid"])
+        for i, t2 in enumerate((True, True, False)):
+            x = conv3d(upsample(x, t2), dec[f"up_{i}"]["conv"])
+            x = resblock(x, dec[f"up_{i}"]["resblock"])
+        rgb = conv3d(jax.nn.silu(x), dec["conv_out"]).astype(f32)
+        return jnp.moveaxis(rgb, -1, 2)                                                  # [B, T, 3, H, W]
+
+    def vae_decode_video(decoder, latents):
+        if chunk is None:
+            return decode(decoder, latents)
+        B, T, h, w, c = latents.shape
+        n = T // chunk
+        ctx = jnp.concatenate([latents[:, :1], latents], 1)                            # first chunk: itself as context
+        idx = jnp.arange(n) * chunk
+        pieces = jax.lax.map(lambda s: decode(decoder, jax.lax.dynamic_slice_in_dim(ctx, s, chunk + 1, 1))[:, 4:],
+                             idx)                                                        # [n, B, 4*chunk, 3, H, W]
+        return jnp.moveaxis(pieces, 0, 1).reshape(B, n * 4 * chunk, *pieces.shape[3:])
+
+    rep = P()
+    w = lambda ci, co: sds((3, 3, 3, ci, co), bf, mesh, rep)
+    rb = lambda c: {"conv1": w(c, c), "conv2": w(c, c)}
+    decoder = {"conv_in": w(16, 512), "mid": rb(512),
+               "up_0": {"conv": w(512, 512), "resblock": rb(512)}, "up_1": {"conv": w(512, 256), "resblock": rb(256)},
+               "up_2": {"conv": w(256, 128), "resblock": rb(128)}, "conv_out": w(128, 3)}
+    latents = sds((mesh.devices.size * videos, lat_frames, lat_h, lat_w, 16), f32, mesh, P("d"))
+    return vae_decode_video, (decoder, latents), {}
+
+
+# 51.6 an IMPALA learner whose time-major trajectories [T, B, ...] are sharded P('d'): over time, not the batch
+
+
+def _impala_time_major_builder(mesh, unroll, batch, obs_dim, hidden, actions, traj_spec):
+    """Learner step of an IMPALA-style actor-critic with an LSTM core (V-trace targets, policy-gradient +
+    baseline + entropy losses), on time-major trajectories as the actors send them: obs f32[T, B, obs_dim],
+    actions/rewards/discounts [T, B], the actors' behaviour logits f32[T, B, A] (the last step only bootstraps
+    the value); MLP torso applied to every
+    step, the LSTM (lax.scan over time) unrolled from a zero state, the V-trace recursion a reverse lax.scan;
+    weights replicated, SGD, the global batch of trajectories `batch`.
+    traj_spec=('d',) (the first version: the trajectories placed with NamedSharding(mesh, P('d')), the spec the
+    batch-major supervised code uses, which on time-major arrays splits the time axis: the LSTM scan over time
+    needs every step, so each chip gathers all T steps of the whole global batch and runs the core, the heads
+    and the backward pass on it); (None, 'd'): the batch axis (axis 1) split, each chip runs its own
+    trajectories."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    tspec = P(*traj_spec)
+
+    def lstm_step(p, carry, x):
+        h, c = carry
+        g = x @ p["w_ih"] + h @ p["w_hh"] + p["bias"]
+        i, f, o, u = jnp.split(g, 4, -1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(u)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), h
+
+    def vtrace(v_tm1, v_t, rewards, discounts, rhos, lam=1.0):
+        c = jnp.minimum(1.0, rhos) * lam
+        clipped_rho = jnp.minimum(1.0, rhos)
+        deltas = clipped_rho * (rewards + discounts * v_t - v_tm1)
+
+        def body(acc, xs):
+            d, disc, c_ = xs
+            acc = d + disc * c_ * acc
+            return acc, acc
+
+        _, vs_minus_v = jax.lax.scan(body, jnp.zeros_like(v_t[0]), (deltas, discounts, c), reverse=True)
+        vs = vs_minus_v + v_tm1
+        vs_t1 = jnp.concatenate([vs[1:], v_t[-1:]], 0)
+        pg_adv = clipped_rho * (rewards + discounts * vs_t1 - v_tm1)
+        return jax.lax.stop_gradient(vs), jax.lax.stop_gradient(pg_adv)
+
+    def impala_learner_step(params, traj):
+        def loss_fn(params):
+            x = jax.nn.relu(traj["obs"] @ params["torso"]["dense_0"])
+            x = jax.nn.relu(x @ params["torso"]["dense_1"])                            # [T, B, H]
+            B = x.shape[1]
+            zero = (jnp.zeros((B, hidden), f32), jnp.zeros((B, hidden), f32))
+            _, h = jax.lax.scan(lambda cr, xt: lstm_step(params["lstm"], cr, xt), zero, x)
+            logits = h[:-1] @ params["policy_head"]
+            values = (h @ params["value_head"])[..., 0]
+            logp = jax.nn.log_softmax(logits, -1)
+            blogp = jax.nn.log_softmax(traj["behaviour_logits"][:-1], -1)
+            take = lambda lp: jnp.take_along_axis(lp, traj["actions"][:-1, :, None], -1)[..., 0]
+            rhos = jnp.exp(take(logp) - take(blogp))
+            vs, adv = vtrace(values[:-1], values[1:], traj["rewards"][:-1], traj["discounts"][:-1],
+                             jax.lax.stop_gradient(rhos))
+            pg = -jnp.mean(take(logp) * adv)
+            baseline = 0.5 * jnp.mean((vs - values[:-1]) ** 2)
+            entropy = jnp.mean(jnp.sum(jnp.exp(logp) * logp, -1))
+            return pg + 0.5 * baseline + 0.01 * entropy
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 6e-4 * g, params, grads), loss
+
+    rep, H = P(), hidden
+    params = {"torso": {"dense_0": sds((obs_dim, H), f32, mesh, rep), "dense_1": sds((H, H), f32, mesh, rep)},
+              "lstm": {"w_ih": sds((H, 4 * H), f32, mesh, rep), "w_hh": sds((H, 4 * H), f32, mesh, rep),
+                       "bias": sds((4 * H,), f32, mesh, rep)},
+              "policy_head": sds((H, actions), f32, mesh, rep), "value_head": sds((H, 1), f32, mesh, rep)}
+    T, B = unroll, batch
+    traj = {"obs": sds((T, B, obs_dim), f32, mesh, tspec),
+            "actions": sds((T, B), jnp.int32, mesh, tspec), "rewards": sds((T, B), f32, mesh, tspec),
+            "discounts": sds((T, B), f32, mesh, tspec), "behaviour_logits": sds((T, B, actions), f32, mesh, tspec)}
+    return impala_learner_step, (params, traj), {"donate_argnums": (0,)}
+
+
+pair(
+    "dann_grad_reversal_cotangent_replicated", "v5e", "v5e:2x2",
+    "A domain-adversarial (DANN) speech encoder trained on v5e (96 utterances of 4096 frames per chip, d_model "
+    "2048) whose gradient-reversal custom_vjp ends its backward rule with "
+    "jax.lax.with_sharding_constraint(-lambda_ * g, NamedSharding(mesh, P())), the spec copied from the domain "
+    "head's replicated weights: the reversed cotangent f32[384,4096,2048] of the whole global batch is built on "
+    "every chip, beyond 15.75G.",
+    "Fixed variant of dann_grad_reversal_cotangent_replicated_v5e: the cotangent constrained like the activation "
+    "it belongs to, P('d'); fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "f32_precision"]),
+    _dann_grad_reversal_builder, dict(batch=96, frames=4096, d_model=2048, layers=2, n_domains=8, cot_spec=()),
+    dict(batch=96, frames=4096, d_model=2048, layers=2, n_domains=8, cot_spec=("d",)),
+    dump=False,
+)
+
+pair(
+    "two_tower_spec_list_declaration_order", "v6e", "v6e:2x2",
+    "A two-tower candidate generator trained with Adagrad on v6e (24M users, 4M items, dim 128) whose "
+    "in_shardings are a spec list written in the model's declaration order and put on the params with "
+    "tree_unflatten(tree_structure(params), PARAM_SPECS): jax sorts the dict keys, so user_embedding "
+    "f32[25165824,128] and its Adagrad accumulator get a dense layer's P() (12 GiB each on every chip), beyond "
+    "31.25G.",
+    "Fixed variant of two_tower_spec_list_declaration_order_v6e: the specs derived from each param's path "
+    "('embedding' in the name -> P('d', None)); fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _two_tower_spec_list_builder, dict(users=25165824, items=4194304, dim=128, batch=16384, by_name=False),
+    dict(users=25165824, items=4194304, dim=128, batch=16384, by_name=True),
+    dump=True,
+)
+
+pair(
+    "video_mixup_permutation_gathers_batch", "v4", "v4:2x2x1",
+    "A ViViT-style video classifier trained on v4 (8 TensorCores, 64 normalized f32 clips of 32x256x256 per "
+    "core) with mixup whose partner is clips[jax.random.permutation(rng, B)]: a gather with global indices "
+    "along the data-sharded batch axis, so the whole global batch of clips f32[512,32,256,256,3] (12 GiB) is "
+    "all-gathered onto every core, beyond 15.25G.",
+    "Fixed variant of video_mixup_permutation_gathers_batch_v4: the mixup partner is clips[::-1] (timm's "
+    "x.flip(0)), each core's clips exchanged by a collective permute; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "f32_precision"]),
+    _video_mixup_perm_builder, dict(clips=64, frames=32, size=256, d_model=512, layers=4, partner="permutation"),
+    dict(clips=64, frames=32, size=256, d_model=512, layers=4, partner="flip"),
+    dump=False,
+)
+
+pair(
+    "kmer_bag_dense_multihot_matmul", "v5p", "v5p:2x2x1",
+    "A metagenomic read classifier (150-bp reads, k = 12, 139 k-mers a read, 2048 reads per chip) trained on "
+    "v5p whose bag of k-mers is a dense count matrix jnp.zeros((B, 4**12)).at[rows, kmer_ids].add(1.0) "
+    "(f32[2048,16777216] per chip, 128 GiB) multiplied by the k-mer embedding table, beyond 95.74G.",
+    "Fixed variant of kmer_bag_dense_multihot_matmul_v5p: the embedding bag as a gather, "
+    "kmer_embedding[kmer_ids].mean(1); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision"]),
+    _kmer_multihot_builder, dict(reads=2048, read_len=150, k=12, dim=128, taxa=4096, dense_counts=True),
+    dict(reads=2048, read_len=150, k=12, dim=128, taxa=4096, dense_counts=False),
+    dump=True,
+)
+
+
+pair(
+    "video_vae_decode_all_frames", "v5e", "v5e:2x2",
+    "A causal 3-D-conv video VAE decoder (CogVideoX-style, bf16) run on v5e, one 120-frame 320x512 video per chip "
+    "(latents [4,30,40,64,16]), that decodes every latent frame in one pass: the full-resolution activations "
+    "bf16[1,120,320,512,128] (5 GiB each) of the last stage's convs and residual block live together, beyond "
+    "15.75G.",
+    "Fixed variant of video_vae_decode_all_frames_v5e: temporal tiling (lax.map over chunks of 5 latent frames, "
+    "each with the previous latent frame as causal context, the context's output frames dropped); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["large_activation", "batch_too_large"]),
+    _video_vae_decode_builder, dict(videos=1, lat_frames=30, lat_h=40, lat_w=64, chunk=None),
+    dict(videos=1, lat_frames=30, lat_h=40, lat_w=64, chunk=5),
+    dump=False,
+)
+# the tiled decode's compile logs ~170 lines of "Successful retry compilation of fusion..." warnings (47 KB in all):
+# its stderr.log is trimmed (startup boilerplate, then the middle of the warnings) to stay under 40 KB
+# (meta.json "stderr_trimmed" says so)
+CASES["video_vae_decode_all_frames_fixed_v5e"]["stderr_limit"] = 40 * 1024
+
+
+pair(
+    "impala_time_major_sharded_over_time", "v5e", "v5e:2x2",
+    "An IMPALA learner (MLP torso, LSTM core with 1024 units, V-trace) trained on v5e on time-major trajectories "
+    "(unroll 80, a global batch of 8192, obs f32[80,8192,512]) placed with P('d'), the batch-major code's spec, "
+    "which splits the time axis: the LSTM scan gathers every step of the whole global batch onto each chip and "
+    "runs the core and its backward pass on all 8192 trajectories, beyond 15.75G.",
+    "Fixed variant of impala_time_major_sharded_over_time_v5e: the trajectories split over the batch axis, "
+    "P(None, 'd'); fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "batch_too_large"]),
+    _impala_time_major_builder, dict(unroll=80, batch=8192, obs_dim=512, hidden=1024, actions=18,
+                                     traj_spec=("d",)),
+    dict(unroll=80, batch=8192, obs_dim=512, hidden=1024, actions=18, traj_spec=(None, "d")),
+    dump=False,
+)
+
+
 # ---- 52. more broken/fixed pairs (batch tpu41): other models, other names ---------------------
 #
 # Programs of kinds sections 13-50 do not have, from recommendation, reinforcement learning, materials graph
@@ -18154,10 +18641,11 @@ def parse_figures(stderr, exc):
     return fig
 
 
-def trim_stderr(text):
-    """Keep the file < STDERR_LIMIT: first drop the startup boilerplate (before the compile
+def trim_stderr(text, limit=None):
+    """Keep the file < limit (default STDERR_LIMIT; a case may set a lower "stderr_limit"): first drop the startup boilerplate (before the compile
     starts), then, if still needed, elide lines far away from the OOM / usage report."""
-    if len(text.encode()) <= STDERR_LIMIT:
+    limit = limit or STDERR_LIMIT
+    if len(text.encode()) <= limit:
         return text, None
     lines = text.splitlines(keepends=True)
     start = 0
@@ -18169,7 +18657,7 @@ def trim_stderr(text):
     if start:
         notes.append(f"[generate.py: trimmed {start} leading lines of libtpu startup output unrelated to the compile]\n")
         lines = lines[start:]
-    if len("".join(lines).encode()) > STDERR_LIMIT:
+    if len("".join(lines).encode()) > limit:
         # keep the head of the compile and everything from the first report line on, elide middle
         key = None
         for i, l in enumerate(lines):
@@ -18181,7 +18669,7 @@ def trim_stderr(text):
             key = len(lines) - 1
         head = lines[:40]
         tail = lines[max(40, key - 40):]
-        while len("".join(head + tail).encode()) > STDERR_LIMIT - 200 and len(tail) > 200:
+        while len("".join(head + tail).encode()) > limit - 200 and len(tail) > 200:
             tail = tail[:-1]
         dropped_mid = max(0, key - 40 - 40)
         mid_note = f"[generate.py: elided {dropped_mid} lines]\n"
@@ -18266,7 +18754,7 @@ def run_case(name, python):
             with open(os.path.join(out, "exception.txt"), "w") as f:
                 f.write(exc)
         stderr = relative_paths(stderr, python)
-        trimmed, note = trim_stderr(stderr)
+        trimmed, note = trim_stderr(stderr, CASES[name].get("stderr_limit"))
         with open(os.path.join(out, "stderr.log"), "w") as f:
             f.write(trimmed)
         figures = parse_figures(stderr, exc)
