@@ -339,7 +339,20 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         rank!(2.0, gathered_whole(&ctx));
         rank!(1.4, gathered_from_held(&ctx));
         rank!(2.6, held_whole_beside_shard(&ctx));
-        rank!(if shaped { 1.8 } else { 1.2 }, large_activation(&ctx));
+        // Arguments most of a TPU's limit at compile time (60% or more): the large temporaries
+        // beside them are that state's gradients and updates more often than activations
+        // (shaped like attention scores or logits, they are still activations).
+        let state_heavy = e.phase == Phase::Compile
+            && e.backend == Some(Backend::Tpu)
+            && e.arguments_bytes
+                .zip(ctx.limit)
+                .is_some_and(|(a, l)| a.saturating_mul(5) >= l.saturating_mul(3));
+        let weight = match (shaped, state_heavy) {
+            (true, _) => 1.8,
+            (false, false) => 1.2,
+            (false, true) => 0.6,
+        };
+        rank!(weight, large_activation(&ctx));
         let pad = padding(&ctx);
         let extreme = pad
             .as_ref()
@@ -1187,7 +1200,8 @@ fn shape_bug(ctx: &Ctx<'_>) -> Option<Cause> {
 /// have tens of millions of rows). Counts of a few million are real inner axes: the scores of
 /// queries against a retrieval corpus or an item catalogue (`f32[1024,6291456]`), a point cloud's
 /// points, a 5.5M-word softmax; the bound was 2^21 until session 15, when five such compiler
-/// kinds (2^21 to 2^23 wide, all fixed by computing in chunks or sharding) took it first.
+/// kinds (2^21 to 2^23 wide, all fixed by computing in chunks or sharding) took it first. A
+/// dimension that leads another listed array (a table with that many rows) is the model's own.
 fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
     const WIDEST: u64 = 1 << 24;
     // Every shape the listing prints (a slot's label lists the values sharing it): a wide
@@ -1220,6 +1234,13 @@ fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
                 })
             })
     };
+    // A dimension that leads a table the program lists (`f32[16777216,128]`: an embedding of
+    // 4^12 k-mers, a hashed feature space) is the model's own vocabulary, however wide: a
+    // `[B, V]` over it is a dense activation, not a count used as a size.
+    let tables: Vec<u64> = listed_shapes(&ctx.e.allocations)
+        .filter(|s| s.dims.len() >= 2)
+        .map(|s| s.dims[0])
+        .collect();
     let (a, dim) = ctx.e.allocations.iter().find_map(|a| {
         // The random bits of threefry are drawn flat (`u32[2,N]` for N elements): not a bug.
         let op = a.op_name.as_deref().unwrap_or("");
@@ -1229,7 +1250,7 @@ fn implausible_dimension(ctx: &Ctx<'_>) -> Option<Cause> {
         let dims = shape_of(a)?.dims;
         dims.into_iter()
             .skip(1)
-            .find(|&d| d >= WIDEST && !flattened(d))
+            .find(|&d| d >= WIDEST && !flattened(d) && !tables.contains(&d))
             .map(|d| (a, d))
     })?;
     Some(ctx.cause(
@@ -4142,6 +4163,14 @@ mod corpus_tests {
         // other shapes beside them outnumber them); no rematerialization is missing.
         let c = first_causes("tpu/reward_model_pairs_reencoded_v5e/stderr.log");
         assert_ne!(c[0], CauseKind::NoRemat, "{c:?}");
+        // A dense count matrix over 4^12 k-mers, `f32[2048,16777216]`, beside the embedding
+        // table `f32[16777216,128]`: the model's own vocabulary, an activation, no shape bug.
+        let c = first_causes("tpu/kmer_bag_dense_multihot_matmul_v5p/stderr.log");
+        assert_eq!(c[0], CauseKind::LargeActivation, "{c:?}");
+        // Arguments 80% of the limit (a user table and its Adagrad accumulator left `P()`):
+        // the table-shaped temporaries are its gradient and update, not activations.
+        let c = first_causes("tpu/two_tower_spec_list_declaration_order_v6e/stderr.log");
+        assert_eq!(c[0], CauseKind::ReplicatedTensor, "{c:?}");
         // Stacked along 32 layers (gathered FSDP weights saved by a scan): a stack.
         let c = first_causes("tpu/fsdp_shard_map_gathered_weights_saved_v4/stderr.log");
         assert_eq!(c[0], CauseKind::NoRemat, "{c:?}");
