@@ -18486,6 +18486,319 @@ pair(
 )
 
 
+# ---- 54. more broken/fixed pairs (batch tpu43): other models, other names ---------------------
+#
+# Programs of kinds sections 13-52 do not have, from recommendation, speech, reinforcement learning and
+# long-sequence language modelling (a field-weighted factorization machine over many sparse feature slots whose
+# pairwise term forms the [B, F, F] interaction matrix before the field-pair weights; a deep-equilibrium acoustic
+# model trained by backpropagating through every iteration of its fixed-point solver instead of a one-step implicit
+# gradient; a PPO learner that gathers the rollout with every epoch's permutation up front; causal linear attention
+# whose prefix sums run over every position's [d_k, d_v] outer product). The same conventions: the fixed twin
+# changes exactly the first cause. See the README section of batch tpu43 for which pairs keep their dumps and what
+# did not go as first written.
+# (Tried and dropped: a factorization machine whose plain pairwise term was the masked [B, F, F] matrix summed:
+# compiled at 3.54G on v5e, the reduction fused into the dot; a Nystromformer whose Nystrom factors were multiplied
+# left to right ((kernel_1 @ pinv) @ kernel_3 @ V): compiled at 13.34G (16384 tokens) and 11.08G (20480 tokens) on
+# v5e, the compiler reassociating the chain of dots.)
+
+
+# 54.1 a field-weighted FM (FwFM) whose pairwise term forms the [B, F, F] interaction matrix before the field weights
+
+
+def _fwfm_pairwise_matrix_builder(mesh, batch, fields, factors, weights_first):
+    """Training step of a field-weighted factorization machine (FwFM, Pan et al. 2018) CTR ranker over `fields`
+    sparse feature slots per impression (ad, user-history and context ids, each with a value): a linear term, the
+    second-order term sum_{f<g} r_fg <v_f, v_g> with the learned field-pair weights `field_pair_weights`
+    f32[F, F] and the slots' latent factors `factor_embedding` f32[2^20, k], and a bias; BCE on clicks, SGD,
+    impressions sharded over the chips, the tables replicated.
+    weights_first=False (the first version, the term as the paper's formula reads: the interaction matrix
+    einsum('bfk,bgk->bfg', v, v), f32[B, F, F], times the upper triangle of r, summed; the gradient of r needs
+    that matrix again, so it is kept); True: the same sum contracted in the other order,
+    sum_f <v_f, sum_g r_fg v_g>, i.e. einsum('bfk,fg,bgk->b') with the [F, F] weights applied to v first,
+    every intermediate [B, F, k]."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    F = fields
+
+    def fwfm_train_step(params, feature_ids, feature_values, clicks):
+        def loss_fn(params):
+            v = params["factor_embedding"][feature_ids] * feature_values[..., None]          # [B, F, k]
+            linear = jnp.sum(params["linear_weights"][feature_ids] * feature_values, -1)   # [B]
+            r_upper = jnp.triu(params["field_pair_weights"], 1)
+            if weights_first:
+                weighted = jnp.einsum("fg,bgk->bfk", r_upper, v)                           # [B, F, k]
+                pairwise = jnp.sum(v * weighted, axis=(1, 2))
+            else:
+                interactions = jnp.einsum("bfk,bgk->bfg", v, v)                             # [B, F, F]
+                pairwise = jnp.sum(interactions * r_upper, axis=(1, 2))
+            logit = params["global_bias"] + linear + pairwise
+            return jnp.mean(jax.nn.softplus(logit) - clicks * logit)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-2 * g, params, grads), loss
+
+    rep = P()
+    params = {"factor_embedding": sds((1 << 20, factors), f32, mesh, rep),
+              "linear_weights": sds((1 << 20,), f32, mesh, rep), "field_pair_weights": sds((F, F), f32, mesh, rep),
+              "global_bias": sds((), f32, mesh, rep)}
+    n = mesh.devices.size * batch
+    feature_ids = sds((n, F), jnp.int32, mesh, P("d"))
+    feature_values = sds((n, F), f32, mesh, P("d"))
+    clicks = sds((n,), f32, mesh, P("d"))
+    return fwfm_train_step, (params, feature_ids, feature_values, clicks), {"donate_argnums": (0,)}
+
+
+# 54.2 a deep-equilibrium (DEQ) acoustic model trained by backpropagating through every fixed-point iteration
+
+
+def _deq_unrolled_solver_builder(mesh, utterances, frames, width, hidden, solver_iters, phantom_grad):
+    """Training step of a deep-equilibrium frame classifier (an implicit layer over log-mel frames, senone
+    targets): the input injection u = mel @ input_injection, the equilibrium z* = f(z*, u) with
+    f(z, u) = layer_norm(z + gelu(z @ deq_w_in) @ deq_w_out + u), found by `solver_iters` naive fixed-point
+    iterations in lax.fori_loop, then a senone classifier on z*; softmax cross-entropy, SGD; f32, weights
+    replicated, utterances sharded over the chips.
+    phantom_grad=False (the first version: the solver loop differentiated as written, so the backward pass keeps
+    every iteration's activations, solver_iters x [tokens, hidden]); True: the Jacobian-free / one-step
+    ("phantom") gradient of the DEQ literature: the solver run under jax.lax.stop_gradient and one more
+    application of f differentiated."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def layer_norm(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
+
+    def deq_train_step(params, log_mel, senone_targets):
+        def loss_fn(params):
+            u = log_mel @ params["input_injection"]                                       # [B, T, width]
+
+            def f(z):
+                return layer_norm(z + jax.nn.gelu(z @ params["deq_w_in"]) @ params["deq_w_out"] + u)
+
+            z0 = jnp.zeros_like(u)
+            if phantom_grad:
+                z_star = jax.lax.stop_gradient(jax.lax.fori_loop(0, solver_iters, lambda i, z: f(z), z0))
+                z_star = f(z_star)
+            else:
+                z_star = jax.lax.fori_loop(0, solver_iters, lambda i, z: f(z), z0)
+            logits = z_star @ params["senone_classifier"]
+            logp = jax.nn.log_softmax(logits)
+            return -jnp.mean(jnp.take_along_axis(logp, senone_targets[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    rep = P()
+    params = {"input_injection": sds((80, width), f32, mesh, rep), "deq_w_in": sds((width, hidden), f32, mesh, rep),
+              "deq_w_out": sds((hidden, width), f32, mesh, rep),
+              "senone_classifier": sds((width, 4096), f32, mesh, rep)}
+    B = mesh.devices.size * utterances
+    log_mel = sds((B, frames, 80), f32, mesh, P("d"))
+    senone_targets = sds((B, frames), jnp.int32, mesh, P("d"))
+    return deq_train_step, (params, log_mel, senone_targets), {"donate_argnums": (0,)}
+
+
+# 54.3 a PPO learner that draws and gathers the shuffles of every epoch up front (one rollout copy per epoch)
+
+
+def _ppo_epoch_shuffles_builder(mesh, envs, steps, epochs, minibatches, shuffle_per_epoch):
+    """PPO update of an Atari agent (Nature-CNN torso on 84x84x4 frames stored as f32 in [0, 1], actor and critic
+    heads, clipped surrogate + value loss), written in shard_map over the chips (each chip updates on its own
+    environments' rollout, gradients averaged with pmean, as PureJaxRL's pmap'ed learner does); the update
+    runs `epochs` epochs of `minibatches` SGD steps over the chip's rollout of steps x envs samples.
+    shuffle_per_epoch=False (the first version: all epochs' permutations drawn at once with jax.vmap and the
+    rollout gathered with them before the scan, [epochs, samples, 84, 84, 4], one shuffled copy of the rollout
+    per epoch); True: a lax.scan over the epochs that draws and gathers one epoch's permutation inside its
+    body, then scans over that epoch's minibatches."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    N = envs * steps
+    mb = N // minibatches
+
+    def conv(x, w, stride):
+        return jax.lax.conv_general_dilated(x, w, (stride, stride), "VALID",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def policy_value(params, obs):
+        h = jax.nn.relu(conv(obs, params["conv_0"], 4))
+        h = jax.nn.relu(conv(h, params["conv_1"], 2))
+        h = jax.nn.relu(conv(h, params["conv_2"], 1))
+        h = jax.nn.relu(h.reshape(h.shape[0], -1) @ params["torso_dense"])
+        return h @ params["actor_head"], (h @ params["critic_head"])[:, 0]
+
+    def ppo_loss(params, batch):
+        obs, actions, advantages, returns, old_logp = batch
+        logits, value = policy_value(params, obs)
+        logp = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[:, None], -1)[:, 0]
+        ratio = jnp.exp(logp - old_logp)
+        surrogate = jnp.minimum(ratio * advantages, jnp.clip(ratio, 0.8, 1.2) * advantages)
+        return -jnp.mean(surrogate) + 0.5 * jnp.mean((value - returns) ** 2)
+
+    def sgd_step(params, batch):
+        grads = jax.lax.pmean(jax.grad(ppo_loss)(params, batch), "d")
+        return _tm(lambda p, g: p - 2.5e-4 * g, params, grads), None
+
+    def split(t):
+        return _tm(lambda x: x.reshape((minibatches, mb) + x.shape[1:]), t)
+
+    def local_update(params, obs, actions, advantages, returns, old_logp, rng):
+        rollout = (obs, actions, advantages, returns, old_logp)
+        keys = jax.random.split(rng[0], epochs)
+        if shuffle_per_epoch:
+            def epoch(params, key):
+                perm = jax.random.permutation(key, N)
+                shuffled = _tm(lambda x: x[perm], rollout)
+                params, _ = jax.lax.scan(sgd_step, params, split(shuffled))
+                return params, None
+            params, _ = jax.lax.scan(epoch, params, keys)
+        else:
+            perms = jax.vmap(lambda k: jax.random.permutation(k, N))(keys)                  # [epochs, N]
+            shuffled = _tm(lambda x: x[perms].reshape((epochs * minibatches, mb) + x.shape[1:]), rollout)
+            params, _ = jax.lax.scan(sgd_step, params, shuffled)
+        return params
+
+    def ppo_update(params, obs, actions, advantages, returns, old_logp, rng):
+        rep, ev = P(), P("d")
+        return jax.shard_map(local_update, mesh=mesh, in_specs=(rep, ev, ev, ev, ev, ev, ev), out_specs=rep,
+                             check_vma=False)(params, obs, actions, advantages, returns, old_logp, rng)
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    params = {"conv_0": r(8, 8, 4, 32), "conv_1": r(4, 4, 32, 64), "conv_2": r(3, 3, 64, 64),
+              "torso_dense": r(7 * 7 * 64, 512), "actor_head": r(512, 18), "critic_head": r(512, 1)}
+    D = mesh.devices.size
+    ev = P("d")
+    obs = sds((D * N, 84, 84, 4), f32, mesh, ev)
+    actions = sds((D * N,), jnp.int32, mesh, ev)
+    advantages, returns, old_logp = (sds((D * N,), f32, mesh, ev) for _ in range(3))
+    rng = sds((D, 2), jnp.uint32, mesh, ev)
+    return ppo_update, (params, obs, actions, advantages, returns, old_logp, rng), {"donate_argnums": (0,)}
+
+
+# 54.4 causal linear attention whose prefix sums are taken over every position's [d_k, d_v] outer product
+
+
+def _causal_linear_attn_cumsum_builder(mesh, seqs, seq_len, heads, head_dim, layers, chunk):
+    """Training step of a causal linear-attention (Katharopoulos et al., elu+1 feature map) language model over
+    long byte sequences: per layer the numerator phi(q_t) . sum_{s<=t} phi(k_s) v_s^T and the denominator
+    phi(q_t) . sum_{s<=t} phi(k_s), an MLP, pre-LN, a 256-way byte head; f32, weights replicated, sequences
+    sharded over the chips.
+    chunk=None (the first version, the prefix sum as the formula reads: jnp.cumsum over the time axis of every
+    position's outer product einsum('bhtk,bhtv->bhtkv'), f32[B, H, T, d_k, d_v], and its gradient); an int:
+    the chunked form of the same sums: within a chunk the masked quadratic product, across chunks the
+    exclusive prefix sum of each chunk's [d_k, d_v] state, [B, H, T/chunk, d_k, d_v]."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    D = heads * head_dim
+    T = seq_len
+
+    def layer_norm(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
+
+    def causal_linear_attention(x, w):
+        B = x.shape[0]
+        qkv = (x @ w["qkv"]).reshape(B, T, 3, heads, head_dim)
+        q, k, v = (jnp.moveaxis(qkv[:, :, i], 2, 1) for i in range(3))                  # [B, H, T, dh]
+        q, k = jax.nn.elu(q) + 1.0, jax.nn.elu(k) + 1.0
+        if chunk is None:
+            kv_prefix = jnp.cumsum(jnp.einsum("bhtk,bhtv->bhtkv", k, v), axis=2)         # [B, H, T, dk, dv]
+            num = jnp.einsum("bhtk,bhtkv->bhtv", q, kv_prefix)
+            den = jnp.einsum("bhtk,bhtk->bht", q, jnp.cumsum(k, axis=2))
+        else:
+            n = T // chunk
+            qc, kc, vc = (a.reshape(B, heads, n, chunk, head_dim) for a in (q, k, v))
+            causal = jnp.tril(jnp.ones((chunk, chunk), f32))
+            scores = jnp.einsum("bhnck,bhndk->bhncd", qc, kc) * causal                 # [B, H, n, C, C]
+            states = jnp.einsum("bhnck,bhncv->bhnkv", kc, vc)                            # [B, H, n, dk, dv]
+            prev = jnp.cumsum(states, axis=2) - states
+            num = jnp.einsum("bhncd,bhndv->bhncv", scores, vc) + jnp.einsum("bhnck,bhnkv->bhncv", qc, prev)
+            ksum = jnp.sum(kc, axis=3)
+            den = jnp.sum(scores, -1) + jnp.einsum("bhnck,bhnk->bhnc", qc, jnp.cumsum(ksum, axis=2) - ksum)
+            num, den = num.reshape(B, heads, T, head_dim), den.reshape(B, heads, T)
+        out = num / (den[..., None] + 1e-6)
+        return jnp.moveaxis(out, 1, 2).reshape(B, T, D) @ w["out"]
+
+    def byte_lm_step(params, byte_ids, targets):
+        def loss_fn(params):
+            x = params["byte_embedding"][byte_ids]
+            for w in params["layers"]:
+                x = x + causal_linear_attention(layer_norm(x), w)
+                x = x + jax.nn.gelu(layer_norm(x) @ w["mlp_in"]) @ w["mlp_out"]
+            logp = jax.nn.log_softmax(layer_norm(x) @ params["byte_head"])
+            return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-4 * g, params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    params = {"byte_embedding": r(256, D), "byte_head": r(D, 256),
+              "layers": [{"qkv": r(D, 3 * D), "out": r(D, D), "mlp_in": r(D, 4 * D), "mlp_out": r(4 * D, D)}
+                         for _ in range(layers)]}
+    B = mesh.devices.size * seqs
+    byte_ids = sds((B, T), jnp.int32, mesh, P("d"))
+    targets = sds((B, T), jnp.int32, mesh, P("d"))
+    return byte_lm_step, (params, byte_ids, targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "fwfm_pairwise_interaction_matrix", "v5e", "v5e:2x2",
+    "A field-weighted factorization machine (FwFM) CTR ranker trained on v5e over 1024 sparse feature slots per "
+    "impression (4096 impressions per chip, 64 latent factors) whose pairwise term forms the interaction matrix "
+    "einsum('bfk,bgk->bfg', v, v) before weighting it by the learned field-pair matrix: f32[4096,1024,1024] "
+    "(16 GiB) per chip, kept for the field weights' gradient, beyond 15.75G.",
+    "Fixed variant of fwfm_pairwise_interaction_matrix_v5e: the field-pair weights applied to the factors first, "
+    "sum_f <v_f, sum_g r_fg v_g>, no [B, F, F] matrix; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _fwfm_pairwise_matrix_builder, dict(batch=4096, fields=1024, factors=64, weights_first=False),
+    dict(batch=4096, fields=1024, factors=64, weights_first=True),
+    dump=True,
+)
+
+pair(
+    "deq_backprop_through_solver", "v6e", "v6e:2x2",
+    "A deep-equilibrium (DEQ) frame classifier over log-mel frames (64 utterances of 1024 frames per chip, "
+    "width 512, hidden 2048) trained on v6e by backpropagating through all 30 iterations of its fixed-point "
+    "solver (lax.fori_loop): every iteration's activations are kept for the backward pass "
+    "([30,64,1024,2048] stacks), beyond 31.25G.",
+    "Fixed variant of deq_backprop_through_solver_v6e: the solver run under jax.lax.stop_gradient and one more "
+    "application of f differentiated (the Jacobian-free / phantom gradient); fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _deq_unrolled_solver_builder, dict(utterances=64, frames=1024, width=512, hidden=2048, solver_iters=30,
+                                       phantom_grad=False),
+    dict(utterances=64, frames=1024, width=512, hidden=2048, solver_iters=30, phantom_grad=True),
+    dump=False,
+)
+
+pair(
+    "ppo_all_epoch_shuffles_upfront", "v4", "v4:2x2x1",
+    "A PPO learner for Atari (Nature-CNN, f32 84x84x4 frames, 16384 samples of rollout per TensorCore, 8 "
+    "epochs of 8 minibatches) in shard_map on v4 that draws all epochs' permutations with jax.vmap and gathers "
+    "the rollout with them before the scan: one shuffled copy of the frames per epoch "
+    "([131072,84,84,4] per core), beyond 15.25G.",
+    "Fixed variant of ppo_all_epoch_shuffles_upfront_v4: a lax.scan over the epochs that draws and gathers one "
+    "epoch's permutation inside its body; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"], causes=["large_activation", "batch_too_large"]),
+    _ppo_epoch_shuffles_builder, dict(envs=128, steps=128, epochs=8, minibatches=8, shuffle_per_epoch=False),
+    dict(envs=128, steps=128, epochs=8, minibatches=8, shuffle_per_epoch=True),
+    dump=False,
+)
+
+pair(
+    "causal_linear_attention_cumsum_outer_products", "v5p", "v5p:2x2x1",
+    "A causal linear-attention byte LM (elu+1 features, 8 heads of 64, 2 layers, 32 sequences of 8192 bytes "
+    "per chip) trained on v5p whose prefix sums are taken with jnp.cumsum over every position's k v^T outer "
+    "product: f32[32,8,8192,64,64] (32 GiB) tensors and their gradients, beyond 95.74G.",
+    "Fixed variant of causal_linear_attention_cumsum_outer_products_v5p: the chunked form (masked quadratic "
+    "product within chunks of 256, exclusive prefix sum of the per-chunk [d_k, d_v] states across them); fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _causal_linear_attn_cumsum_builder, dict(seqs=32, seq_len=8192, heads=8, head_dim=64, layers=2, chunk=None),
+    dict(seqs=32, seq_len=8192, heads=8, head_dim=64, layers=2, chunk=256),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
