@@ -2418,9 +2418,11 @@ fn gathered_whole(ctx: &Ctx<'_>) -> Option<Cause> {
                 && l >= 2
                 && k > l
                 && k % l == 0
-                // (A mesh axis: a power of two, or a small count; 768 times a volume's 256 is
-                // no axis, it is 196608 orientations beside a [256, ...] volume.)
-                && ((k / l).is_power_of_two() || k / l <= 16))
+                // (A mesh axis: a count of 16 or less, or a power of two splitting a stack of
+                // layers (1024 or fewer); 768 times a volume's 256 is no axis, it is 196608
+                // orientations beside a [256, ...] volume, and 64 times 2048 rows is 131072
+                // positions beside one chunk's 2048, not a 64-way mesh axis.)
+                && (k / l <= 16 || ((k / l).is_power_of_two() && k <= 1024)))
                 .then_some((big, *a, k / l))
         })
     })?;
@@ -4142,6 +4144,12 @@ mod corpus_tests {
         assert_eq!(
             first_causes("tpu/partition_rules_stale_name_v4/stderr.log")[0],
             CauseKind::ReplicatedTensor
+        );
+        // 131072 positions' states beside one chunk's 2048: 64 times, over no stack of layers,
+        // is no mesh axis either (causal linear attention's cumulative sum).
+        assert_eq!(
+            first_causes("tpu/causal_linear_attention_cumsum_outer_products_v5p/stderr.log")[0],
+            CauseKind::LargeActivation
         );
         // 196608 orientations' projections beside a [256, 256, 129] volume: 768 times its first
         // dimension is no mesh axis, so no shard gathered whole.
