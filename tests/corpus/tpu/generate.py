@@ -18486,6 +18486,386 @@ pair(
 )
 
 
+# ---- 53. more broken/fixed pairs (batch tpu42): other models, other names ---------------------
+#
+# Programs of kinds sections 13-52 do not have, from language modelling, speech, recommendation and molecular
+# simulation (a flax decoder whose partition specs are read with nn.get_partition_spec from the params after
+# nn.meta.unbox stripped the Partitioned boxes, so every spec is P(); a Conformer whose activation constraints
+# are looked up by name in a spec table with a P() default, the FFN hidden's key renamed; a CTC ASR eval step
+# whose out_shardings replicate the per-frame log-probs so that the host can device_get them; a factorization
+# machine whose FM term gathers both embeddings of every field pair with triu_indices, [B, F(F-1)/2, k]; a replica-exchange molecular
+# dynamics step whose Lennard-Jones forces are computed over all atom pairs instead of a neighbour list). The
+# same conventions: the fixed twin changes exactly the first cause. See the README section of batch tpu42.
+# (Tried and dropped: nothing; the DeepFM, molecular-dynamics and Conformer pairs were resized once or twice each,
+# and the Conformer lost its depthwise convolution, with which the broken program compiled for over 4 minutes.)
+
+
+# 53.1 flax nn.get_partition_spec called on params already unboxed by nn.meta.unbox: every spec P()
+
+
+def _flax_unboxed_partition_spec_builder(mesh, layers, d_model, d_ff, vocab, batch, seq, boxed_specs):
+    """Training step of a flax (linen) decoder-only LM, params initialised abstractly with
+    `jax.eval_shape(model.init, ...)`: every kernel boxed as nn.Partitioned with logical names ('layers',
+    'embed', 'mlp' / 'heads' / 'vocab'), the logical rules mapping 'embed' -> 'fsdp' (here the mesh axis 'd')
+    and the rest to None; blocks stacked by nn.scan ([layers, ...]), jax.checkpoint per block, f32 master
+    weights, Adam (mu, nu like the params); params and opt state donated, in_shardings = out_shardings.
+    boxed_specs=False (the first version: `params = nn.meta.unbox(abstract_variables)['params']` first, then
+    `specs = nn.get_partition_spec(params)`; get_partition_spec returns P() for every leaf that is not a
+    Partitioned box, so the whole params tree and both Adam moments are replicated); True: the specs read from
+    the boxed tree (`nn.get_partition_spec(abstract_variables)['params']`) and mapped through the rules, every
+    kernel sharded over its 'embed' dimension."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+    L, D, F, V = layers, d_model, d_ff, vocab
+    rules = {"embed": "d"}
+
+    class Partitioned:                                     # flax.linen.Partitioned, reduced to what matters
+        def __init__(self, shape, names):
+            self.shape, self.names = shape, names
+
+    boxed = {"token_embedder": {"embedding": Partitioned((V, D), ("vocab", "embed"))},
+             "decoder": {"attention": {"qkv": {"kernel": Partitioned((L, D, 3 * D), ("layers", "embed", "heads"))},
+                                       "out": {"kernel": Partitioned((L, D, D), ("layers", "heads", "embed"))}},
+                         "mlp": {"wi": {"kernel": Partitioned((L, D, F), ("layers", "embed", "mlp"))},
+                                 "wo": {"kernel": Partitioned((L, F, D), ("layers", "mlp", "embed"))}}},
+             "logits_dense": {"kernel": Partitioned((D, V), ("embed", "vocab"))}}
+    is_box = lambda x: isinstance(x, Partitioned)
+
+    def get_partition_spec(tree):                          # nn.get_partition_spec + nn.logical_to_mesh
+        return jax.tree_util.tree_map(
+            lambda x: P(*(rules.get(n) for n in x.names)) if is_box(x) else P(), tree,
+            is_leaf=lambda x: is_box(x) or isinstance(x, tuple))
+
+    unboxed = jax.tree_util.tree_map(lambda x: x.shape, boxed, is_leaf=is_box)     # nn.meta.unbox
+    specs = get_partition_spec(boxed if boxed_specs else unboxed)
+    params = jax.tree_util.tree_map(lambda s, sp: sds(s, f32, mesh, sp), unboxed, specs,
+                                    is_leaf=lambda x: isinstance(x, tuple))
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": _tm(lambda p: sds(p.shape, f32, mesh, p.sharding.spec), params),
+                 "nu": _tm(lambda p: sds(p.shape, f32, mesh, p.sharding.spec), params)}
+
+    def rms(h):
+        return h * jax.lax.rsqrt(jnp.mean(h.astype(f32) ** 2, -1, keepdims=True) + 1e-6).astype(h.dtype)
+
+    def block(h, w):
+        b, s, _ = h.shape
+        q, k, v = jnp.split(rms(h) @ w["qkv"].astype(bf), 3, -1)
+        q, k, v = (t.reshape(b, s, 16, D // 16) for t in (q, k, v))
+        a = jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(b, s, D)
+        h = h + a @ w["out"].astype(bf)
+        return h + jax.nn.gelu(rms(h) @ w["wi"].astype(bf)) @ w["wo"].astype(bf), None
+
+    def lm_train_step(params, opt_state, tokens):
+        def loss_fn(params):
+            h = params["token_embedder"]["embedding"].astype(bf)[tokens[:, :-1]]
+            dec = params["decoder"]
+            stack = {"qkv": dec["attention"]["qkv"]["kernel"], "out": dec["attention"]["out"]["kernel"],
+                     "wi": dec["mlp"]["wi"]["kernel"], "wo": dec["mlp"]["wo"]["kernel"]}
+            h, _ = jax.lax.scan(jax.checkpoint(block), h, stack)
+            logits = (rms(h) @ params["logits_dense"]["kernel"].astype(bf)).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), tokens[:, 1:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    tokens = sds((mesh.devices.size * batch, seq + 1), jnp.int32, mesh, P("d"))
+    kw = {"donate_argnums": (0, 1), "out_shardings": (_shardings(params), _shardings(opt_state),
+                                                       NamedSharding(mesh, P()))}
+    return lm_train_step, (params, opt_state, tokens), kw
+
+
+# 53.2 a Conformer whose activation constraints come from a name-keyed spec table with a P() default
+
+
+def _conformer_act_spec_table_builder(mesh, batch, frames, d_model, d_ff, layers, ffn_key):
+    """Training step of a Conformer-style speech encoder (log-mel f32[B, T, 80] sharded over the batch ->
+    subsampled input projection -> `layers` blocks of macaron FFN / self-attention / the conv module's
+    pointwise part (its depthwise convolution left out: with it the broken program compiled for over 4 minutes) / FFN, bf16,
+    lax.scan with jax.checkpoint per block -> CTC-free frame classifier over 1024 targets; weights replicated,
+    SGD, donated). Every activation is pinned with `constrain(x, name)`, a MaxText-style helper:
+    `jax.lax.with_sharding_constraint(x, NamedSharding(mesh, ACTIVATION_SPECS.get(name, P())))`, the table
+    {'activation_batch_length_embed': P('d'), 'activation_batch_length_mlp': P('d'), ...}.
+    ffn_key='activation_batch_length_ffn' (the first version: the FFN modules were ported from another
+    codebase and name their hidden 'activation_batch_length_ffn', a key the table does not have, so .get
+    falls back to P() and each FFN's hidden bf16[B, T, d_ff] of the whole global batch is built on every chip,
+    with its swish and the backward's copies); 'activation_batch_length_mlp': the key the table has."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    D, Fh = d_model, d_ff
+    ACTIVATION_SPECS = {"activation_batch_length_embed": P("d"), "activation_batch_length_mlp": P("d"),
+                        "activation_batch_length_heads": P("d"), "activation_logits": P("d")}
+
+    def constrain(x, name):
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, ACTIVATION_SPECS.get(name, P())))
+
+    def ln(x):
+        x32 = x.astype(f32)
+        return ((x32 - x32.mean(-1, keepdims=True)) * jax.lax.rsqrt(x32.var(-1, keepdims=True) + 1e-5)).astype(bf)
+
+    def ffn(x, wi, wo):
+        hid = constrain(jax.nn.silu(ln(x) @ wi), ffn_key)
+        return constrain(x + 0.5 * (hid @ wo), "activation_batch_length_embed")
+
+    def conformer_block(x, w):
+        x = ffn(x, w["ffn1_wi"], w["ffn1_wo"])
+        b, t, _ = x.shape
+        q, k, v = (constrain((ln(x) @ w[n]).reshape(b, t, 8, D // 8), "activation_batch_length_heads")
+                   for n in ("wq", "wk", "wv"))
+        a = jax.nn.dot_product_attention(q, k, v).reshape(b, t, D)
+        x = constrain(x + a @ w["wo_att"], "activation_batch_length_embed")
+        g = ln(x) @ w["pw_conv"]                                       # conv module, pointwise part only
+        x = constrain(x + jax.nn.silu(g), "activation_batch_length_embed")
+        return ffn(x, w["ffn2_wi"], w["ffn2_wo"]), None
+
+    def conformer_train_step(params, log_mel, frame_targets):
+        def loss_fn(params):
+            b, t, _ = log_mel.shape
+            x = log_mel.reshape(b, t // 4, 4 * 80) @ params["subsample"]
+            x = constrain(x.astype(bf), "activation_batch_length_embed")
+            x, _ = jax.lax.scan(jax.checkpoint(conformer_block), x, params["blocks"])
+            logits = constrain((ln(x) @ params["classifier"]).astype(f32), "activation_logits")
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), frame_targets[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), params, grads), loss
+
+    rep, Lr = P(), layers
+    blocks = {n: sds((Lr,) + s, bf, mesh, rep) for n, s in
+              {"ffn1_wi": (D, Fh), "ffn1_wo": (Fh, D), "ffn2_wi": (D, Fh), "ffn2_wo": (Fh, D), "wq": (D, D),
+               "wk": (D, D), "wv": (D, D), "wo_att": (D, D), "pw_conv": (D, D)}.items()}
+    params = {"subsample": sds((320, D), f32, mesh, rep), "blocks": blocks, "classifier": sds((D, 1024), bf, mesh, rep)}
+    n = mesh.devices.size * batch
+    log_mel = sds((n, frames, 80), f32, mesh, P("d"))
+    frame_targets = sds((n, frames // 4), jnp.int32, mesh, P("d"))
+    return conformer_train_step, (params, log_mel, frame_targets), {"donate_argnums": (0,)}
+
+
+# 53.3 a CTC ASR eval step whose out_shardings replicate the per-frame log-probs for the host's device_get
+
+
+def _ctc_eval_replicated_out_builder(mesh, batch, frames, d_model, layers, vocab, out_spec):
+    """Evaluation step of a CTC speech recognizer (log-mel f32[B, T, 80] sharded over the batch -> 4x subsampled
+    input projection -> `layers` pre-LN transformer blocks, bf16 weights replicated -> per-frame log-probs over
+    a `vocab`-wordpiece vocabulary, f32) whose jit has `out_shardings=NamedSharding(mesh, P())` so that the
+    multi-host eval loop can `jax.device_get` the log-probs for the host-side beam search (a non-fully-
+    addressable array cannot be fetched): the whole global batch's f32[B, T/4, vocab] is all-gathered onto every
+    chip. out_spec=() (that version); ('d',): out_shardings P('d') and each host reading its addressable shards
+    (`[s.data for s in logp.addressable_shards]`), the log-probs left sharded over the batch."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    D = d_model
+
+    def ln(x):
+        x32 = x.astype(f32)
+        return ((x32 - x32.mean(-1, keepdims=True)) * jax.lax.rsqrt(x32.var(-1, keepdims=True) + 1e-5)).astype(bf)
+
+    def block(x, w):
+        b, t, _ = x.shape
+        q, k, v = jnp.split(ln(x) @ w["qkv"], 3, -1)
+        a = jax.nn.dot_product_attention(*(z.reshape(b, t, 8, D // 8) for z in (q, k, v))).reshape(b, t, D)
+        x = x + a @ w["out"]
+        return x + jax.nn.gelu(ln(x) @ w["ffn_in"]) @ w["ffn_out"], None
+
+    def ctc_eval_step(params, log_mel, mel_lengths):
+        b, t, _ = log_mel.shape
+        x = (log_mel.reshape(b, t // 4, 320) @ params["subsample"]).astype(bf)
+        x, _ = jax.lax.scan(block, x, params["encoder"])
+        logits = (ln(x) @ params["ctc_head"]).astype(f32)
+        frame_mask = jnp.arange(t // 4)[None, :] < (mel_lengths[:, None] // 4)
+        log_probs = jnp.where(frame_mask[..., None], jax.nn.log_softmax(logits, -1), 0.0)
+        return log_probs
+
+    rep = P()
+    params = {"subsample": sds((320, D), f32, mesh, rep),
+              "encoder": {"qkv": sds((layers, D, 3 * D), bf, mesh, rep), "out": sds((layers, D, D), bf, mesh, rep),
+                          "ffn_in": sds((layers, D, 4 * D), bf, mesh, rep),
+                          "ffn_out": sds((layers, 4 * D, D), bf, mesh, rep)},
+              "ctc_head": sds((D, vocab), bf, mesh, rep)}
+    n = mesh.devices.size * batch
+    log_mel = sds((n, frames, 80), f32, mesh, P("d"))
+    mel_lengths = sds((n,), jnp.int32, mesh, P("d"))
+    return ctc_eval_step, (params, log_mel, mel_lengths), {"out_shardings": NamedSharding(mesh, P(*out_spec))}
+
+
+# 53.4 a DeepFM whose FM term gathers every field pair's embeddings (triu_indices) instead of Rendle's identity
+
+
+def _fm_pairwise_materialized_builder(mesh, batch, fields, vocab_per_field, k, deep, fm_identity):
+    """Training step of a DeepFM-style CTR model: `fields` categorical features, each with its own embedding
+    table (stacked f32[fields, vocab_per_field, k], rows sharded over the chips), a first-order weight per id,
+    the FM second-order term and a deep MLP over the concatenated embeddings; logistic loss, SGD (donated).
+    fm_identity=False (the first version, the FM term written from its definition as torchfm / DeepCTR's
+    inner-product layers do: `rows, cols = np.triu_indices(F, 1); e[:, rows] * e[:, cols]`, two gathers of every
+    field pair's embeddings, f32[B, F (F - 1) / 2, k] each, their product summed, all of them kept or rebuilt
+    for the backward pass's scatter-adds); True: Rendle's identity,
+    0.5 * ((sum_f e)^2 - sum_f e^2) summed over k, O(F k) per example, the same numbers."""
+    import numpy as np
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    F = fields
+
+    def deepfm_train_step(params, feature_ids, clicks):
+        def loss_fn(params):
+            e = jax.vmap(lambda tbl, ids: tbl[ids], in_axes=(0, 1), out_axes=1)(params["field_embeddings"],
+                                                                                 feature_ids)   # [B, F, k]
+            first = jnp.sum(jax.vmap(lambda w, ids: w[ids], in_axes=(0, 1), out_axes=1)(params["first_order"],
+                                                                                       feature_ids), -1)
+            if fm_identity:
+                s = jnp.sum(e, 1)
+                second = 0.5 * jnp.sum(s * s - jnp.sum(e * e, 1), -1)
+            else:
+                rows, cols = np.triu_indices(F, 1)                                         # F (F - 1) / 2 pairs
+                pair_products = e[:, rows, :] * e[:, cols, :]                              # [B, pairs, k]
+                second = jnp.sum(pair_products, (1, 2))
+            h = e.reshape(e.shape[0], -1)
+            for i, w in enumerate(params["deep"]):
+                h = h @ w
+                if i < len(params["deep"]) - 1:
+                    h = jax.nn.relu(h)
+            logit = first + second + h[:, 0]
+            return jnp.mean(jnp.logaddexp(0.0, logit) - clicks * logit)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 0.01 * g, params, grads), loss
+
+    rep = P()
+    dims = (F * k,) + tuple(deep) + (1,)
+    params = {"field_embeddings": sds((F, vocab_per_field, k), f32, mesh, P(None, "d", None)),
+              "first_order": sds((F, vocab_per_field), f32, mesh, P(None, "d")),
+              "deep": [sds((dims[i], dims[i + 1]), f32, mesh, rep) for i in range(len(dims) - 1)]}
+    n = mesh.devices.size * batch
+    feature_ids = sds((n, F), jnp.int32, mesh, P("d"))
+    clicks = sds((n,), f32, mesh, P("d"))
+    return deepfm_train_step, (params, feature_ids, clicks), {"donate_argnums": (0,)}
+
+
+# 53.5 replica-exchange molecular dynamics whose Lennard-Jones forces are taken over all atom pairs
+
+
+def _md_all_pairs_builder(mesh, atoms, neighbors, steps, neighbor_list):
+    """A block of velocity-Verlet steps (lax.fori_loop) of replica-exchange molecular dynamics of a Lennard-Jones
+    fluid in a periodic box, one temperature replica per chip (positions f32[replicas, N, 3] sharded over the
+    replicas); forces = -jax.grad(energy), the pair energy 4 eps ((s/r)^12 - (s/r)^6) with a smooth cutoff.
+    neighbor_list=False (the first version, JAX-MD's `space.map_product(displacement)`: the minimum-image
+    displacement of every atom pair, f32[N, N, 3], and the energies of all N^2 pairs, masked beyond the cutoff,
+    differentiated for the forces); True: a neighbour list (`partition.neighbor_list`, rebuilt on the host
+    between blocks) passed in as int32[replicas, N, neighbors], the displacements gathered for those pairs
+    only, f32[N, neighbors, 3]."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    box, sigma, eps, r_cut, dt = 64.0, 1.0, 1.0, 2.5, 1e-3
+
+    def displacement(ra, rb):
+        d = ra - rb
+        return d - box * jnp.round(d / box)
+
+    def pair_energy(dr, mask):
+        r2 = jnp.sum(dr * dr, -1) + (1.0 - mask)                   # masked pairs at r = 1, then zeroed
+        inv6 = (sigma * sigma / r2) ** 3
+        smooth = jnp.clip(1.0 - r2 / (r_cut * r_cut), 0.0, 1.0) ** 2
+        return 0.5 * jnp.sum(mask * smooth * 4.0 * eps * (inv6 * inv6 - inv6))
+
+    def energy(pos, nbrs):
+        if neighbor_list:
+            dr = displacement(pos[:, None, :], pos[nbrs])           # [N, K, 3]
+            mask = (nbrs < pos.shape[0]).astype(f32)
+        else:
+            dr = displacement(pos[:, None, :], pos[None, :, :])     # [N, N, 3]
+            mask = 1.0 - jnp.eye(pos.shape[0], dtype=f32)
+        return pair_energy(dr, mask)
+
+    def remd_block(positions, velocities, nbr_idx):
+        def one_replica(pos, vel, nbrs):
+            force = lambda p: -jax.grad(energy)(p, nbrs)
+            def verlet(_, state):
+                p, v, f = state
+                v = v + 0.5 * dt * f
+                p = p + dt * v
+                f = force(p)
+                return p, v + 0.5 * dt * f, f
+            p, v, _ = jax.lax.fori_loop(0, steps, verlet, (pos, vel, force(pos)))
+            return p, v
+        return jax.vmap(one_replica)(positions, velocities, nbr_idx)
+
+    R = mesh.devices.size
+    positions = sds((R, atoms, 3), f32, mesh, P("d"))
+    velocities = sds((R, atoms, 3), f32, mesh, P("d"))
+    nbr_idx = sds((R, atoms, neighbors), jnp.int32, mesh, P("d"))
+    return remd_block, (positions, velocities, nbr_idx), {"donate_argnums": (0, 1)}
+
+pair(
+    "flax_partition_spec_after_unbox", "v5e", "v5e:2x2",
+    "A flax decoder-only LM (28 scanned blocks, d=2048, d_ff=8192, 32000-token vocab, 1.54B f32 params, Adam) "
+    "trained on v5e whose shardings come from nn.get_partition_spec(params) called after nn.meta.unbox had "
+    "stripped the nn.Partitioned boxes: every spec P(), the params and both Adam moments replicated, beyond "
+    "15.75G.",
+    "Fixed variant of flax_partition_spec_after_unbox_v5e: the specs read from the boxed abstract variables and "
+    "mapped through the logical rules ('embed' -> the data axis, FSDP); fits.",
+    dict(category="arguments", causes=["replicated_tensor", "optimizer_state_unsharded", "arguments_exceed"]),
+    _flax_unboxed_partition_spec_builder, dict(layers=28, d_model=2048, d_ff=8192, vocab=32000, batch=2, seq=1024,
+                                               boxed_specs=False),
+    dict(layers=28, d_model=2048, d_ff=8192, vocab=32000, batch=2, seq=1024, boxed_specs=True),
+    dump=False,
+)
+
+pair(
+    "conformer_act_spec_table_renamed_key", "v6e", "v6e:2x2",
+    "A Conformer speech encoder (2 blocks, d=1024, FFN 4096, 1024 utterances of 2048 frames per chip) trained on "
+    "v6e whose activation constraints are looked up by name with ACTIVATION_SPECS.get(name, P()); the FFN "
+    "modules name their hidden 'activation_batch_length_ffn', a key the table lacks, so every FFN hidden of the "
+    "whole global batch is built on every chip, beyond 31.25G.",
+    "Fixed variant of conformer_act_spec_table_renamed_key_v6e: the FFN hidden constrained under the table's "
+    "key 'activation_batch_length_mlp' (P('d')); fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["replicated_tensor", "batch_too_large"]),
+    _conformer_act_spec_table_builder, dict(batch=1024, frames=2048, d_model=1024, d_ff=4096, layers=2,
+                                            ffn_key="activation_batch_length_ffn"),
+    dict(batch=1024, frames=2048, d_model=1024, d_ff=4096, layers=2, ffn_key="activation_batch_length_mlp"),
+    dump=False,
+)
+
+pair(
+    "ctc_eval_logprobs_out_replicated", "v4", "v4:2x2x1",
+    "The eval step of a CTC speech recognizer on v4 (8 TensorCores, 32 utterances of 4000 frames per core, "
+    "16384 wordpieces) jitted with out_shardings=NamedSharding(mesh, P()) so the multi-host eval loop can "
+    "device_get the per-frame log-probs: f32[256,1000,16384] (16 GiB) all-gathered onto every core, beyond "
+    "15.25G.",
+    "Fixed variant of ctc_eval_logprobs_out_replicated_v4: out_shardings P('d'), each host reading its "
+    "addressable shards; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "large_activation"]),
+    _ctc_eval_replicated_out_builder, dict(batch=32, frames=4000, d_model=512, layers=6, vocab=16384, out_spec=()),
+    dict(batch=32, frames=4000, d_model=512, layers=6, vocab=16384, out_spec=("d",)),
+    dump=True,
+)
+
+pair(
+    "deepfm_triu_pair_gather", "v5e", "v5e:2x2",
+    "A DeepFM CTR model trained on v5e (16384 examples per chip, 56 fields, 64-dim embeddings) whose FM term "
+    "gathers both embeddings of every field pair with np.triu_indices (e[:, rows] * e[:, cols], "
+    "f32[16384,1540,64] each) instead of using Rendle's identity, beyond 15.75G.",
+    "Fixed variant of deepfm_triu_pair_gather_v5e: the FM term as 0.5 * ((sum e)^2 - sum e^2); fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _fm_pairwise_materialized_builder, dict(batch=16384, fields=56, vocab_per_field=65536, k=64,
+                                            deep=(1024, 512), fm_identity=False),
+    dict(batch=16384, fields=56, vocab_per_field=65536, k=64, deep=(1024, 512), fm_identity=True),
+    dump=True,
+)
+
+pair(
+    "remd_lennard_jones_all_pairs", "v5p", "v5p:2x2x1",
+    "Replica-exchange molecular dynamics of a Lennard-Jones fluid on v5p (one replica of 163840 atoms per chip, "
+    "velocity Verlet in lax.fori_loop) whose forces are jax.grad of an energy over all atom pairs "
+    "(JAX-MD-style space.map_product: displacements f32[163840,163840,3]), beyond 95.74G.",
+    "Fixed variant of remd_lennard_jones_all_pairs_v5p: a neighbour list of 128 neighbours per atom passed in, "
+    "the displacements gathered for those pairs only; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _md_all_pairs_builder, dict(atoms=163840, neighbors=128, steps=10, neighbor_list=False),
+    dict(atoms=163840, neighbors=128, steps=10, neighbor_list=True),
+    dump=False,
+)
+
+
 # ---- 54. more broken/fixed pairs (batch tpu43): other models, other names ---------------------
 #
 # Programs of kinds sections 13-52 do not have, from recommendation, speech, reinforcement learning and
