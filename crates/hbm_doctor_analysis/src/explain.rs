@@ -342,12 +342,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         // Arguments most of a TPU's limit at compile time (60% or more): the large temporaries
         // beside them are that state's gradients and updates more often than activations
         // (shaped like attention scores or logits, they are still activations).
-        let state_heavy = e.phase == Phase::Compile
-            && e.backend == Some(Backend::Tpu)
-            && e.arguments_bytes
-                .zip(ctx.limit)
-                .is_some_and(|(a, l)| a.saturating_mul(5) >= l.saturating_mul(3));
-        let weight = match (shaped, state_heavy) {
+        let weight = match (shaped, tpu_state_heavy(&ctx)) {
             (true, _) => 1.8,
             (false, false) => 1.2,
             (false, true) => 0.6,
@@ -1653,20 +1648,27 @@ fn arguments_exceed(ctx: &Ctx<'_>) -> Option<Cause> {
     ))
 }
 
-/// Arguments over a TPU's limit at compile time: in an SPMD program, state left whole on every
-/// device is the usual reason (`in_shardings` of `P()`, a partition rule or an axis mapping that
-/// falls through to `P()`, a `device_put` with no sharding), and the listing cannot tell; a
-/// candidate after [`arguments_exceed`], with the one check that decides it.
-fn arguments_left_whole(ctx: &Ctx<'_>) -> Option<Cause> {
+/// A TPU compile whose arguments take 60% of the limit or more: the program's state is most of
+/// the device.
+fn tpu_state_heavy(ctx: &Ctx<'_>) -> bool {
     let e = ctx.e;
-    if e.phase != Phase::Compile || e.backend != Some(Backend::Tpu) {
+    e.phase == Phase::Compile
+        && e.backend == Some(Backend::Tpu)
+        && e.arguments_bytes
+            .zip(ctx.limit)
+            .is_some_and(|(a, l)| a.saturating_mul(5) >= l.saturating_mul(3))
+}
+
+/// Arguments most of a TPU's limit, or over it, at compile time: in an SPMD program, state left
+/// whole on every device is the usual reason (`in_shardings` of `P()`, a partition rule or an
+/// axis mapping that falls through to `P()`, a `device_put` with no sharding), and the listing
+/// cannot tell; a candidate after [`arguments_exceed`] when the arguments are over the limit,
+/// before it when they fit, with the one check that decides it.
+fn arguments_left_whole(ctx: &Ctx<'_>) -> Option<Cause> {
+    if !tpu_state_heavy(ctx) {
         return None;
     }
-    let args = e.arguments_bytes?;
-    let l = ctx.limit?;
-    if args.saturating_mul(5) < l.saturating_mul(3) {
-        return None;
-    }
+    let (args, l) = (ctx.e.arguments_bytes?, ctx.limit?);
     let told = if args >= l {
         format!("the arguments alone ({}) exceed one device", fmt(args))
     } else {

@@ -1676,17 +1676,21 @@ impl Reader {
             if unit.is_none() {
                 continue;
             }
-            let row = (self.step, v, unit, self.ts);
-            let full = self.keyed.len() >= MAX_KEYED;
-            match self.keyed.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, bare)) => bare.push(row),
-                // (A bounded number of keys: past it, a key not seen before is not held.)
-                None if full => {}
-                None => {
-                    let mut bare = Bare::default();
-                    bare.push(row);
-                    self.keyed.push((key, bare));
-                }
+            self.push_keyed(key, (self.step, v, unit, self.ts));
+        }
+    }
+
+    /// One reading held under `key` ([`Reader::keyed`]). A bounded number of keys: past it, a
+    /// key not seen before is not held.
+    fn push_keyed(&mut self, key: String, row: BareRow) {
+        let full = self.keyed.len() >= MAX_KEYED;
+        match self.keyed.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, bare)) => bare.push(row),
+            None if full => {}
+            None => {
+                let mut bare = Bare::default();
+                bare.push(row);
+                self.keyed.push((key, bare));
             }
         }
     }
@@ -1761,17 +1765,7 @@ impl Reader {
                 continue;
             };
             let key = self.md_keys[k].clone();
-            let row = (self.step, v, Some(u), self.ts);
-            let full = self.keyed.len() >= MAX_KEYED;
-            match self.keyed.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, bare)) => bare.push(row),
-                None if full => {}
-                None => {
-                    let mut bare = Bare::default();
-                    bare.push(row);
-                    self.keyed.push((key, bare));
-                }
-            }
+            self.push_keyed(key, (self.step, v, Some(u), self.ts));
         }
         true
     }
