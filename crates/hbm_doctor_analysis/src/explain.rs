@@ -2456,10 +2456,8 @@ fn gathered_from_held(ctx: &Ctx<'_>) -> Option<Cause> {
     }
     let used = ctx.used.or(ctx.limit)?;
     let held: Vec<Shape> = e.held.iter().filter_map(|(_, s)| Shape::parse(s)).collect();
-    let (a, w, k) = e.allocations.iter().find_map(|a| {
-        if a.size_bytes.saturating_mul(10) < used {
-            return None;
-        }
+    // Each listed buffer that is a held array gathered k ways: (the buffer, its shape, k).
+    let gathered = |a: &'_ Allocation, split: fn(&Shape, &Shape) -> Option<u64>| -> Option<(Shape, u64)> {
         let w = shape_of(a)?;
         // (An array the program holds whole is no gathered copy of itself.)
         if held
@@ -2470,15 +2468,34 @@ fn gathered_from_held(ctx: &Ctx<'_>) -> Option<Cause> {
         }
         let k = held
             .iter()
-            .find_map(|s| split_ways(&w, s).filter(|_| w.dims.len() >= 2))?;
-        Some((a, w, k))
+            .find_map(|s| split(&w, s).filter(|_| w.dims.len() >= 2))?;
+        Some((w, k))
+    };
+    let (a, w, k) = e.allocations.iter().find_map(|a| {
+        if a.size_bytes.saturating_mul(10) < used {
+            return None;
+        }
+        gathered(a, split_ways).map(|(w, k)| (a, w, k))
     })?;
+    // Every gathered copy the listing shows counts (a step gathering each of its stacked
+    // weights holds several, some transposed), down to a hundredth of the requirement.
+    let (count, saved) = e
+        .allocations
+        .iter()
+        .filter(|b| b.size_bytes.saturating_mul(100) >= used)
+        .filter_map(|b| gathered(b, split_ways_any_order).map(|(_, k)| b.size_bytes - b.size_bytes / k))
+        .fold((0usize, 0u64), |(n, s), x| (n + 1, s + x));
     let name = hbm_doctor_hlo::shape::format_dims(w.type_name, &w.dims);
+    let more = if count > 1 {
+        format!(" ({count} listed buffers are such gathered copies; sharded, they would free {})", fmt(saved))
+    } else {
+        String::new()
+    };
     Some(ctx.cause(
         CauseKind::ReplicatedTensor,
-        Some(a.size_bytes - a.size_bytes / k),
+        Some(saved.max(a.size_bytes - a.size_bytes / k)),
         format!(
-            "{} is {name}, {k} times an array the program holds split along one of its dimensions: the sharded array is gathered whole on every device for its use",
+            "{} is {name}, {k} times an array the program holds split along one of its dimensions: the sharded array is gathered whole on every device for its use{more}",
             describe(a)
         ),
         vec![format!("Keep the computation on {name} sharded like its argument (jax.lax.with_sharding_constraint on the result, or shard_map over the sharded axis), so each device works on its 1/{k}; an operation that needs the whole matrix (an orthogonalization, a factorization) can gather one block at a time.")],
