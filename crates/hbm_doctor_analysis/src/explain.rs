@@ -1924,6 +1924,17 @@ fn loop_stacked(a: &Allocation) -> bool {
 /// the batch: `f32[112,16,1024,1024]` reused again and again beside `bf16[112,1024,8192]`,
 /// `bf16[112,16,128,1024]`...), unless the value of one iteration (the shape without its
 /// leading dimension) is listed too (`bf16[8,112,1024,2048]` beside `bf16[112,1024,2048]`).
+/// A buffer shaped exactly like an array the program holds (an entry parameter in the memory
+/// usage report's later tables): a stack `[layers, d, f]` of that shape is the parameters'
+/// gradient or update, which rematerialization cannot remove, not activations.
+fn held_shaped(e: &Event, a: &Allocation) -> bool {
+    let Some(s) = shape_of(a) else { return false };
+    e.held
+        .iter()
+        .filter_map(|(_, h)| Shape::parse(h))
+        .any(|h| h.type_name == s.type_name && h.dims == s.dims)
+}
+
 fn scan_stacked(a: &Allocation, allocs: &[Allocation], listed: &[Shape]) -> bool {
     if !loop_stacked(a) {
         return false;
@@ -2209,13 +2220,19 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
     // Or a scan's stacked outputs filling the report (`5×bf16[16,32768,8192]` in slot after
     // slot): every layer's activations kept for the backward pass.
     let listed: Vec<Shape> = listed_shapes(&e.allocations).collect();
-    let stacked: Vec<&Allocation> = e
+    let all_stacked = e
         .allocations
         .iter()
         .filter(|a| scan_stacked(a, &e.allocations, &listed))
+        .count();
+    // (Stacks shaped like a held parameter are its gradient or update: not activations.)
+    let stacked: Vec<&Allocation> = e
+        .allocations
+        .iter()
+        .filter(|a| scan_stacked(a, &e.allocations, &listed) && !held_shaped(e, a))
         .collect();
     let stacked_bytes: u64 = stacked.iter().map(|a| a.size_bytes).sum();
-    if fwd.is_empty() && stacked.len() >= 3 {
+    if fwd.is_empty() && all_stacked >= 3 && stacked.len() >= 2 {
         let layers = stacked
             .first()
             .and_then(|a| shape_of(a))
