@@ -2474,20 +2474,21 @@ fn gathered_from_held(ctx: &Ctx<'_>) -> Option<Cause> {
     let used = ctx.used.or(ctx.limit)?;
     let held: Vec<Shape> = e.held.iter().filter_map(|(_, s)| Shape::parse(s)).collect();
     // Each listed buffer that is a held array gathered k ways: (the buffer, its shape, k).
-    let gathered = |a: &'_ Allocation, split: fn(&Shape, &Shape) -> Option<u64>| -> Option<(Shape, u64)> {
-        let w = shape_of(a)?;
-        // (An array the program holds whole is no gathered copy of itself.)
-        if held
-            .iter()
-            .any(|h| h.type_name == w.type_name && h.dims == w.dims)
-        {
-            return None;
-        }
-        let k = held
-            .iter()
-            .find_map(|s| split(&w, s).filter(|_| w.dims.len() >= 2))?;
-        Some((w, k))
-    };
+    let gathered =
+        |a: &'_ Allocation, split: fn(&Shape, &Shape) -> Option<u64>| -> Option<(Shape, u64)> {
+            let w = shape_of(a)?;
+            // (An array the program holds whole is no gathered copy of itself.)
+            if held
+                .iter()
+                .any(|h| h.type_name == w.type_name && h.dims == w.dims)
+            {
+                return None;
+            }
+            let k = held
+                .iter()
+                .find_map(|s| split(&w, s).filter(|_| w.dims.len() >= 2))?;
+            Some((w, k))
+        };
     let (a, w, k) = e.allocations.iter().find_map(|a| {
         if a.size_bytes.saturating_mul(10) < used {
             return None;
@@ -2500,11 +2501,16 @@ fn gathered_from_held(ctx: &Ctx<'_>) -> Option<Cause> {
         .allocations
         .iter()
         .filter(|b| b.size_bytes.saturating_mul(100) >= used)
-        .filter_map(|b| gathered(b, split_ways_any_order).map(|(_, k)| b.size_bytes - b.size_bytes / k))
+        .filter_map(|b| {
+            gathered(b, split_ways_any_order).map(|(_, k)| b.size_bytes - b.size_bytes / k)
+        })
         .fold((0usize, 0u64), |(n, s), x| (n + 1, s + x));
     let name = hbm_doctor_hlo::shape::format_dims(w.type_name, &w.dims);
     let more = if count > 1 {
-        format!(" ({count} listed buffers are such gathered copies; sharded, they would free {})", fmt(saved))
+        format!(
+            " ({count} listed buffers are such gathered copies; sharded, they would free {})",
+            fmt(saved)
+        )
     } else {
         String::new()
     };

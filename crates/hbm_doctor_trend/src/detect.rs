@@ -424,10 +424,12 @@ fn add_reason(a: &mut Analysis, what: String) {
 fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
     let fs = |v: f64| hbm_doctor_log::format_size(v.max(0.0) as u64);
     let w = &seg.windows;
-    // Three to five readings are too few for a test, but not for a careful reader: each one
+    // Two to five readings are too few for a test, but not for a careful reader: each one
     // higher than the one before, and the last at least one and a half times the first, is
     // growth nobody posts by chance (a step or a warm-up levels off; a cache grows by less).
-    if (3..6).contains(&w.len()) {
+    // Two readings (a "before" and an "after" many steps apart) say the same with less: the
+    // verdict stays `insufficient_data`, suspected.
+    if (2..6).contains(&w.len()) {
         let y: Vec<f64> = w.iter().map(|w| w.min).collect();
         let first = y[0];
         let last = y[y.len() - 1];
@@ -438,13 +440,23 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
             a.suspected = true;
             add_reason(
                 a,
-                format!(
-                    "yet each of the {} readings is higher than the one before, {} to {} ({:.1}x): a leak is suspected, record longer to judge it",
-                y.len(),
-                fs(first),
-                fs(last),
-                last / first
-            ));
+                if y.len() == 2 {
+                    format!(
+                        "yet the second reading is {:.1}x the first ({} to {}): a leak is suspected, but two readings cannot tell it from a warm-up or a step; record longer to judge it",
+                        last / first,
+                        fs(first),
+                        fs(last)
+                    )
+                } else {
+                    format!(
+                        "yet each of the {} readings is higher than the one before, {} to {} ({:.1}x): a leak is suspected, record longer to judge it",
+                        y.len(),
+                        fs(first),
+                        fs(last),
+                        last / first
+                    )
+                },
+            );
         }
         return;
     }

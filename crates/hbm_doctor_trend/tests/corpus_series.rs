@@ -381,3 +381,17 @@ fn every_series_in_the_corpus_has_a_test() {
     files.sort();
     assert_eq!(files, tested, "a series without a test in this file");
 }
+
+#[test]
+fn two_readings_far_apart_are_a_suspicion_not_a_verdict() {
+    // pytorch#4661: nvidia-smi after a first and a second run, 2417MiB then 4417MiB (1.8x):
+    // the thread settled a leak. Two readings cannot judge one, but they can suspect it.
+    let (v, _) = trend("posted/pytorch-pytorch-4661.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 2);
+    assert_eq!(s["verdict"], "insufficient_data");
+    assert_eq!(s["leak_suspected"], true);
+    // A second reading under 1.5x the first is no suspicion (vllm#44490: 6.0 -> 6.57 GiB).
+    let (v, _) = trend("posted/vllm-project-vllm-44490.log");
+    assert_eq!(v["series"][0]["leak_suspected"], false);
+}
