@@ -19190,7 +19190,8 @@ pair(
 # clip_by_global_norm reads every gradient, so the teacher's activations are kept for a backward pass; a
 # dense-retrieval dual encoder trained with hard negatives by backpropagating through every passage's encoder
 # activations instead of GradCache; an on-device DQN replay buffer used as a FIFO by jnp.concatenate + slice, so
-# the donated buffer is never updated in place). The same conventions: the fixed twin changes exactly the first
+# the donated buffer is never updated in place; whole-slide pathology images sharded over their rows and cropped
+# in-graph with jax.lax.dynamic_slice at a traced origin, which all-gathers every slide). The same conventions: the fixed twin changes exactly the first
 # cause. See the README section of batch tpu45 for which pairs keep their dumps and what did not go as first
 # written.
 # (Tried and dropped: an AlphaFold-style pair stack written for one crop with with_sharding_constraint over
@@ -19522,6 +19523,51 @@ def _replay_fifo_concat_builder(mesh, capacity, envs, batch, obs_size, actions, 
     return dqn_learner_step, (buffer, nets, new, sample_idx), {"donate_argnums": (0, 1)}
 
 
+# 56.6 whole-slide images sharded over their height (spatially) and cropped in-graph with jax.lax.dynamic_slice
+
+
+def _wsi_crop_spatial_shard_builder(mesh, slides_per_device, side, crop, patch, width, shard_axis):
+    """Training step of a computational-pathology patch classifier (a ViT-style patch embedding, mean pooling and a
+    tumour-grade head) on whole-slide images kept on the chips as uint8 [slides, H, W, 3]: each step takes one
+    random `crop` x `crop` window, the same origin for every slide, in-graph with jax.lax.dynamic_slice (the
+    origin is a traced int32 pair), normalizes it and trains on it (softmax cross-entropy, SGD; f32, weights
+    replicated).
+    shard_axis='height' (the first version, from the spatially partitioned tiling code it came from: the slides
+    placed P(None, 'd'), their rows split over the chips; the dynamic-origin slice along the sharded axis cannot be
+    done shard-locally, so the partitioner all-gathers every slide onto every chip first); 'slides': the slides
+    placed P('d'), each chip holding whole slides, the slice local."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n = crop // patch
+
+    def wsi_patch_train_step(params, slides, crop_origin, grade_labels):
+        B = slides.shape[0]
+        window = jax.lax.dynamic_slice(slides, (0, crop_origin[0], crop_origin[1], 0), (B, crop, crop, 3))
+
+        def loss_fn(params):
+            x = window.astype(f32) / 255.0
+            x = x.reshape(B, n, patch, n, patch, 3).transpose(0, 1, 3, 2, 4, 5).reshape(B, n * n, patch * patch * 3)
+            h = jax.nn.gelu(x @ params["patch_embed"] + params["pos_embed"])
+            h = jax.nn.gelu(h @ params["mlp_in"]) @ params["mlp_out"] + h
+            logits = jnp.mean(h, 1) @ params["grade_head"]
+            logp = jax.nn.log_softmax(logits)
+            return -jnp.mean(jnp.take_along_axis(logp, grade_labels[:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    params = {"patch_embed": r(patch * patch * 3, width), "pos_embed": r(n * n, width),
+              "mlp_in": r(width, 4 * width), "mlp_out": r(4 * width, width), "grade_head": r(width, 6)}
+    S = mesh.devices.size * slides_per_device
+    spec = P(None, "d") if shard_axis == "height" else P("d")
+    slides = sds((S, side, side, 3), jnp.uint8, mesh, spec)
+    crop_origin = sds((2,), jnp.int32, mesh, rep)
+    grade_labels = sds((S,), jnp.int32, mesh, rep)
+    return wsi_patch_train_step, (params, slides, crop_origin, grade_labels), {"donate_argnums": (0,)}
+
+
 pair(
     "moe_sort_dispatch_global_tokens", "v4", "v4:2x2x1",
     "A top-1 mixture-of-experts FFN stack (8 experts, d 1024, d_ff 4096, 4 layers, 40 sequences of 1024 "
@@ -19600,6 +19646,23 @@ pair(
     dict(capacity=900000, envs=256, batch=512, obs_size=64 * 64 * 3, actions=15, ring_buffer=False),
     dict(capacity=900000, envs=256, batch=512, obs_size=64 * 64 * 3, actions=15, ring_buffer=True),
     dump=True,
+)
+
+
+pair(
+    "wsi_slides_sharded_over_height_dynamic_crop", "v4", "v4:2x2x1",
+    "A computational-pathology patch classifier on v4 whose 24 whole-slide images (uint8 "
+    "[24,16384,16384,3], 18 GiB) are placed P(None, 'd'), their rows split over the 8 TensorCores as the "
+    "spatially tiled code they came from did, and cropped in-graph with jax.lax.dynamic_slice at a traced "
+    "origin: a dynamic slice along the sharded axis is not shard-local, so every core all-gathers every "
+    "slide first, beyond 15.25G.",
+    "Fixed variant of wsi_slides_sharded_over_height_dynamic_crop_v4: the slides placed P('d'), each core "
+    "holding 3 whole slides, the dynamic slice local; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor"]),
+    _wsi_crop_spatial_shard_builder,
+    dict(slides_per_device=3, side=16384, crop=1024, patch=16, width=768, shard_axis="height"),
+    dict(slides_per_device=3, side=16384, crop=1024, patch=16, width=768, shard_axis="slides"),
+    dump=False,
 )
 
 
