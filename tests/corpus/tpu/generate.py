@@ -19582,6 +19582,494 @@ pair(
 
 
 # --------------------------------------------------------------------------------------------
+# ---- 56. more broken/fixed pairs (batch tpu45): other models, other names ---------------------
+#
+# Programs of kinds sections 13-54 do not have, from language modelling, generative modelling, speech, dense
+# retrieval and reinforcement learning (a top-1 mixture-of-experts whose sort-based dispatch runs jnp.argsort over
+# the global batch's flattened, data-sharded token axis, which the partitioner cannot split, instead of
+# GShard-style groups; a continuous normalizing flow (FFJORD) whose log-density change takes the exact trace of
+# the dynamics' Jacobian with jax.jacfwd instead of Hutchinson's estimator; a speech distillation step whose frozen
+# teacher sits in the differentiated params tree, frozen only by the optimizer's set_to_zero while
+# clip_by_global_norm reads every gradient, so the teacher's activations are kept for a backward pass; a
+# dense-retrieval dual encoder trained with hard negatives by backpropagating through every passage's encoder
+# activations instead of GradCache; an on-device DQN replay buffer used as a FIFO by jnp.concatenate + slice, so
+# the donated buffer is never updated in place; whole-slide pathology images sharded over their rows and cropped
+# in-graph with jax.lax.dynamic_slice at a traced origin, which all-gathers every slide). The same conventions: the fixed twin changes exactly the first
+# cause. See the README section of batch tpu45 for which pairs keep their dumps and what did not go as first
+# written.
+# (Tried and dropped: an AlphaFold-style pair stack written for one crop with with_sharding_constraint over
+# 'model', jax.vmap'ed over the crops without spmd_axis_name, meant to constrain the added crop dimension
+# replicated: it compiled at 2.83G on v4, since this jax's batching rule marks the added dimension
+# UNCONSTRAINED when spmd_axis_name is None; a BERT-whitening step for a passage-embedding shard whose
+# jnp.linalg.svd keeps the default full_matrices=True (U [N, N]): with N = 98304 on v6e its compile did not finish
+# in 200 s.)
+
+
+# 56.1 a token-choice MoE whose dispatch sorts the whole global batch's tokens by expert (jnp.argsort over the sharded axis)
+
+
+def _moe_global_token_sort_builder(mesh, seqs, seq_len, d_model, d_ff, experts, layers, capacity_factor, grouped):
+    """Training step of a top-1 (Switch-style) mixture-of-experts FFN stack (pre-LN, residual) whose dispatch is
+    written the "sort by expert" way of dropless-MoE code: the tokens flattened to [T, d], `order =
+    jnp.argsort(expert_id)`, each token's slot in its expert's buffer from the sorted position minus the expert's
+    start, a scatter into [E, C, d] (capacity C = T * capacity_factor / E, overflow dropped), the experts'
+    einsums, the results gathered back and unsorted; regression head, MSE, SGD; f32, expert weights replicated,
+    sequences sharded over the chips.
+    grouped=False (the first version: the dispatch applied to the global batch's tokens, [B*S, d] flattened: the
+    sort runs over the sharded token axis, which the SPMD partitioner cannot split, so every chip sorts, gathers
+    and runs the experts on every token of the global batch); True: GShard-style groups, the tokens reshaped to
+    [G, B*S/G, d] with one group per chip (the group axis sharded) and the same dispatch jax.vmap'ed over the
+    groups (sort, capacity and buffers per group)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    E = experts
+
+    def layer_norm(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
+
+    def sorted_dispatch_ffn(x, lw):                                                          # x [T, d]
+        T = x.shape[0]
+        C = int(T * capacity_factor) // E
+        logits = x @ lw["router"]
+        expert_id = jnp.argmax(logits, -1)
+        gate = jnp.max(jax.nn.softmax(logits), -1)
+        order = jnp.argsort(expert_id)
+        sorted_expert = expert_id[order]
+        counts = jnp.zeros((E,), jnp.int32).at[expert_id].add(1)
+        starts = jnp.cumsum(counts) - counts
+        slot = jnp.arange(T) - starts[sorted_expert]
+        keep = slot < C
+        slot = jnp.where(keep, slot, C)
+        buf = jnp.zeros((E, C, x.shape[1]), x.dtype).at[sorted_expert, slot].set(x[order], mode="drop")
+        h = jax.nn.gelu(jnp.einsum("ecd,edf->ecf", buf, lw["expert_w_in"]))
+        y_buf = jnp.einsum("ecf,efd->ecd", h, lw["expert_w_out"])
+        y_sorted = y_buf.at[sorted_expert, slot].get(mode="fill", fill_value=0.0) * keep[:, None]
+        y = jnp.zeros_like(x).at[order].set(y_sorted)
+        return y * gate[:, None]
+
+    def moe_train_step(params, embeddings, targets):
+        def loss_fn(params):
+            B, S, D = embeddings.shape
+            x = embeddings.reshape(B * S, D)
+            G = mesh.devices.size
+            for lw in params["moe_layers"]:
+                if grouped:
+                    xg = layer_norm(x).reshape(G, B * S // G, D)
+                    x = x + jax.vmap(sorted_dispatch_ffn, in_axes=(0, None))(xg, lw).reshape(B * S, D)
+                else:
+                    x = x + sorted_dispatch_ffn(layer_norm(x), lw)
+            pred = layer_norm(x) @ params["regression_head"]
+            return jnp.mean((pred - targets.reshape(B * S, -1)) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    params = {"moe_layers": [{"router": r(d_model, E), "expert_w_in": r(E, d_model, d_ff),
+                              "expert_w_out": r(E, d_ff, d_model)} for _ in range(layers)],
+              "regression_head": r(d_model, 8)}
+    B = mesh.devices.size * seqs
+    embeddings = sds((B, seq_len, d_model), f32, mesh, P("d"))
+    targets = sds((B, seq_len, 8), f32, mesh, P("d"))
+    return moe_train_step, (params, embeddings, targets), {"donate_argnums": (0,)}
+
+
+# 56.2 a continuous normalizing flow (FFJORD) whose divergence is the exact trace of jax.jacfwd, not Hutchinson's
+
+
+def _ffjord_divergence_builder(mesh, batch, dim, hidden, ode_steps, hutchinson):
+    """Maximum-likelihood training of a continuous normalizing flow (FFJORD, Grathwohl et al. 2019) on flattened
+    28x28 images: the dynamics f(z, t) = MLP([z, t]) (tanh, `hidden` wide, 3 layers), integrated with
+    `ode_steps` fixed Euler steps in lax.scan from the data to the base Gaussian, the log-density change
+    -sum_t tr(df/dz) dt accumulated alongside; the solver is differentiated through (discretize-then-optimize);
+    f32, weights replicated, images sharded over the chips.
+    hutchinson=False (the first version: the divergence as the formula reads, the exact trace of the Jacobian
+    jax.vmap(jax.jacfwd(f)) per image, which pushes `dim` tangents through the MLP, [B, dim, hidden] per layer,
+    kept for the backward pass at every step); True: Hutchinson's estimator eps^T (df/dz) eps with one Gaussian
+    eps per image (one jax.vjp), as FFJORD trains."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    dt = 1.0 / ode_steps
+
+    def dynamics(params, z, t):
+        h = jnp.tanh(z @ params["ode_w0"] + t * params["ode_t0"] + params["ode_b0"])
+        h = jnp.tanh(h @ params["ode_w1"] + t * params["ode_t1"] + params["ode_b1"])
+        return h @ params["ode_w2"] + params["ode_b2"]
+
+    def cnf_nll_step(params, images, eps):
+        def loss_fn(params):
+            def euler(carry, t):
+                z, delta_logp = carry
+                if hutchinson:
+                    dz, vjp = jax.vjp(lambda z: dynamics(params, z, t), z)
+                    div = jnp.sum(vjp(eps)[0] * eps, -1)
+                else:
+                    dz = dynamics(params, z, t)
+                    jac = jax.vmap(jax.jacfwd(lambda zi: dynamics(params, zi[None], t)[0]))(z)   # [B, dim, dim]
+                    div = jnp.trace(jac, axis1=1, axis2=2)
+                return (z + dt * dz, delta_logp - dt * div), None
+
+            ts = jnp.arange(ode_steps, dtype=f32) * dt
+            (z1, delta_logp), _ = jax.lax.scan(euler, (images, jnp.zeros(images.shape[0], f32)), ts)
+            logp_base = -0.5 * jnp.sum(z1 * z1, -1) - 0.5 * dim * jnp.log(2 * jnp.pi)
+            return -jnp.mean(logp_base - delta_logp)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    params = {"ode_w0": r(dim, hidden), "ode_t0": r(hidden), "ode_b0": r(hidden),
+              "ode_w1": r(hidden, hidden), "ode_t1": r(hidden), "ode_b1": r(hidden),
+              "ode_w2": r(hidden, dim), "ode_b2": r(dim)}
+    B = mesh.devices.size * batch
+    images = sds((B, dim), f32, mesh, P("d"))
+    eps = sds((B, dim), f32, mesh, P("d"))
+    return cnf_nll_step, (params, images, eps), {"donate_argnums": (0,)}
+
+
+# 56.3 speech distillation whose frozen teacher sits in the differentiated params tree (frozen by set_to_zero only)
+
+
+def _distill_teacher_in_grad_tree_builder(mesh, utterances, frames, t_layers, t_width, s_layers, s_width,
+                                          vocab, teacher_stop_gradient):
+    """Distillation of a small CTC acoustic model (student) from a large frozen one (teacher) on log-mel frames:
+    both are stacks of pre-LN GELU feed-forward blocks over the frames (lax.scan over stacked layers), the loss
+    the frame-level KL divergence from the teacher's to the student's distribution over `vocab` word pieces.
+    The train state holds ONE params tree {'teacher', 'student'} (as a flax TrainState built from the joint
+    model does); the teacher is frozen by the optimizer, optax.multi_transform({'student': sgd, 'teacher':
+    set_to_zero()}) after clip_by_global_norm(1.0) (written out below), whose global norm reads every gradient.
+    f32, weights replicated, utterances sharded over the chips.
+    teacher_stop_gradient=False (the first version: jax.grad over the whole tree, so the teacher's gradient is
+    computed (and enters the global norm) and its activations are kept for the backward pass);
+    True: the teacher's weights wrapped in jax.lax.stop_gradient inside the loss (its gradient is zero)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def layer_norm(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
+
+    def ffn_stack(tower, x):
+        x = x @ tower["input_proj"]
+
+        def block(x, lw):
+            return x + jax.nn.gelu(layer_norm(x) @ lw["ffn_in"]) @ lw["ffn_out"], None
+
+        x, _ = jax.lax.scan(block, x, tower["blocks"])
+        return layer_norm(x) @ tower["ctc_head"]
+
+    def distill_step(params, log_mel):
+        def loss_fn(params):
+            teacher = params["teacher"]
+            if teacher_stop_gradient:
+                teacher = jax.lax.stop_gradient(teacher)
+            t_logp = jax.nn.log_softmax(ffn_stack(teacher, log_mel) / 2.0)
+            s_logp = jax.nn.log_softmax(ffn_stack(params["student"], log_mel) / 2.0)
+            return jnp.mean(jnp.sum(jnp.exp(t_logp) * (t_logp - s_logp), -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        leaves = jax.tree_util.tree_leaves(grads)
+        grad_norm = jnp.sqrt(sum(jnp.sum(g * g) for g in leaves))
+        scale = jnp.minimum(1.0, 1.0 / (grad_norm + 1e-6))                                   # clip_by_global_norm
+        student = _tm(lambda p, g: p - 1e-3 * scale * g, params["student"], grads["student"])
+        teacher = _tm(lambda p, g: p - 0.0 * g, params["teacher"], grads["teacher"])       # set_to_zero()
+        return {"teacher": teacher, "student": student}, loss, grad_norm
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+
+    def tower(layers, width):
+        return {"input_proj": r(80, width), "ctc_head": r(width, vocab),
+                "blocks": {"ffn_in": r(layers, width, 4 * width), "ffn_out": r(layers, 4 * width, width)}}
+
+    params = {"teacher": tower(t_layers, t_width), "student": tower(s_layers, s_width)}
+    B = mesh.devices.size * utterances
+    log_mel = sds((B, frames, 80), f32, mesh, P("d"))
+    return distill_step, (params, log_mel), {"donate_argnums": (0,)}
+
+
+# 56.4 a dense-retrieval dual encoder with many hard negatives backpropagated through every passage (no GradCache)
+
+
+def _dual_encoder_gradcache_builder(mesh, queries, negatives, q_len, p_len, d_model, layers, chunks, gradcache):
+    """DPR-style dense-retrieval training in shard_map over the chips: a shared text encoder (token embedding,
+    pre-LN GELU feed-forward blocks under lax.scan, mean pooling) embeds each chip's queries and their passages
+    (1 positive + `negatives` hard negatives per query); the passage embeddings are all-gathered for in-batch
+    negatives over the whole slice, InfoNCE over [queries, all passages], gradients averaged with pmean; f32,
+    weights replicated.
+    gradcache=False (the first version: one jax.grad through everything, so every passage's encoder activations
+    are kept for the backward pass); True: GradCache (Gao et al. 2021): the embeddings computed without
+    gradient, the loss's gradient taken with respect to the embeddings, then the encoder re-run chunk by chunk
+    (lax.scan over `chunks` passage chunks) with jax.vjp and the cached embedding gradients, accumulating the
+    parameter gradient: the same gradient, one chunk's activations at a time."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    per_q = 1 + negatives
+
+    def layer_norm(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
+
+    def encode(params, tokens):
+        x = params["token_embedding"][tokens]
+
+        def block(x, lw):
+            return x + jax.nn.gelu(layer_norm(x) @ lw["ffn_in"]) @ lw["ffn_out"], None
+
+        x, _ = jax.lax.scan(block, x, params["blocks"])
+        return jnp.mean(layer_norm(x), axis=1) @ params["pooler"]
+
+    def info_nce(q_emb, p_emb):
+        all_p = jax.lax.all_gather(p_emb, "d", tiled=True)                                       # [D*b*per_q, d]
+        scores = q_emb @ all_p.T / 0.05
+        offset = jax.lax.axis_index("d") * p_emb.shape[0]
+        target = offset + jnp.arange(q_emb.shape[0]) * per_q
+        logp = jax.nn.log_softmax(scores)
+        return -jnp.mean(jnp.take_along_axis(logp, target[:, None], -1))
+
+    def local_step(params, query_tokens, passage_tokens):
+        if gradcache:
+            q_emb, p_emb = encode(params, query_tokens), encode(params, passage_tokens)
+            loss, (g_q, g_p) = jax.value_and_grad(info_nce, argnums=(0, 1))(q_emb, p_emb)
+            _, vjp_q = jax.vjp(lambda p: encode(p, query_tokens), params)
+            grads = vjp_q(g_q)[0]
+            n = passage_tokens.shape[0] // chunks
+            tok_chunks = passage_tokens.reshape(chunks, n, p_len)
+            g_chunks = g_p.reshape(chunks, n, -1)
+
+            def chunk_backward(acc, xs):
+                toks, g = xs
+                _, vjp_p = jax.vjp(lambda p: encode(p, toks), params)
+                return _tm(jnp.add, acc, vjp_p(g)[0]), None
+
+            grads, _ = jax.lax.scan(chunk_backward, grads, (tok_chunks, g_chunks))
+        else:
+            loss, grads = jax.value_and_grad(
+                lambda p: info_nce(encode(p, query_tokens), encode(p, passage_tokens)))(params)
+        grads = jax.lax.pmean(grads, "d")
+        return _tm(lambda p, g: p - 1e-5 * g, params, grads), jax.lax.pmean(loss, "d")
+
+    def dual_encoder_step(params, query_tokens, passage_tokens):
+        rep, ev = P(), P("d")
+        return jax.shard_map(local_step, mesh=mesh, in_specs=(rep, ev, ev), out_specs=(rep, rep),
+                             check_vma=False)(params, query_tokens, passage_tokens)
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    D = d_model
+    params = {"token_embedding": r(30522, D), "pooler": r(D, D),
+              "blocks": {"ffn_in": r(layers, D, 4 * D), "ffn_out": r(layers, 4 * D, D)}}
+    n = mesh.devices.size
+    query_tokens = sds((n * queries, q_len), jnp.int32, mesh, P("d"))
+    passage_tokens = sds((n * queries * per_q, p_len), jnp.int32, mesh, P("d"))
+    return dual_encoder_step, (params, query_tokens, passage_tokens), {"donate_argnums": (0,)}
+
+
+# 56.5 an on-device DQN replay buffer used as a FIFO by jnp.concatenate + slice: donated, but never updated in place
+
+
+def _replay_fifo_concat_builder(mesh, capacity, envs, batch, obs_size, actions, ring_buffer):
+    """Anakin-style DQN learner step: each chip keeps its own replay buffer of `capacity` transitions (the leading
+    axis of [chips, C, ...] sharded over the chips; observations as flattened uint8 frame stacks 84*84*4,
+    actions, rewards, dones), the actors' `envs` new transitions per chip are appended, `batch` indices per chip
+    are sampled from the chip's own buffer (a vmapped gather), and a double-DQN step is taken (an MLP Q-network
+    on the normalized frames, target network, Huber loss, SGD). The buffer and the networks are donated
+    (donate_argnums=(0, 1)).
+    ring_buffer=False (the first version, a FIFO as a deque would be written: `jnp.concatenate([new, buffer],
+    axis=1)[:, :capacity]`: the shifted buffer is a new array, the donated one cannot be updated in place, so the
+    buffer exists twice); True: a ring buffer with an insertion pointer, jax.lax.dynamic_update_slice_in_dim(
+    buffer, new, ptr, axis=1) on the donated buffer, in place."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, u8 = jnp.float32, jnp.uint8
+
+    def q_values(net, frames):
+        h = jax.nn.relu(frames.astype(f32) / 255.0 @ net["torso_w"] + net["torso_b"])
+        return h @ net["q_head"]
+
+    def dqn_learner_step(buffer, nets, new, sample_idx):
+        if ring_buffer:
+            ptr = buffer["insert_ptr"]
+            buffer = {k: (jax.lax.dynamic_update_slice_in_dim(v, new[k], ptr, 1) if k != "insert_ptr" else
+                          (v + envs) % capacity) for k, v in buffer.items()}
+        else:
+            buffer = {k: (jnp.concatenate([new[k], v], axis=1)[:, :capacity] if k != "insert_ptr" else v)
+                      for k, v in buffer.items()}
+        take = jax.vmap(lambda b, i: b[i])                                   # each chip samples its own buffer
+        obs, next_obs = take(buffer["obs"], sample_idx + 1), take(buffer["obs"], sample_idx)   # newest first
+        act, rew, done = (take(buffer[k], sample_idx + 1) for k in ("action", "reward", "done"))
+
+        def loss_fn(online):
+            q = jnp.take_along_axis(q_values(online, obs), act[..., None], -1)[..., 0]
+            a_next = jnp.argmax(q_values(online, next_obs), -1)
+            q_next = jnp.take_along_axis(q_values(nets["target"], next_obs), a_next[..., None], -1)[..., 0]
+            td = q - jax.lax.stop_gradient(rew + 0.99 * (1.0 - done) * q_next)
+            return jnp.mean(jnp.where(jnp.abs(td) < 1.0, 0.5 * td * td, jnp.abs(td) - 0.5))
+
+        loss, grads = jax.value_and_grad(loss_fn)(nets["online"])
+        online = _tm(lambda p, g: p - 1e-4 * g, nets["online"], grads)
+        return buffer, {"online": online, "target": nets["target"]}, loss
+
+    D = mesh.devices.size
+    ev, rep = P("d"), P()
+    buffer = {"obs": sds((D, capacity, obs_size), u8, mesh, ev), "action": sds((D, capacity), jnp.int32, mesh, ev),
+              "reward": sds((D, capacity), f32, mesh, ev), "done": sds((D, capacity), f32, mesh, ev),
+              "insert_ptr": sds((), jnp.int32, mesh, rep)}
+    net = lambda: {"torso_w": sds((obs_size, 512), f32, mesh, rep), "torso_b": sds((512,), f32, mesh, rep),
+                   "q_head": sds((512, actions), f32, mesh, rep)}
+    nets = {"online": net(), "target": net()}
+    new = {"obs": sds((D, envs, obs_size), u8, mesh, ev), "action": sds((D, envs), jnp.int32, mesh, ev),
+           "reward": sds((D, envs), f32, mesh, ev), "done": sds((D, envs), f32, mesh, ev)}
+    sample_idx = sds((D, batch), jnp.int32, mesh, ev)
+    return dqn_learner_step, (buffer, nets, new, sample_idx), {"donate_argnums": (0, 1)}
+
+
+# 56.6 whole-slide images sharded over their height (spatially) and cropped in-graph with jax.lax.dynamic_slice
+
+
+def _wsi_crop_spatial_shard_builder(mesh, slides_per_device, side, crop, patch, width, shard_axis):
+    """Training step of a computational-pathology patch classifier (a ViT-style patch embedding, mean pooling and a
+    tumour-grade head) on whole-slide images kept on the chips as uint8 [slides, H, W, 3]: each step takes one
+    random `crop` x `crop` window, the same origin for every slide, in-graph with jax.lax.dynamic_slice (the
+    origin is a traced int32 pair), normalizes it and trains on it (softmax cross-entropy, SGD; f32, weights
+    replicated).
+    shard_axis='height' (the first version, from the spatially partitioned tiling code it came from: the slides
+    placed P(None, 'd'), their rows split over the chips; the dynamic-origin slice along the sharded axis cannot be
+    done shard-locally, so the partitioner all-gathers every slide onto every chip first); 'slides': the slides
+    placed P('d'), each chip holding whole slides, the slice local."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n = crop // patch
+
+    def wsi_patch_train_step(params, slides, crop_origin, grade_labels):
+        B = slides.shape[0]
+        window = jax.lax.dynamic_slice(slides, (0, crop_origin[0], crop_origin[1], 0), (B, crop, crop, 3))
+
+        def loss_fn(params):
+            x = window.astype(f32) / 255.0
+            x = x.reshape(B, n, patch, n, patch, 3).transpose(0, 1, 3, 2, 4, 5).reshape(B, n * n, patch * patch * 3)
+            h = jax.nn.gelu(x @ params["patch_embed"] + params["pos_embed"])
+            h = jax.nn.gelu(h @ params["mlp_in"]) @ params["mlp_out"] + h
+            logits = jnp.mean(h, 1) @ params["grade_head"]
+            logp = jax.nn.log_softmax(logits)
+            return -jnp.mean(jnp.take_along_axis(logp, grade_labels[:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    params = {"patch_embed": r(patch * patch * 3, width), "pos_embed": r(n * n, width),
+              "mlp_in": r(width, 4 * width), "mlp_out": r(4 * width, width), "grade_head": r(width, 6)}
+    S = mesh.devices.size * slides_per_device
+    spec = P(None, "d") if shard_axis == "height" else P("d")
+    slides = sds((S, side, side, 3), jnp.uint8, mesh, spec)
+    crop_origin = sds((2,), jnp.int32, mesh, rep)
+    grade_labels = sds((S,), jnp.int32, mesh, rep)
+    return wsi_patch_train_step, (params, slides, crop_origin, grade_labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "moe_sort_dispatch_global_tokens", "v4", "v4:2x2x1",
+    "A top-1 mixture-of-experts FFN stack (8 experts, d 1024, d_ff 4096, 4 layers, 40 sequences of 1024 "
+    "tokens per TensorCore) trained on v4 whose dispatch sorts the tokens by expert with jnp.argsort over "
+    "the global batch's flattened token axis: the sort cannot be partitioned along the sharded axis, so "
+    "every core gathers, dispatches and runs the experts on all 327680 tokens (f32[327680,1024], "
+    "f32[8,51200,4096] buffers), beyond 15.25G.",
+    "Fixed variant of moe_sort_dispatch_global_tokens_v4: GShard-style groups, one per core (the tokens "
+    "reshaped to [8, 40960, 1024], the group axis sharded) and the same sort-based dispatch jax.vmap'ed "
+    "over the groups; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "batch_too_large"]),
+    _moe_global_token_sort_builder,
+    dict(seqs=40, seq_len=1024, d_model=1024, d_ff=4096, experts=8, layers=4, capacity_factor=1.25, grouped=False),
+    dict(seqs=40, seq_len=1024, d_model=1024, d_ff=4096, experts=8, layers=4, capacity_factor=1.25, grouped=True),
+    dump=False,
+)
+
+pair(
+    "ffjord_exact_jacobian_trace", "v5e", "v5e:2x2",
+    "A continuous normalizing flow (FFJORD) on flattened 28x28 images (256 per chip, a 3-layer tanh MLP "
+    "of width 1024, 8 Euler steps in lax.scan, differentiated through) trained on v5e whose log-density "
+    "change takes the exact trace of the Jacobian, jax.vmap(jax.jacfwd(dynamics)): 784 tangents pushed "
+    "through every layer and kept for the backward pass ([8,256,784,1024] stacks), beyond 15.75G.",
+    "Fixed variant of ffjord_exact_jacobian_trace_v5e: Hutchinson's trace estimator eps^T (df/dz) eps "
+    "with one Gaussian eps per image (one jax.vjp per step), as FFJORD trains; fits.",
+    dict(category="aggregate", causes=["large_activation", "no_remat", "batch_too_large"]),
+    _ffjord_divergence_builder, dict(batch=256, dim=784, hidden=1024, ode_steps=8, hutchinson=False),
+    dict(batch=256, dim=784, hidden=1024, ode_steps=8, hutchinson=True),
+    dump=False,
+)
+
+pair(
+    "distill_frozen_teacher_in_grad_tree", "v6e", "v6e:2x2",
+    "Distillation of a small CTC acoustic model from a large frozen teacher (8 feed-forward blocks of "
+    "width 1536, 32 utterances of 1024 frames per chip) on v6e whose train state holds one params tree "
+    "{'teacher', 'student'}: the teacher is frozen only by the optimizer (set_to_zero), jax.grad runs "
+    "over the whole tree and clip_by_global_norm reads the teacher's gradient, so the teacher's "
+    "activations are kept for the backward pass ([8,32,1024,6144] stacks), beyond 31.25G.",
+    "Fixed variant of distill_frozen_teacher_in_grad_tree_v6e: the teacher's weights wrapped in "
+    "jax.lax.stop_gradient inside the loss; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _distill_teacher_in_grad_tree_builder,
+    dict(utterances=32, frames=1024, t_layers=8, t_width=1536, s_layers=4, s_width=512, vocab=1024,
+         teacher_stop_gradient=False),
+    dict(utterances=32, frames=1024, t_layers=8, t_width=1536, s_layers=4, s_width=512, vocab=1024,
+         teacher_stop_gradient=True),
+    dump=False,
+)
+
+pair(
+    "dual_encoder_hard_negatives_no_gradcache", "v5p", "v5p:2x2x1",
+    "A DPR-style dense-retrieval dual encoder (shared encoder of 10 feed-forward blocks, d 1024) in "
+    "shard_map on v5p, 64 queries per chip with 1 positive and 7 hard-negative passages of 256 tokens "
+    "each, the passage embeddings all-gathered for in-batch negatives, trained with one jax.grad through "
+    "everything: every passage's encoder activations are kept for the backward pass ([10,512,256,4096] "
+    "stacks), beyond 95.74G.",
+    "Fixed variant of dual_encoder_hard_negatives_no_gradcache_v5p: GradCache: the embeddings computed "
+    "without gradient, the loss's gradient taken with respect to them, then the encoder re-run over 8 "
+    "passage chunks in lax.scan with jax.vjp and the cached gradients; fits.",
+    dict(category="aggregate", causes=["batch_too_large", "no_remat"]),
+    _dual_encoder_gradcache_builder,
+    dict(queries=64, negatives=7, q_len=32, p_len=256, d_model=1024, layers=10, chunks=8, gradcache=False),
+    dict(queries=64, negatives=7, q_len=32, p_len=256, d_model=1024, layers=10, chunks=8, gradcache=True),
+    dump=False,
+)
+
+pair(
+    "dqn_replay_fifo_concatenate", "v5e", "v5e:2x2",
+    "An Anakin-style DQN learner on v5e whose per-chip replay buffer (900000 transitions of 64x64x3 uint8 "
+    "frames, 10.30 GiB per chip, donated) is used as a FIFO, jnp.concatenate([new, buffer], axis=1)[:, "
+    ":capacity]: the shifted buffer is a second array beside the donated one, beyond 15.75G.",
+    "Fixed variant of dqn_replay_fifo_concatenate_v5e: a ring buffer with an insertion pointer, "
+    "jax.lax.dynamic_update_slice_in_dim on the donated buffer (updated in place); fits.",
+    dict(category="single_large_allocation", causes=["no_donation"]),
+    _replay_fifo_concat_builder,
+    dict(capacity=900000, envs=256, batch=512, obs_size=64 * 64 * 3, actions=15, ring_buffer=False),
+    dict(capacity=900000, envs=256, batch=512, obs_size=64 * 64 * 3, actions=15, ring_buffer=True),
+    dump=True,
+)
+
+
+pair(
+    "wsi_slides_sharded_over_height_dynamic_crop", "v4", "v4:2x2x1",
+    "A computational-pathology patch classifier on v4 whose 24 whole-slide images (uint8 "
+    "[24,16384,16384,3], 18 GiB) are placed P(None, 'd'), their rows split over the 8 TensorCores as the "
+    "spatially tiled code they came from did, and cropped in-graph with jax.lax.dynamic_slice at a traced "
+    "origin: a dynamic slice along the sharded axis is not shard-local, so every core all-gathers every "
+    "slide first, beyond 15.25G.",
+    "Fixed variant of wsi_slides_sharded_over_height_dynamic_crop_v4: the slides placed P('d'), each core "
+    "holding 3 whole slides, the dynamic slice local; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor"]),
+    _wsi_crop_spatial_shard_builder,
+    dict(slides_per_device=3, side=16384, crop=1024, patch=16, width=768, shard_axis="height"),
+    dict(slides_per_device=3, side=16384, crop=1024, patch=16, width=768, shard_axis="slides"),
+    dump=False,
+)
+
+
+# --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
 
