@@ -387,6 +387,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             },
             undonated_arguments(&ctx)
         );
+        rank!(2.0, integer_state_copied(&ctx));
         rank!(0.5, f32_precision(&ctx));
         rank!(2.5, converted_copy(&ctx));
         // Forward activations that make up most of the listing are the story.
@@ -2084,6 +2085,44 @@ fn no_donation(ctx: &Ctx<'_>) -> Option<Cause> {
         ctx.snippets(
             "train_step = jax.jit(train_step, donate_argnums=(0, 1))  # params, opt_state\n# or: jax.jit(train_step, donate_argnames=(\"state\",))",
             "# parameters updated in place are aliased; check 'Aliased Input size' with PT_XLA_DEBUG_LEVEL=1\noptimizer.step()  # in place",
+        ),
+    ))
+}
+
+/// An integer array the program holds, copied whole at the peak: a listed temporary of a quarter
+/// of the limit or more, of an integer (or boolean) type, shaped exactly like an array in the
+/// report's later tables (an entry parameter). An integer array has no gradient, so the copy is
+/// the state itself built again: an out-of-place update (`jnp.concatenate([new, buf])[:cap]`, a
+/// shifted FIFO) or an argument not donated, where `dynamic_update_slice` on a donated buffer
+/// would write in place.
+fn integer_state_copied(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    let limit = ctx.limit?;
+    let integer = |t: &str| {
+        matches!(
+            t,
+            "s4" | "s8" | "s16" | "s32" | "s64" | "u4" | "u8" | "u16" | "u32" | "u64" | "pred"
+        )
+    };
+    let a = e.allocations.iter().find(|a| {
+        a.size_bytes.saturating_mul(4) >= limit
+            && held_shaped(e, a)
+            && shape_of(a).is_some_and(|s| integer(s.type_name))
+    })?;
+    let name = shape_of(a).map_or_else(String::new, |s| {
+        hbm_doctor_hlo::shape::format_dims(s.type_name, &s.dims)
+    });
+    Some(ctx.cause(
+        CauseKind::NoDonation,
+        Some(a.size_bytes),
+        format!(
+            "{} is a whole second copy of {name}, an integer array the program holds (no gradient is integer): the state exists twice, built anew by an out-of-place update or kept because the argument is not donated",
+            describe(a)
+        ),
+        vec![format!("Update {name} in place: donate it (donate_argnums) and write with jax.lax.dynamic_update_slice / .at[idx].set(...) (a ring buffer with a write index), not jnp.concatenate or a shift that builds a new array.")],
+        ctx.snippets(
+            "buf = jax.lax.dynamic_update_slice_in_dim(buf, new, idx, axis=1)  # ring buffer, in place\nstep = jax.jit(step, donate_argnums=(0,))",
+            "buf[:, idx:idx + n] = new  # in place; keep the write index on the host",
         ),
     ))
 }
@@ -4224,6 +4263,18 @@ mod corpus_tests {
         // Stacked along 32 layers (gathered FSDP weights saved by a scan): a stack.
         let c = first_causes("tpu/fsdp_shard_map_gathered_weights_saved_v4/stderr.log");
         assert_eq!(c[0], CauseKind::NoRemat, "{c:?}");
+        // Each of 48 stacked weights gathered 4 ways (ZeRO-3 gathering everything up front),
+        // some transposed: all the gathered copies together are what sharding frees.
+        let c = first_causes("tpu/zero3_gather_upfront_v5e/stderr.log");
+        assert_eq!(c[0], CauseKind::ReplicatedTensor, "{c:?}");
+        // Stacks shaped like the replicated parameters (`bf16[20,16384,8192]`) are their
+        // gradients: the few activation stacks beside them do not make the story no_remat.
+        let c = first_causes("tpu/mesh_axes_swapped_v5e/stderr.log");
+        assert_eq!(c[0], CauseKind::ReplicatedTensor, "{c:?}");
+        // A donated u8 replay buffer shifted with `jnp.concatenate`: a whole second copy of an
+        // integer array the program holds (no gradient is integer), the state twice.
+        let c = first_causes("tpu/dqn_replay_fifo_concatenate_v5e/stderr.log");
+        assert_eq!(c[0], CauseKind::NoDonation, "{c:?}");
     }
 
     #[test]
