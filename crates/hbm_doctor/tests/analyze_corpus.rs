@@ -250,6 +250,21 @@ fn no_donation_pair() {
 }
 
 #[test]
+fn donated_buffer_copied_whole_pair() {
+    // A DQN replay buffer, donated, shifted with `jnp.concatenate([new, buf])[:, :cap]`: XLA
+    // copies the whole buffer (`copy(param)`) to read the old value while the aliased output is
+    // written. The fixed twin writes a ring buffer in place (`dynamic_update_slice_in_dim`).
+    pair(
+        "dqn_replay_fifo_concatenate_v5e",
+        "dqn_replay_fifo_concatenate_fixed_v5e",
+        CauseKind::NoDonation,
+        0.05,
+    );
+    let r = run("dqn_replay_fifo_concatenate_v5e", None);
+    assert_eq!(r.diagnosis.causes[0].cause, CauseKind::NoDonation);
+}
+
+#[test]
 fn no_remat_pair() {
     pair("remat_v6e", "remat_fixed_v6e", CauseKind::NoRemat, 0.25);
 }

@@ -103,6 +103,7 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
         out.extend(gathered_stack(m, s, &mut claimed));
         out.extend(gathered_input(m, s, &mut claimed));
         out.extend(no_donation(m, s));
+        out.extend(donated_copied(m, s, &mut claimed));
     }
     if tight {
         out.extend(no_remat(input, s, &mut claimed));
@@ -938,6 +939,81 @@ fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
         ),
     ));
     vec![c]
+}
+
+/// A donated parameter copied whole and the copy live at the peak (a tenth of it or more): the
+/// output aliases the parameter, yet the program reads the old value while it writes the new one
+/// (a buffer shifted with `jnp.concatenate([new, buf])[:cap]`, a read after the update), so XLA
+/// keeps a whole copy: the state exists twice. A ring buffer written in place
+/// (`dynamic_update_slice` at a write index) needs no copy.
+fn donated_copied(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>) -> Vec<Cause> {
+    let Some(entry) = m.entry() else {
+        return Vec::new();
+    };
+    let aliased: HashSet<u32> = m.input_output_alias.iter().map(|a| a.param).collect();
+    let mut out = Vec::new();
+    for p in entry
+        .instructions
+        .iter()
+        .filter(|i| i.opcode == "parameter")
+    {
+        let Some(num) = p.parameter_number() else {
+            continue;
+        };
+        if !aliased.contains(&num) || p.shape.starts_with('(') {
+            continue;
+        }
+        let pname = p.name.trim_start_matches('%');
+        let Some(copy) = entry.instructions.iter().find(|i| {
+            i.opcode == "copy"
+                && i.operands.len() == 1
+                && i.operands[0].trim_start_matches('%') == pname
+                && i.shape == p.shape
+        }) else {
+            continue;
+        };
+        let cname = copy.name.trim_start_matches('%');
+        let Some(b) = s
+            .buffers_at_peak
+            .iter()
+            .find(|b| b.kind == "temp" && b.name == cname && !claimed.contains(&b.name))
+        else {
+            continue;
+        };
+        if b.size_bytes.saturating_mul(10) < s.peak_bytes {
+            continue;
+        }
+        claimed.insert(b.name.clone());
+        let op = unescape(p.metadata.op_name);
+        let what = format!(
+            "parameter {num} {}{}",
+            crate::origin::shape_without_layout(p.shape),
+            if op.is_empty() {
+                String::new()
+            } else {
+                format!(" (`{op}`)")
+            }
+        );
+        let mut c = cause(
+            CauseKind::NoDonation,
+            Some(b.size_bytes),
+            format!(
+                "{what} is donated (its output aliases it), yet `{cname}` copies it whole and the copy is live at the peak ({}, {} of it): the update reads the old value while writing the new one, so the state exists twice",
+                format_size(b.size_bytes),
+                pct(b.size_bytes, s.peak_bytes)
+            ),
+            vec![
+                format!("update {what} in place: write the new rows with jax.lax.dynamic_update_slice (or .at[idx].set) at a write index (a ring buffer), not jnp.concatenate / a shift that reads the whole old array while the aliased output is written"),
+            ],
+        );
+        c.changes.push((b.name.clone(), 0));
+        c.snippets.push(snippet(
+            "jax",
+            "buf = jax.lax.dynamic_update_slice_in_dim(buf, new, idx, axis=1)  # in place\nidx = (idx + new.shape[1]) % buf.shape[1]",
+        ));
+        out.push(c);
+    }
+    out
 }
 
 /// Forward activations held until the backward pass, when the peak is in the backward pass.
