@@ -973,6 +973,20 @@ fn donated_copied(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<Stri
             continue;
         };
         let cname = copy.name.trim_start_matches('%');
+        // The copy feeds a shift of the array's own elements (a concatenate, a pad, a roll, a
+        // slice): an update that cannot run in place. (A copy feeding matmuls and an
+        // elementwise update is the compiler's own scheduling, `copy(params)` on CPU.)
+        let shifted = entry.instructions.iter().any(|u| {
+            u.operands
+                .iter()
+                .any(|o| o.trim_start_matches('%') == cname)
+                && ["concatenate", "/pad", "roll", "slice"]
+                    .iter()
+                    .any(|k| u.metadata.op_name.contains(k))
+        });
+        if !shifted {
+            continue;
+        }
         let Some(b) = s
             .buffers_at_peak
             .iter()

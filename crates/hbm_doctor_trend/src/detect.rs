@@ -436,7 +436,12 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
         // (Not a rise that dies out: a batch's memory reached, then a little more, `379, 1670,
         // 1815 MB`, the last rise under a quarter of the first.)
         let dying = (y[y.len() - 1] - y[y.len() - 2]) < 0.25 * (y[1] - y[0]);
-        if y.windows(2).all(|p| p[1] > p[0]) && first > 0.0 && last >= 1.5 * first && !dying {
+        // (A stepwise climb read before and after each step, `115, 1171, 1171, 2196 MB`, holds
+        // level between its rises: never lower, and most of its steps rises.)
+        let rises = y.windows(2).filter(|p| p[1] > p[0]).count();
+        let never_lower = y.windows(2).all(|p| p[1] >= p[0]);
+        let climbing = never_lower && rises * 2 > y.len() - 1 || rises == y.len() - 1;
+        if climbing && first > 0.0 && last >= 1.5 * first && !dying {
             a.suspected = true;
             add_reason(
                 a,
@@ -446,6 +451,14 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
                         last / first,
                         fs(first),
                         fs(last)
+                    )
+                } else if rises < y.len() - 1 {
+                    format!(
+                        "yet the {} readings never fall and rise in {rises} steps, {} to {} ({:.1}x): a leak is suspected, record longer to judge it",
+                        y.len(),
+                        fs(first),
+                        fs(last),
+                        last / first
                     )
                 } else {
                     format!(

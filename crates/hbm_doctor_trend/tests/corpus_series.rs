@@ -395,3 +395,14 @@ fn two_readings_far_apart_are_a_suspicion_not_a_verdict() {
     let (v, _) = trend("posted/vllm-project-vllm-44490.log");
     assert_eq!(v["series"][0]["leak_suspected"], false);
 }
+
+#[test]
+fn a_stepwise_climb_read_before_and_after_each_step() {
+    // jax#11448: `Resident memory: 115 MB`, `1171 MB` before and after the first call, `1171`,
+    // `2196` around the second: level between its rises, never lower, 19x in all. A leak
+    // (buffers kept by a tracing cache), suspected from four readings.
+    let (v, _) = trend("posted/jax-ml-jax-11448.log");
+    let s = &v["series"][0];
+    assert_eq!(s["samples"], 4);
+    assert_eq!(s["leak_suspected"], true);
+}
