@@ -20072,13 +20072,14 @@ pair(
 # --------------------------------------------------------------------------------------------
 # ---- 58. more broken/fixed pairs (batch tpu47): other models, other names ---------------------
 #
-# Programs of kinds sections 13-56 do not have, from tabular learning, chemistry and audio (a tabular
+# Programs of kinds sections 13-56 do not have, from tabular learning, chemistry, audio and weather (a tabular
 # credit-risk MLP whose mean gradient is taken as jax.jacrev of the per-row loss vector, then averaged over the
 # rows, where jax.grad of the mean suffices; a molecular message-passing network in shard_map whose edge lists
 # keep the global node ids of the batched graph, so every device all-gathers the node features and aggregates
 # with jax.ops.segment_sum(num_segments=<global node count>); a Wave-U-Net speech-enhancement model in bf16 whose
 # encoder skip connections are stored .astype(float32), so every decoder concatenation and conv is promoted to
-# f32). The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# f32; a GraphCast-style weather processor whose jax.checkpoint wraps the cheap node update while the edge
+# update's activations are kept for every round). The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
 # tpu47 for which pairs keep their dumps and what did not go as first written.
 # (The Wave-U-Net was first written as in the paper, 12 levels of 24 + 24 i channels: its fixed twin took 499 s to
 # compile on 2 cores, so the pair is now 6 levels of 64 + 64 i channels, whose fixed twin still takes about 5 min.)
@@ -20293,6 +20294,88 @@ pair(
     _wave_unet_f32_skips_builder,
     dict(clips=640, samples=16384, levels=6, base_ch=64, growth=64, kernel=15, f32_skips=True),
     dict(clips=640, samples=16384, levels=6, base_ch=64, growth=64, kernel=15, f32_skips=False),
+    dump=False,
+)
+
+
+# 58.4 a GraphCast-style mesh processor whose jax.checkpoint wraps the cheap node update, not the edge update
+
+
+def _graphcast_checkpoint_node_not_edge_builder(mesh, forecasts, mesh_nodes, mesh_edges, latent, rounds,
+                                                checkpoint_edges):
+    """Training step of the processor of a GraphCast-style weather model: `rounds` interaction-network rounds on
+    the multimesh (`mesh_nodes` nodes, `mesh_edges` directed edges, the structure shared by every sample) under
+    lax.scan over the stacked round weights; each round an edge update (an MLP on [edge, sender, receiver]
+    latents, residual) and a node update (an MLP on [node, sum of incoming edges], residual); the encoder's
+    latents as inputs, an MSE on the processed node latents; f32, weights replicated, the forecasts sharded over
+    the chips.
+    checkpoint_edges=False (the first version: jax.checkpoint applied to the node update, the cheap part over the
+    nodes, while the edge update's activations ([forecasts, edges, 3 * latent] inputs, [forecasts, edges, latent]
+    hidden) are kept for every round); True: jax.checkpoint on the edge update instead (the node update's small
+    activations kept)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def layer_norm(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
+
+    def edge_update(rp, h, e, senders, receivers):
+        x = jnp.concatenate([e, h[:, senders], h[:, receivers]], -1)
+        return e + layer_norm(jax.nn.silu(x @ rp["edge_mlp_w1"]) @ rp["edge_mlp_w2"])
+
+    def node_update(rp, h, e, receivers):
+        agg = jax.vmap(lambda ei: jax.ops.segment_sum(ei, receivers, num_segments=mesh_nodes))(e)
+        x = jnp.concatenate([h, agg], -1)
+        return h + layer_norm(jax.nn.silu(x @ rp["node_mlp_w1"]) @ rp["node_mlp_w2"])
+
+    if checkpoint_edges:
+        edge_update = jax.checkpoint(edge_update)
+    else:
+        node_update = jax.checkpoint(node_update)
+
+    def processor_train_step(params, mesh_latents, edge_latents, senders, receivers, target_latents):
+        def loss_fn(params):
+            def interaction_round(carry, rp):
+                h, e = carry
+                e = edge_update(rp, h, e, senders, receivers)
+                h = node_update(rp, h, e, receivers)
+                return (h, e), None
+
+            (h, _), _ = jax.lax.scan(interaction_round, (mesh_latents, edge_latents), params["processor"])
+            return jnp.mean((h - target_latents) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-4 * g, params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    L, D = rounds, latent
+    params = {"processor": {"edge_mlp_w1": r(L, 3 * D, D), "edge_mlp_w2": r(L, D, D),
+                            "node_mlp_w1": r(L, 2 * D, D), "node_mlp_w2": r(L, D, D)}}
+    B = mesh.devices.size * forecasts
+    ev = P("d")
+    mesh_latents = sds((B, mesh_nodes, D), f32, mesh, ev)
+    edge_latents = sds((B, mesh_edges, D), f32, mesh, ev)
+    senders = sds((mesh_edges,), jnp.int32, mesh, rep)
+    receivers = sds((mesh_edges,), jnp.int32, mesh, rep)
+    target_latents = sds((B, mesh_nodes, D), f32, mesh, ev)
+    return processor_train_step, (params, mesh_latents, edge_latents, senders, receivers, target_latents), \
+        {"donate_argnums": (0,)}
+
+
+pair(
+    "graphcast_checkpoint_node_not_edge_update", "v5p", "v5p:2x2x1",
+    "The processor of a GraphCast-style weather model (16 interaction-network rounds, latent 512, a multimesh "
+    "of 40962 nodes and 327660 edges, 2 forecasts per chip) trained on v5p whose jax.checkpoint wraps the "
+    "node update (the cheap part) while the edge update's activations ([2, 327660, 1536] inputs and "
+    "[2, 327660, 512] hidden per round) are kept for all 16 rounds, beyond 95.74G.",
+    "Fixed variant of graphcast_checkpoint_node_not_edge_update_v5p: jax.checkpoint on the edge update "
+    "instead; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _graphcast_checkpoint_node_not_edge_builder,
+    dict(forecasts=2, mesh_nodes=40962, mesh_edges=327660, latent=512, rounds=16, checkpoint_edges=False),
+    dict(forecasts=2, mesh_nodes=40962, mesh_edges=327660, latent=512, rounds=16, checkpoint_edges=True),
     dump=False,
 )
 
