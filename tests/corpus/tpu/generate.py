@@ -20618,6 +20618,317 @@ pair(
 
 
 # --------------------------------------------------------------------------------------------
+# ---- 58. more broken/fixed pairs (batch tpu47): other models, other names ---------------------
+#
+# Programs of kinds sections 13-56 do not have, from tabular learning, chemistry, audio and weather (a tabular
+# credit-risk MLP whose mean gradient is taken as jax.jacrev of the per-row loss vector, then averaged over the
+# rows, where jax.grad of the mean suffices; a molecular message-passing network in shard_map whose edge lists
+# keep the global node ids of the batched graph, so every device all-gathers the node features and aggregates
+# with jax.ops.segment_sum(num_segments=<global node count>); a Wave-U-Net speech-enhancement model in bf16 whose
+# encoder skip connections are stored .astype(float32), so every decoder concatenation and conv is promoted to
+# f32; a GraphCast-style weather processor whose jax.checkpoint wraps the cheap node update while the edge
+# update's activations are kept for every round). The same conventions: the fixed twin changes exactly the first cause. See the README section of batch
+# tpu47 for which pairs keep their dumps and what did not go as first written.
+# (The Wave-U-Net was first written as in the paper, 12 levels of 24 + 24 i channels: its fixed twin took 499 s to
+# compile on 2 cores, so the pair is now 6 levels of 64 + 64 i channels, whose fixed twin still takes about 5 min.)
+
+
+# 58.1 a tabular MLP whose mean gradient is jax.jacrev of the per-row loss vector, averaged over the rows
+
+
+def _tabular_jacrev_mean_builder(mesh, rows, features, hidden, layers, per_row_jacobian):
+    """Training step of a credit-default classifier on tabular rows (an MLP over `features` standardized
+    numeric features, ReLU, `layers` hidden layers of width `hidden`, a logit head), whose loss is written as a
+    vector of per-row sample-weighted binary cross-entropies [B] (as a scikit-style `sample_weight` API returns
+    it); SGD; f32, weights replicated, rows sharded over the chips.
+    per_row_jacobian=True (the first version: the gradient taken as jax.jacrev(per_row_loss)(params), one
+    gradient per row, then averaged with tree_map(mean over axis 0): jacrev pushes one basis cotangent per row
+    of the global batch back through the whole batch, [B, B, hidden] per layer, and builds [B, in, out] per
+    kernel); False: jax.grad of the mean of the per-row losses."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def per_row_loss(params, x, default, sample_weight):
+        h = x
+        for lw in params["hidden_layers"]:
+            h = jax.nn.relu(h @ lw["kernel"] + lw["bias"])
+        logit = (h @ params["default_head"])[:, 0]
+        bce = jnp.maximum(logit, 0) - logit * default + jnp.log1p(jnp.exp(-jnp.abs(logit)))
+        return sample_weight * bce
+
+    def credit_train_step(params, x, default, sample_weight):
+        if per_row_jacobian:
+            jac = jax.jacrev(per_row_loss)(params, x, default, sample_weight)
+            grads = _tm(lambda j: jnp.mean(j, 0), jac)
+        else:
+            grads = jax.grad(lambda p: jnp.mean(per_row_loss(p, x, default, sample_weight)))(params)
+        loss = jnp.mean(per_row_loss(params, x, default, sample_weight))
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    dims = [features] + [hidden] * layers
+    params = {"hidden_layers": [{"kernel": r(dims[i], dims[i + 1]), "bias": r(dims[i + 1])} for i in range(layers)],
+              "default_head": r(hidden, 1)}
+    B = mesh.devices.size * rows
+    x = sds((B, features), f32, mesh, P("d"))
+    default = sds((B,), f32, mesh, P("d"))
+    sample_weight = sds((B,), f32, mesh, P("d"))
+    return credit_train_step, (params, x, default, sample_weight), {"donate_argnums": (0,)}
+
+
+# 58.2 a molecular MPNN in shard_map whose edges keep global node ids: node features all-gathered, segment_sum
+#      over the global node count on every device
+
+
+def _mpnn_global_node_ids_builder(mesh, mols, atoms, bonds, width, rounds, local_ids):
+    """Training step of a molecular property model (an MPNN: the node features projected for the sender and
+    receiver roles, gathered along the edges with the bond features, an edge MLP,
+    jax.ops.segment_sum onto the receivers, GRU-free residual node update, `rounds` message-passing rounds, sum
+    readout per molecule, energy regression) in jax.shard_map over the chips: each chip holds `mols` molecules
+    of `atoms` atoms and `bonds` directed bonds (jraph-style flattened graphs; molecules never cross chips),
+    gradients pmean'ed, SGD; f32, weights replicated.
+    local_ids=False (the first version: the senders / receivers keep the node ids of the global batched graph, as
+    jraph.batch over the whole global batch numbered them, so each chip all-gathers every chip's node features
+    to index them and aggregates with segment_sum(num_segments=<global node count>), keeping its own slice
+    afterwards: [global nodes, width] arrays on every chip, in every round); True: the ids made local to the
+    chip (minus axis_index * nodes per chip), no all-gather, num_segments = the chip's node count."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    n_dev = mesh.devices.size
+    N, E = mols * atoms, mols * bonds
+
+    def local_step(params, atom_feats, bond_feats, senders, receivers, energy):
+        me = jax.lax.axis_index("d")
+
+        def loss_fn(params):
+            h = atom_feats @ params["atom_embed"]
+            e = bond_feats @ params["bond_embed"]
+            for rp in params["mp_rounds"]:
+                if local_ids:
+                    snd, rcv = senders - me * N, receivers - me * N
+                    h_src = h
+                    segments = N
+                else:
+                    snd, rcv = senders, receivers
+                    h_src = jax.lax.all_gather(h, "d", tiled=True)                # [n_dev * N, width]
+                    segments = n_dev * N
+                hs, hr = h_src @ rp["msg_sender"], h_src @ rp["msg_receiver"]        # project, then gather
+                m = jax.nn.silu(hs[snd] + hr[rcv] + e @ rp["msg_bond"]) @ rp["msg_out"]
+                agg = jax.ops.segment_sum(m, rcv, num_segments=segments)
+                if not local_ids:
+                    agg = jax.lax.dynamic_slice_in_dim(agg, me * N, N)
+                h = h + jax.nn.silu(jnp.concatenate([h, agg], -1) @ rp["node_w"])
+            per_mol = jnp.sum(h.reshape(mols, atoms, -1), 1) @ params["energy_head"]
+            return jnp.mean((per_mol[:, 0] - energy) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        grads = jax.lax.pmean(grads, "d")
+        return _tm(lambda p, g: p - 1e-4 * g, params, grads), jax.lax.pmean(loss, "d")
+
+    def mpnn_train_step(params, atom_feats, bond_feats, senders, receivers, energy):
+        rep, ev = P(), P("d")
+        return jax.shard_map(local_step, mesh=mesh, in_specs=(rep, ev, ev, ev, ev, ev), out_specs=(rep, rep),
+                             check_vma=False)(params, atom_feats, bond_feats, senders, receivers, energy)
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    W = width
+    params = {"atom_embed": r(16, W), "bond_embed": r(8, W), "energy_head": r(W, 1),
+              "mp_rounds": [{"msg_sender": r(W, W), "msg_receiver": r(W, W), "msg_bond": r(W, W),
+                             "msg_out": r(W, W), "node_w": r(2 * W, W)}
+                            for _ in range(rounds)]}
+    ev = P("d")
+    atom_feats = sds((n_dev * N, 16), f32, mesh, ev)
+    bond_feats = sds((n_dev * E, 8), f32, mesh, ev)
+    senders = sds((n_dev * E,), jnp.int32, mesh, ev)
+    receivers = sds((n_dev * E,), jnp.int32, mesh, ev)
+    energy = sds((n_dev * mols,), f32, mesh, ev)
+    return mpnn_train_step, (params, atom_feats, bond_feats, senders, receivers, energy), {"donate_argnums": (0,)}
+
+
+# 58.3 a Wave-U-Net speech enhancer in bf16 whose encoder skips are stored in f32 (the decoder promoted to f32)
+
+
+def _wave_unet_f32_skips_builder(mesh, clips, samples, levels, base_ch, growth, kernel, f32_skips):
+    """Training step of a Wave-U-Net speech-enhancement model (Stoller et al. 2018) on raw 16 kHz waveforms: `levels`
+    down-sampling blocks (1-D conv of width `kernel`, leaky ReLU, decimation by 2), a bottleneck, and `levels`
+    up-sampling blocks (repeat x2, concatenation with the encoder's skip at that level, 1-D conv), an L1 loss on
+    the clean waveform, SGD. Weights and audio in bf16; the convolutions promote their inputs and kernel to the
+    common dtype the way flax's nn.Conv does with dtype=None; weights replicated, clips sharded over the chips.
+    f32_skips=True (the first version: the skips appended as `skips.append(h.astype(jnp.float32))` "for numerical
+    stability", so every concatenation in the decoder is f32 and promotes the decoder's convs, activations and
+    saved residuals to f32); False: the skips kept in bf16."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def conv1d(x, w):
+        dt = jnp.result_type(x, w)
+        return jax.lax.conv_general_dilated(x.astype(dt), w.astype(dt), (1,), "SAME",
+                                            dimension_numbers=("NWC", "WIO", "NWC"))
+
+    def act(x):
+        return jax.nn.leaky_relu(x, 0.2)
+
+    def wave_unet(params, noisy):
+        h = noisy
+        skips = []
+        for w in params["down_convs"]:
+            h = act(conv1d(h, w))
+            skips.append(h.astype(f32) if f32_skips else h)
+            h = h[:, ::2]
+        h = act(conv1d(h, params["bottleneck"]))
+        for w, skip in zip(params["up_convs"], reversed(skips)):
+            h = jnp.repeat(h, 2, axis=1)
+            h = act(conv1d(jnp.concatenate([h, skip], -1), w))
+        return jnp.tanh(conv1d(jnp.concatenate([h, noisy.astype(h.dtype)], -1), params["output_conv"]))
+
+    def enhance_train_step(params, noisy, clean):
+        def loss_fn(params):
+            return jnp.mean(jnp.abs(wave_unet(params, noisy).astype(f32) - clean.astype(f32)))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, bf, mesh, rep)
+    ch = [1] + [base_ch + growth * i for i in range(levels)]
+    params = {"down_convs": [r(kernel, ch[i], ch[i + 1]) for i in range(levels)],
+              "bottleneck": r(kernel, ch[-1], ch[-1] + growth),
+              "up_convs": [r(5, (ch[-1] + growth if i == 0 else ch[levels - i + 1]) + ch[levels - i],
+                             ch[levels - i]) for i in range(levels)],
+              "output_conv": r(1, ch[1] + 1, 1)}
+    B = mesh.devices.size * clips
+    noisy = sds((B, samples, 1), bf, mesh, P("d"))
+    clean = sds((B, samples, 1), bf, mesh, P("d"))
+    return enhance_train_step, (params, noisy, clean), {"donate_argnums": (0,)}
+
+
+pair(
+    "credit_default_jacrev_per_row_mean", "v5e", "v5e:2x2",
+    "A credit-default tabular MLP (128 features, 4 hidden layers of 384, 2048 rows per chip) trained on v5e "
+    "whose loss is a vector of per-row sample-weighted cross-entropies and whose gradient is taken as "
+    "jax.jacrev(per_row_loss)(params), then averaged over the rows: one basis cotangent per row of the "
+    "8192-row global batch pushed back through the chip's rows ([8192, 2048, 384] per layer) and one kernel "
+    "gradient per row ([8192, 384, 384]), beyond 15.75G.",
+    "Fixed variant of credit_default_jacrev_per_row_mean_v5e: jax.grad of the mean of the per-row losses; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _tabular_jacrev_mean_builder, dict(rows=2048, features=128, hidden=384, layers=4, per_row_jacobian=True),
+    dict(rows=2048, features=128, hidden=384, layers=4, per_row_jacobian=False),
+    dump=True,
+)
+
+pair(
+    "mpnn_global_node_ids_segment_sum", "v4", "v4:2x2x1",
+    "A molecular MPNN (3 message-passing rounds, width 256) in shard_map on v4, 20480 molecules of 32 atoms "
+    "per TensorCore, whose edge lists keep the node ids of the global batched graph: every core all-gathers "
+    "every core's node features, projects them and aggregates with "
+    "jax.ops.segment_sum(num_segments=5242880), [5242880, 256] node arrays on every core, beyond 15.25G.",
+    "Fixed variant of mpnn_global_node_ids_segment_sum_v4: the ids made local to the core (minus "
+    "axis_index * nodes per core), no all-gather, num_segments = the core's 655360 nodes; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "batch_too_large"]),
+    _mpnn_global_node_ids_builder, dict(mols=20480, atoms=32, bonds=64, width=256, rounds=3, local_ids=False),
+    dict(mols=20480, atoms=32, bonds=64, width=256, rounds=3, local_ids=True),
+    dump=False,
+)
+
+pair(
+    "wave_unet_skips_f32", "v6e", "v6e:2x2",
+    "A Wave-U-Net speech enhancer (6 levels, 64 + 64 i channels, kernel 15) in bf16 trained on v6e on "
+    "640 clips of 16384 samples per chip, whose encoder skips are stored .astype(jnp.float32): every "
+    "decoder concatenation promotes the decoder's convs and saved activations to f32, beyond 31.25G.",
+    "Fixed variant of wave_unet_skips_f32_v6e: the skips kept in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "batch_too_large", "no_remat"]),
+    _wave_unet_f32_skips_builder,
+    dict(clips=640, samples=16384, levels=6, base_ch=64, growth=64, kernel=15, f32_skips=True),
+    dict(clips=640, samples=16384, levels=6, base_ch=64, growth=64, kernel=15, f32_skips=False),
+    dump=False,
+)
+
+
+# 58.4 a GraphCast-style mesh processor whose jax.checkpoint wraps the cheap node update, not the edge update
+
+
+def _graphcast_checkpoint_node_not_edge_builder(mesh, forecasts, mesh_nodes, mesh_edges, latent, rounds,
+                                                checkpoint_edges):
+    """Training step of the processor of a GraphCast-style weather model: `rounds` interaction-network rounds on
+    the multimesh (`mesh_nodes` nodes, `mesh_edges` directed edges, the structure shared by every sample) under
+    lax.scan over the stacked round weights; each round an edge update (an MLP on [edge, sender, receiver]
+    latents, residual) and a node update (an MLP on [node, sum of incoming edges], residual); the encoder's
+    latents as inputs, an MSE on the processed node latents; f32, weights replicated, the forecasts sharded over
+    the chips.
+    checkpoint_edges=False (the first version: jax.checkpoint applied to the node update, the cheap part over the
+    nodes, while the edge update's activations ([forecasts, edges, 3 * latent] inputs, [forecasts, edges, latent]
+    hidden) are kept for every round); True: jax.checkpoint on the edge update instead (the node update's small
+    activations kept)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def layer_norm(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
+
+    def edge_update(rp, h, e, senders, receivers):
+        x = jnp.concatenate([e, h[:, senders], h[:, receivers]], -1)
+        return e + layer_norm(jax.nn.silu(x @ rp["edge_mlp_w1"]) @ rp["edge_mlp_w2"])
+
+    def node_update(rp, h, e, receivers):
+        agg = jax.vmap(lambda ei: jax.ops.segment_sum(ei, receivers, num_segments=mesh_nodes))(e)
+        x = jnp.concatenate([h, agg], -1)
+        return h + layer_norm(jax.nn.silu(x @ rp["node_mlp_w1"]) @ rp["node_mlp_w2"])
+
+    if checkpoint_edges:
+        edge_update = jax.checkpoint(edge_update)
+    else:
+        node_update = jax.checkpoint(node_update)
+
+    def processor_train_step(params, mesh_latents, edge_latents, senders, receivers, target_latents):
+        def loss_fn(params):
+            def interaction_round(carry, rp):
+                h, e = carry
+                e = edge_update(rp, h, e, senders, receivers)
+                h = node_update(rp, h, e, receivers)
+                return (h, e), None
+
+            (h, _), _ = jax.lax.scan(interaction_round, (mesh_latents, edge_latents), params["processor"])
+            return jnp.mean((h - target_latents) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-4 * g, params, grads), loss
+
+    rep = P()
+    r = lambda *s: sds(s, f32, mesh, rep)
+    L, D = rounds, latent
+    params = {"processor": {"edge_mlp_w1": r(L, 3 * D, D), "edge_mlp_w2": r(L, D, D),
+                            "node_mlp_w1": r(L, 2 * D, D), "node_mlp_w2": r(L, D, D)}}
+    B = mesh.devices.size * forecasts
+    ev = P("d")
+    mesh_latents = sds((B, mesh_nodes, D), f32, mesh, ev)
+    edge_latents = sds((B, mesh_edges, D), f32, mesh, ev)
+    senders = sds((mesh_edges,), jnp.int32, mesh, rep)
+    receivers = sds((mesh_edges,), jnp.int32, mesh, rep)
+    target_latents = sds((B, mesh_nodes, D), f32, mesh, ev)
+    return processor_train_step, (params, mesh_latents, edge_latents, senders, receivers, target_latents), \
+        {"donate_argnums": (0,)}
+
+
+pair(
+    "graphcast_checkpoint_node_not_edge_update", "v5p", "v5p:2x2x1",
+    "The processor of a GraphCast-style weather model (16 interaction-network rounds, latent 512, a multimesh "
+    "of 40962 nodes and 327660 edges, 2 forecasts per chip) trained on v5p whose jax.checkpoint wraps the "
+    "node update (the cheap part) while the edge update's activations ([2, 327660, 1536] inputs and "
+    "[2, 327660, 512] hidden per round) are kept for all 16 rounds, beyond 95.74G.",
+    "Fixed variant of graphcast_checkpoint_node_not_edge_update_v5p: jax.checkpoint on the edge update "
+    "instead; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _graphcast_checkpoint_node_not_edge_builder,
+    dict(forecasts=2, mesh_nodes=40962, mesh_edges=327660, latent=512, rounds=16, checkpoint_edges=False),
+    dict(forecasts=2, mesh_nodes=40962, mesh_edges=327660, latent=512, rounds=16, checkpoint_edges=True),
+    dump=False,
+)
+
+
+# --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
 
