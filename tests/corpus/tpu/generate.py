@@ -20637,7 +20637,10 @@ pair(
 # meant to materialize [B, D, D] per layer: it compiled at 524.59M on v6e, the outer product fused into the
 # matrix-vector product; GPT-NeoX tensor parallelism whose fused [q | k | v] QKV output, sharded over the chips, is
 # cut with jnp.split(qkv, 3, -1): 18.57G vs 18.45G for the per-head layout on v6e, the partitioner reshards the
-# thirds cheaply and keeps the attention sharded over the heads.)
+# thirds cheaply and keeps the attention sharded over the heads; K-FAC factors stacked [48, D, D] and sharded over
+# their rows, gathered by the batched jnp.linalg.cholesky / cho_solve: the broken program failed (51.81G of 31.25G
+# on v6e with D = 4096) but its layer-sharded twin did not finish compiling within 4 minutes, and with D = 6144 the
+# twin failed too (48.12G, the blocked Cholesky's slices).)
 
 
 # 59.1 a video feature extractor that jax.lax.map's over the clips of a data-sharded batch (the loop axis is the sharded one)
