@@ -20929,6 +20929,323 @@ pair(
 
 
 # --------------------------------------------------------------------------------------------
+# ---- 59. more broken/fixed pairs (batch tpu48): other models, other names ---------------------
+#
+# Programs of kinds sections 13-57 do not have, from video retrieval, speech recognition, protein design and
+# offline reinforcement learning. Placement: a video feature extractor that bounds its memory with jax.lax.map
+# over the clips of a batch placed P('d'), so the sharded axis becomes the loop axis and every chip all-gathers the
+# global batch, instead of the loop run per chip in jax.shard_map; a hybrid-ASR encoder with sequence parallelism
+# (with_sharding_constraint P(None, 'd') over the frames) whose frame classifier first merges batch and frames,
+# x.reshape(B * T, D), a merge whose minor axis is the sharded one, instead of projecting [B, T, D] as it is.
+# Activations and program structure: a ProteinMPNN-style featurizer that computes the 25 backbone atom-pair RBF
+# features and the edge embedding for every residue pair before it selects the k nearest neighbours, instead of
+# selecting the neighbours on the Ca distances first; a pixel-based CQL critic whose conservative term repeats the
+# observations per sampled action (jnp.repeat(obs, samples, 0)) and runs the conv encoder on every copy, instead
+# of encoding each state once and repeating the embedding.
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch tpu48 for
+# which pairs keep their dumps and what did not go as first written.
+# (Tried and dropped: a DCN cross network written as the paper's formula jnp.einsum('bi,bj->bij', x0, xl) @ w,
+# meant to materialize [B, D, D] per layer: it compiled at 524.59M on v6e, the outer product fused into the
+# matrix-vector product; GPT-NeoX tensor parallelism whose fused [q | k | v] QKV output, sharded over the chips, is
+# cut with jnp.split(qkv, 3, -1): 18.57G vs 18.45G for the per-head layout on v6e, the partitioner reshards the
+# thirds cheaply and keeps the attention sharded over the heads; K-FAC factors stacked [48, D, D] and sharded over
+# their rows, gathered by the batched jnp.linalg.cholesky / cho_solve: the broken program failed (51.81G of 31.25G
+# on v6e with D = 4096) but its layer-sharded twin did not finish compiling within 4 minutes, and with D = 6144 the
+# twin failed too (48.12G, the blocked Cholesky's slices).)
+
+
+# 59.1 a video feature extractor that jax.lax.map's over the clips of a data-sharded batch (the loop axis is the sharded one)
+
+
+def _clip_lax_map_sharded_batch_builder(mesh, clips_per_device, frames, side, patch, width, per_chip_map):
+    """Offline feature extraction for a video-retrieval index: a ViT-style frame encoder (non-overlapping
+    patch embedding, two GELU MLP layers, mean pooling over frames and patches; bf16 compute, weights replicated)
+    applied to normalized f32 clips [B, T, H, W, 3] placed P('d') over the chips; to bound the activation memory
+    the encoder runs one clip at a time with jax.lax.map.
+    per_chip_map=False (the first version: jax.lax.map(embed_clip, clips) over the global batch: the mapped axis
+    is the sharded one, a scan's slice of it is not shard-local, so the partitioner all-gathers every clip onto
+    every chip before the loop); True: the same jax.lax.map inside jax.shard_map over 'd', each chip looping over
+    its own clips."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    g = side // patch
+
+    def embed_clip(encoder, clip):                                            # [T, H, W, 3] f32
+        x = clip.reshape(frames, g, patch, g, patch, 3).transpose(0, 1, 3, 2, 4, 5)
+        x = x.reshape(frames, g * g, patch * patch * 3).astype(bf)
+        h = jax.nn.gelu(x @ encoder["patch_proj"])
+        h = jax.nn.gelu(h @ encoder["mlp_in"]) @ encoder["mlp_out"]
+        return jnp.mean(h.astype(f32), (0, 1))
+
+    def extract_clip_features(encoder, clips):
+        if per_chip_map:
+            local = lambda enc, c: jax.lax.map(lambda clip: embed_clip(enc, clip), c)
+            return jax.shard_map(local, mesh=mesh, in_specs=(P(), P("d")), out_specs=P("d"),
+                                 check_vma=False)(encoder, clips)
+        return jax.lax.map(lambda clip: embed_clip(encoder, clip), clips)
+
+    r = lambda *s: sds(s, bf, mesh, P())
+    encoder = {"patch_proj": r(patch * patch * 3, width), "mlp_in": r(width, 4 * width), "mlp_out": r(4 * width, width)}
+    B = mesh.devices.size * clips_per_device
+    clips = sds((B, frames, side, side, 3), f32, mesh, P("d"))
+    return extract_clip_features, (encoder, clips), {}
+
+
+# 59.2 sequence-parallel ASR encoder whose frame classifier merges batch and frames (x.reshape(B*T, D)) over the sharded frame axis
+
+
+def _seqpar_reshape_merge_builder(mesh, utterances, frames_per_device, d_model, layers, senones, keep_3d):
+    """Training step of a hybrid-ASR acoustic model on long recordings with sequence parallelism: log-mel
+    features [B, T, 80] placed P(None, 'd') (the frames split over the chips), a linear front end and FFN blocks
+    (pre-LN, GELU, a lax.scan over stacked layers under jax.checkpoint; bf16 weights) whose activations are pinned
+    to P(None, 'd') by jax.lax.with_sharding_constraint, then a frame classifier over the senone inventory trained
+    with framewise cross-entropy against forced-alignment targets [B, T] (placed P(None, 'd')); SGD.
+    keep_3d=False (the first version, from the codebase's token-level heads: x.reshape(B * T, D) @ w_senone and
+    the targets flattened alike; the merged axis has the sharded frame axis minor, so the classifier's input,
+    logits and their gradient are not split over the chips); True: the classifier applied to [B, T, D] as it is,
+    the logits [B, T, senones] sharded over the frames like the encoder."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    seq = NamedSharding(mesh, P(None, "d"))
+
+    def layer_norm(x):
+        x32 = x.astype(f32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        return ((x32 - mu) * jax.lax.rsqrt(jnp.var(x32, -1, keepdims=True) + 1e-5)).astype(bf)
+
+    def acoustic_model_step(params, log_mel, alignment):
+        def loss_fn(params):
+            x = jax.lax.with_sharding_constraint(log_mel.astype(bf) @ params["frontend"], seq)
+
+            def block(x, lw):
+                x = x + jax.nn.gelu(layer_norm(x) @ lw["ffn_in"]) @ lw["ffn_out"]
+                return jax.lax.with_sharding_constraint(x, seq), None
+
+            x, _ = jax.lax.scan(jax.checkpoint(block), x, params["encoder"])
+            x = layer_norm(x)
+            if keep_3d:
+                logits = (x @ params["senone_head"]).astype(f32)                       # [B, T, S]
+                targets = alignment
+            else:
+                B, T, D = x.shape
+                logits = (x.reshape(B * T, D) @ params["senone_head"]).astype(f32)     # [B*T, S]
+                targets = alignment.reshape(B * T)
+            logp = jax.nn.log_softmax(logits)
+            return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *s: sds(s, bf, mesh, P())
+    D = d_model
+    params = {"frontend": r(80, D), "senone_head": r(D, senones),
+              "encoder": {"ffn_in": r(layers, D, 4 * D), "ffn_out": r(layers, 4 * D, D)}}
+    T = mesh.devices.size * frames_per_device
+    log_mel = sds((utterances, T, 80), f32, mesh, P(None, "d"))
+    alignment = sds((utterances, T), jnp.int32, mesh, P(None, "d"))
+    return acoustic_model_step, (params, log_mel, alignment), {"donate_argnums": (0,)}
+
+
+# 59.3 a ProteinMPNN-style featurizer that builds the atom-pair RBF edge features of every residue pair before the k-NN selection
+
+
+def _mpnn_all_pair_edge_features_builder(mesh, proteins, residues, neighbours, n_rbf, hidden, layers, knn_first):
+    """Training step of a ProteinMPNN-style inverse-folding model: backbone coordinates [B, L, 4, 3] (N, Ca, C, O)
+    plus the virtual Cb, the distances of the 25 atom pairs of every edge expanded in `n_rbf` Gaussian RBFs
+    (25 * n_rbf edge features), an edge embedding (linear, layer norm), the k nearest neighbours by Ca distance,
+    `layers` message-passing layers on node and edge states (a 3-layer GELU MLP on [h_i, h_j, e_ij], summed over
+    the neighbours) and a 21-way amino-acid cross-entropy; f32, proteins sharded over the chips, SGD.
+    knn_first=False (the first version: the RBF features and the edge embedding computed for every residue pair
+    [B, L, L, 25 * n_rbf] and [B, L, L, hidden], then the k-NN rows gathered from them, so the dense features and
+    the edge embedding's dense gradient sit in memory); True: ProteinMPNN's order: top-k on the Ca distances
+    [B, L, L] first, then the neighbours' coordinates gathered and the features built for [B, L, k] edges only."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    K, H = neighbours, hidden
+    mu = jnp.linspace(2.0, 22.0, n_rbf)
+
+    def layer_norm(x):
+        m = jnp.mean(x, -1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-5)
+
+    def backbone_atoms(X):                                                     # [B, L, 4, 3] -> [B, L, 5, 3]
+        n, ca, c = X[:, :, 0], X[:, :, 1], X[:, :, 2]
+        b, cc = ca - n, c - ca
+        cb = -0.58273431 * jnp.cross(b, cc) + 0.56802827 * b - 0.54067466 * cc + ca
+        return jnp.concatenate([X, cb[:, :, None]], 2)
+
+    def rbf(d):
+        return jnp.exp(-(((d[..., None] - mu) / 1.25) ** 2)).reshape(*d.shape[:-1], -1)   # [..., 25 * n_rbf]
+
+    def gather_nbrs(a, idx):                                                   # a [B, L, ...], idx [B, L, K]
+        return jax.vmap(lambda a_b, i_b: a_b[i_b])(a, idx)
+
+    def mpnn_train_step(params, X, sequence):
+        def loss_fn(params):
+            atoms = backbone_atoms(X)                                          # [B, L, 5, 3]
+            ca = atoms[:, :, 1]
+            d_ca = jnp.sqrt(jnp.sum((ca[:, :, None] - ca[:, None]) ** 2, -1) + 1e-6)   # [B, L, L]
+            _, nbr_idx = jax.lax.top_k(-d_ca, K)                               # [B, L, K]
+            if knn_first:
+                nbr_atoms = gather_nbrs(atoms, nbr_idx)                        # [B, L, K, 5, 3]
+                diff = atoms[:, :, None, :, None] - nbr_atoms[:, :, :, None]   # [B, L, K, 5, 5, 3]
+                d = jnp.sqrt(jnp.sum(diff ** 2, -1) + 1e-6).reshape(*nbr_idx.shape, 25)
+                e = layer_norm(rbf(d) @ params["edge_embedding"])              # [B, L, K, H]
+            else:
+                diff = atoms[:, :, None, :, None] - atoms[:, None, :, None]    # [B, L, L, 5, 5, 3]
+                d = jnp.sqrt(jnp.sum(diff ** 2, -1) + 1e-6).reshape(*d_ca.shape, 25)
+                e_all = layer_norm(rbf(d) @ params["edge_embedding"])          # [B, L, L, H]
+                e = jnp.take_along_axis(e_all, nbr_idx[..., None], 2)          # [B, L, K, H]
+            h = jnp.zeros((*ca.shape[:2], H), f32)
+            for i in range(layers):
+                w = params["layers"][i]
+                m = jnp.concatenate([jnp.broadcast_to(h[:, :, None], e.shape), gather_nbrs(h, nbr_idx), e], -1)
+                m = jax.nn.gelu(jax.nn.gelu(m @ w["W1"]) @ w["W2"]) @ w["W3"]
+                h = layer_norm(h + jnp.sum(m, 2) / K)
+            logp = jax.nn.log_softmax(h @ params["W_out"])
+            return -jnp.mean(jnp.take_along_axis(logp, sequence[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    r = lambda *s: sds(s, f32, mesh, P())
+    params = {"edge_embedding": r(25 * n_rbf, H), "W_out": r(H, 21),
+              "layers": [{"W1": r(3 * H, H), "W2": r(H, H), "W3": r(H, H)} for _ in range(layers)]}
+    B = mesh.devices.size * proteins
+    X = sds((B, residues, 4, 3), f32, mesh, P("d"))
+    sequence = sds((B, residues), jnp.int32, mesh, P("d"))
+    return mpnn_train_step, (params, X, sequence), {"donate_argnums": (0,)}
+
+
+pair(
+    "video_clips_lax_map_over_sharded_batch", "v5e", "v5e:2x2",
+    "An offline video feature extractor on v5e whose normalized f32 clips (64 clips of 64 frames at 768x768, "
+    "6.75 GiB per chip, placed P('d')) are embedded one clip at a time with jax.lax.map over the global batch: "
+    "the mapped axis is the sharded one, so every chip all-gathers every clip before the loop, beyond 15.75G.",
+    "Fixed variant of video_clips_lax_map_over_sharded_batch_v5e: the same jax.lax.map inside jax.shard_map "
+    "over 'd', each chip looping over its own 16 clips; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor"]),
+    _clip_lax_map_sharded_batch_builder,
+    dict(clips_per_device=16, frames=64, side=768, patch=16, width=1024, per_chip_map=False),
+    dict(clips_per_device=16, frames=64, side=768, patch=16, width=1024, per_chip_map=True),
+    dump=True,
+)
+
+
+pair(
+    "asr_seqpar_frames_merged_by_reshape", "v4", "v4:2x2x1",
+    "A hybrid-ASR acoustic model trained on v4 with sequence parallelism (4 recordings of 131072 frames, the "
+    "frames split over the 8 TensorCores by with_sharding_constraint P(None, 'd')) whose senone classifier "
+    "first merges batch and frames, x.reshape(B * T, D): the merged axis has the sharded frame axis minor, "
+    "so the classifier's logits over 8192 senones and their gradient are not split, beyond 15.25G.",
+    "Fixed variant of asr_seqpar_frames_merged_by_reshape_v4: the classifier applied to [B, T, D] as it is, "
+    "the logits sharded over the frames; fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "large_activation"]),
+    _seqpar_reshape_merge_builder,
+    dict(utterances=4, frames_per_device=16384, d_model=1024, layers=4, senones=8192, keep_3d=False),
+    dict(utterances=4, frames_per_device=16384, d_model=1024, layers=4, senones=8192, keep_3d=True),
+    dump=False,
+)
+
+
+pair(
+    "proteinmpnn_all_pair_edge_features", "v5p", "v5p:2x2x1",
+    "A ProteinMPNN-style inverse-folding model trained on v5p (40 backbones of 1024 residues per chip) whose "
+    "featurizer computes the 25 atom-pair RBF edge features (400 per edge) and the edge embedding for every "
+    "residue pair, f32[40,1024,1024,128] (20 GiB) and its gradient, and only then gathers the 48 nearest "
+    "neighbours: beyond 95.74G.",
+    "Fixed variant of proteinmpnn_all_pair_edge_features_v5p: the 48 nearest neighbours selected on the Ca "
+    "distances first, the features built for [B, L, 48] edges only; fits.",
+    dict(category="single_large_allocation", category_also=["aggregate"],
+         causes=["large_activation", "batch_too_large"]),
+    _mpnn_all_pair_edge_features_builder,
+    dict(proteins=40, residues=1024, neighbours=48, n_rbf=16, hidden=128, layers=3, knn_first=False),
+    dict(proteins=40, residues=1024, neighbours=48, n_rbf=16, hidden=128, layers=3, knn_first=True),
+    dump=False,
+)
+
+
+# 59.4 a pixel-based CQL critic whose conservative term runs the conv encoder on the observations repeated per sampled action
+
+
+def _cql_repeated_obs_encoder_builder(mesh, states, samples, side, stack, action_dim, encode_once):
+    """Critic update of offline conservative Q-learning (CQL) from pixels: stacked frames [B, side, side, stack]
+    (uint8, scaled to [0, 1]) through a DrQ-style conv encoder (4 3x3 convs of 32 channels, the first with
+    stride 2, a linear projection to 50, layer norm, tanh) shared by a Q head (2 ReLU layers of 1024 on
+    [z, a]); the TD loss on the dataset actions against given targets, plus CQL's regularizer, the logsumexp of
+    Q over `samples` sampled actions per state (uniform and policy samples from the data pipeline) minus Q of the
+    dataset action; f32, states sharded over the chips, SGD.
+    encode_once=False (the first version, as CQL's reference implementation writes it: the observations
+    repeated per sampled action, jnp.repeat(obs, samples, 0), and the whole critic, encoder included, run on the
+    [B * samples] copies, so the encoder's activations exist `samples` times for the backward pass); True: the
+    encoder run once per state and its 50-dim embedding repeated (the same loss and gradients)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+
+    def conv(x, w, stride):
+        return jax.lax.conv_general_dilated(x, w, (stride, stride), "VALID",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def encoder(params, obs):
+        h = obs.astype(f32) / 255.0
+        for i, stride in enumerate((2, 1, 1, 1)):
+            h = jax.nn.relu(conv(h, params[f"conv{i}"], stride))
+        z = h.reshape(h.shape[0], -1) @ params["proj"]
+        mu = jnp.mean(z, -1, keepdims=True)
+        return jnp.tanh((z - mu) * jax.lax.rsqrt(jnp.var(z, -1, keepdims=True) + 1e-5))
+
+    def q_head(params, z, a):
+        h = jax.nn.relu(jnp.concatenate([z, a], -1) @ params["q_w1"])
+        return (jax.nn.relu(h @ params["q_w2"]) @ params["q_w3"])[:, 0]
+
+    def cql_critic_step(critic, obs, actions, td_targets, sampled_actions):
+        B = obs.shape[0]
+
+        def loss_fn(critic):
+            z = encoder(critic, obs)
+            q_data = q_head(critic, z, actions)
+            flat_a = sampled_actions.reshape(B * samples, action_dim)
+            if encode_once:
+                q_samp = q_head(critic, jnp.repeat(z, samples, 0), flat_a)
+            else:
+                obs_rep = jnp.repeat(obs, samples, 0)                          # [B * samples, side, side, stack]
+                q_samp = q_head(critic, encoder(critic, obs_rep), flat_a)
+            cql = jax.nn.logsumexp(q_samp.reshape(B, samples), -1) - q_data
+            return jnp.mean((q_data - td_targets) ** 2) + 5.0 * jnp.mean(cql)
+
+        loss, grads = jax.value_and_grad(loss_fn)(critic)
+        return _tm(lambda p, g: p - 3e-4 * g, critic, grads), loss
+
+    r = lambda *s: sds(s, f32, mesh, P())
+    o = (side - 3) // 2 + 1 - 6
+    critic = {"conv0": r(3, 3, stack, 32), "conv1": r(3, 3, 32, 32), "conv2": r(3, 3, 32, 32),
+              "conv3": r(3, 3, 32, 32), "proj": r(o * o * 32, 50),
+              "q_w1": r(50 + action_dim, 1024), "q_w2": r(1024, 1024), "q_w3": r(1024, 1)}
+    B = mesh.devices.size * states
+    obs = sds((B, side, side, stack), jnp.uint8, mesh, P("d"))
+    actions = sds((B, action_dim), f32, mesh, P("d"))
+    td_targets = sds((B,), f32, mesh, P("d"))
+    sampled_actions = sds((B, samples, action_dim), f32, mesh, P("d"))
+    return cql_critic_step, (critic, obs, actions, td_targets, sampled_actions), {"donate_argnums": (0,)}
+
+
+pair(
+    "cql_pixel_critic_repeated_obs_encoder", "v6e", "v6e:2x2",
+    "An offline CQL critic update from pixels on v6e (1536 states of 84x84x9 stacked frames per chip, 30 "
+    "sampled actions per state) whose conservative logsumexp term repeats the observations per sampled action, "
+    "jnp.repeat(obs, 30, 0), and runs the conv encoder on all 46080 copies, its activations kept for the "
+    "backward pass: beyond 31.25G.",
+    "Fixed variant of cql_pixel_critic_repeated_obs_encoder_v6e: the encoder run once per state and its "
+    "50-dim embedding repeated; fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _cql_repeated_obs_encoder_builder,
+    dict(states=1536, samples=30, side=84, stack=9, action_dim=6, encode_once=False),
+    dict(states=1536, samples=30, side=84, stack=9, action_dim=6, encode_once=True),
+    dump=False,
+)
+
+
+# --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
 
