@@ -149,6 +149,17 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
     out
 }
 
+/// The entry computation's parameters that are arrays (not tuples), with their numbers.
+fn array_params<'a, 'm>(
+    entry: &'a hbm_doctor_hlo::hlo::Computation<'m>,
+) -> impl Iterator<Item = (u32, &'a Instruction<'m>)> + 'a {
+    entry
+        .instructions
+        .iter()
+        .filter(|i| i.opcode == "parameter" && !i.shape.starts_with('('))
+        .filter_map(|p| Some((p.parameter_number()?, p)))
+}
+
 /// Large entry parameters left whole on every device of an SPMD module, and the buffers of the
 /// same shape (updated weights, gradients) that follow them.
 fn replicated(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<String>) -> Vec<Cause> {
@@ -825,15 +836,8 @@ fn no_donation(m: &HloModule<'_>, s: &SpaceReport) -> Vec<Cause> {
         .collect();
     let threshold = (s.peak_bytes / 50).max(MIB);
     let mut found = Vec::new();
-    for p in entry
-        .instructions
-        .iter()
-        .filter(|i| i.opcode == "parameter")
-    {
-        let Some(num) = p.parameter_number() else {
-            continue;
-        };
-        if aliased.contains(&num) || p.shape.starts_with('(') {
+    for (num, p) in array_params(entry) {
+        if aliased.contains(&num) {
             continue;
         }
         let size = s
@@ -952,15 +956,8 @@ fn donated_copied(m: &HloModule<'_>, s: &SpaceReport, claimed: &mut HashSet<Stri
     };
     let aliased: HashSet<u32> = m.input_output_alias.iter().map(|a| a.param).collect();
     let mut out = Vec::new();
-    for p in entry
-        .instructions
-        .iter()
-        .filter(|i| i.opcode == "parameter")
-    {
-        let Some(num) = p.parameter_number() else {
-            continue;
-        };
-        if !aliased.contains(&num) || p.shape.starts_with('(') {
+    for (num, p) in array_params(entry) {
+        if !aliased.contains(&num) {
             continue;
         }
         let pname = p.name.trim_start_matches('%');
