@@ -1922,11 +1922,6 @@ fn loop_stacked(a: &Allocation) -> bool {
         })
 }
 
-/// [`loop_stacked`], and a stack along a scan's iterations. Not when its leading dimension leads
-/// more allocations that are no such slot than slots that are (one step's temporaries, led by
-/// the batch: `f32[112,16,1024,1024]` reused again and again beside `bf16[112,1024,8192]`,
-/// `bf16[112,16,128,1024]`...), unless the value of one iteration (the shape without its
-/// leading dimension) is listed too (`bf16[8,112,1024,2048]` beside `bf16[112,1024,2048]`).
 /// A buffer shaped exactly like an array the program holds (an entry parameter in the memory
 /// usage report's later tables): a stack `[layers, d, f]` of that shape is the parameters'
 /// gradient or update, which rematerialization cannot remove, not activations.
@@ -1938,6 +1933,11 @@ fn held_shaped(e: &Event, a: &Allocation) -> bool {
         .any(|h| h.type_name == s.type_name && h.dims == s.dims)
 }
 
+/// [`loop_stacked`], and a stack along a scan's iterations. Not when its leading dimension leads
+/// more allocations that are no such slot than slots that are (one step's temporaries, led by
+/// the batch: `f32[112,16,1024,1024]` reused again and again beside `bf16[112,1024,8192]`,
+/// `bf16[112,16,128,1024]`...), unless the value of one iteration (the shape without its
+/// leading dimension) is listed too (`bf16[8,112,1024,2048]` beside `bf16[112,1024,2048]`).
 fn scan_stacked(a: &Allocation, allocs: &[Allocation], listed: &[Shape]) -> bool {
     if !loop_stacked(a) {
         return false;
@@ -2261,17 +2261,14 @@ fn no_remat(ctx: &Ctx<'_>) -> Option<Cause> {
     // Or a scan's stacked outputs filling the report (`5×bf16[16,32768,8192]` in slot after
     // slot): every layer's activations kept for the backward pass.
     let listed: Vec<Shape> = listed_shapes(&e.allocations).collect();
-    let all_stacked = e
+    let mut stacked: Vec<&Allocation> = e
         .allocations
         .iter()
         .filter(|a| scan_stacked(a, &e.allocations, &listed))
-        .count();
-    // (Stacks shaped like a held parameter are its gradient or update: not activations.)
-    let stacked: Vec<&Allocation> = e
-        .allocations
-        .iter()
-        .filter(|a| scan_stacked(a, &e.allocations, &listed) && !held_shaped(e, a))
         .collect();
+    let all_stacked = stacked.len();
+    // (Stacks shaped like a held parameter are its gradient or update: not activations.)
+    stacked.retain(|a| !held_shaped(e, a));
     let stacked_bytes: u64 = stacked.iter().map(|a| a.size_bytes).sum();
     if fwd.is_empty() && all_stacked >= 3 && stacked.len() >= 2 {
         let layers = stacked
@@ -2519,10 +2516,7 @@ fn gathered_from_held(ctx: &Ctx<'_>) -> Option<Cause> {
         |a: &'_ Allocation, split: fn(&Shape, &Shape) -> Option<u64>| -> Option<(Shape, u64)> {
             let w = shape_of(a)?;
             // (An array the program holds whole is no gathered copy of itself.)
-            if held
-                .iter()
-                .any(|h| h.type_name == w.type_name && h.dims == w.dims)
-            {
+            if held_shaped(e, a) {
                 return None;
             }
             let k = held
