@@ -439,8 +439,7 @@ fn short_trend(seg: &Segment, markers: &[Marker], a: &mut Analysis) {
         // (A stepwise climb read before and after each step, `115, 1171, 1171, 2196 MB`, holds
         // level between its rises: never lower, and most of its steps rises.)
         let rises = y.windows(2).filter(|p| p[1] > p[0]).count();
-        let never_lower = y.windows(2).all(|p| p[1] >= p[0]);
-        let climbing = never_lower && rises * 2 > y.len() - 1 || rises == y.len() - 1;
+        let climbing = y.windows(2).all(|p| p[1] >= p[0]) && rises * 2 > y.len() - 1;
         if climbing && first > 0.0 && last >= 1.5 * first && !dying {
             a.suspected = true;
             add_reason(
