@@ -21246,6 +21246,300 @@ pair(
 
 
 # --------------------------------------------------------------------------------------------
+# ---- 60. more broken/fixed pairs (batch tpu49): other models, other names ---------------------
+#
+# Programs of kinds sections 13-59 do not have, from speech, vector search and speaker recognition. Placement:
+# regex partition rules written for re.search (unanchored suffixes such as r'ffn/wi') applied by a helper that
+# calls re.match, anchored at the start of "encoder/layers/ffn/wi", so only the catch-all '.*' -> P() matches and
+# the stacked encoder kernels and their Adam moments are replicated, instead of re.search; hand-written Megatron
+# tensor parallelism in jax.shard_map whose down projection wo copies the up projection's column spec
+# P(None, None, 'model'), so the block all-gathers the hidden [B, S, F] of every layer (kept for the backward
+# pass), instead of a row-parallel wo and a psum. Activations and program structure: the k-means step of an IVF
+# coarse quantizer (data-parallel in jax.shard_map, spilled top-2 assignment) that computes the f32 distances of
+# every local point to every centroid at once, [N, K], instead of assigning the points chunk by chunk with
+# jax.lax.map; a speaker-identification (AAM-softmax) head whose one-hot targets are written as NumPy's idiom
+# jnp.eye(n_speakers)[speaker_ids], materializing the [n_speakers, n_speakers] identity, instead of
+# jax.nn.one_hot.
+# (Rewritten: the k-means step with a plain nearest-centroid jnp.argmin compiled at 272.65M on v6e, the distance
+# matmul fused with the argmin reduction, so [N, K] never existed; the spilled top-2 assignment materializes it.)
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch tpu49 for
+# which pairs keep their dumps and what did not go as first written.
+
+
+# 60.1 regex partition rules written for re.search, applied with re.match: only the catch-all matches, all replicated
+
+
+def _re_match_partition_rules_builder(mesh, layers, d_model, d_ff, vocab, seqs, seq_len, use_search):
+    """Pre-training step of a speech-text (phoneme-level) transformer-style encoder made of pre-LN FFN blocks
+    (a lax.scan over stacked layers under jax.checkpoint, f32 params and Adam moments, donated) on a 1-D
+    ('fsdp',) mesh, sequences sharded over it. The params are sharded by the codebase's regex rules, first match
+    wins, written as unanchored patterns for re.search:
+        (r'ffn/wi', P(None, 'fsdp', None)), (r'ffn/wo', P(None, None, 'fsdp')),
+        (r'embed/tokens', P('fsdp', None)), (r'lm_head', P(None, 'fsdp')), (r'.*', P()),
+    matched against '/'-joined names such as 'encoder/layers/ffn/wi'; the moments take the params' specs.
+    use_search=False (the first version: the partitioning helper calls re.match(pattern, name), which anchors
+    the pattern at the start of the name: the top-level 'embed/tokens' and 'lm_head' still match, but for the
+    stacked encoder kernels 'encoder/layers/ffn/wi' and '.../wo' only '.*' does, so they and their moments are
+    replicated); True: re.search(pattern, name)."""
+    jax, jnp, NamedSharding, P = _jax()
+    import re
+    from jax.sharding import Mesh
+    f32 = jnp.float32
+    fmesh = Mesh(mesh.devices, ("fsdp",))
+    L, D, F, V = layers, d_model, d_ff, vocab
+    PARTITION_RULES = [
+        (r"ffn/wi", P(None, "fsdp", None)), (r"ffn/wo", P(None, None, "fsdp")),
+        (r"embed/tokens", P("fsdp", None)), (r"lm_head", P(None, "fsdp")), (r".*", P()),
+    ]
+
+    def match_partition_rules(name):
+        for pattern, spec in PARTITION_RULES:
+            if (re.search if use_search else re.match)(pattern, name):
+                return spec
+
+    def spec_for(path, leaf):
+        name = "/".join(str(getattr(k, "key", k)) for k in path)
+        return jax.ShapeDtypeStruct(leaf.shape, f32, sharding=NamedSharding(fmesh, match_partition_rules(name)))
+
+    def layer_norm(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-6)
+
+    def block(x, w):
+        return x + jax.nn.gelu(layer_norm(x) @ w["ffn"]["wi"]) @ w["ffn"]["wo"], None
+
+    def phoneme_lm_train_step(params, opt_state, tokens, targets):
+        def loss_fn(params):
+            x = params["embed"]["tokens"][tokens]
+            x, _ = jax.lax.scan(jax.checkpoint(block), x, params["encoder"]["layers"])
+            logp = jax.nn.log_softmax(layer_norm(x) @ params["lm_head"])
+            return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    shapes = {"embed": {"tokens": (V, D)},
+              "encoder": {"layers": {"ffn": {"wi": (L, D, F), "wo": (L, F, D)}}},
+              "lm_head": (D, V)}
+    abstract = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s, f32), shapes,
+                                      is_leaf=lambda s: isinstance(s, tuple))
+    params = jax.tree_util.tree_map_with_path(spec_for, abstract)
+    moments = _tm(lambda a: jax.ShapeDtypeStruct(a.shape, f32, sharding=a.sharding), params)
+    opt_state = {"count": sds((), jnp.int32, fmesh, P()), "mu": moments, "nu": moments}
+    B = mesh.devices.size * seqs
+    tokens = sds((B, seq_len), jnp.int32, fmesh, P("fsdp"))
+    targets = sds((B, seq_len), jnp.int32, fmesh, P("fsdp"))
+    return phoneme_lm_train_step, (params, opt_state, tokens, targets), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "phoneme_lm_partition_rules_re_match", "v5e", "v5e:2x2",
+    "A phoneme-level encoder LM (24 FFN blocks, D=2560, d_ff=10240, 1.43B f32 params, Adam) pre-trained on v5e "
+    "whose regex partition rules (r'ffn/wi', r'ffn/wo', ...; written for re.search) are applied with "
+    "re.match, anchored at the start of 'encoder/layers/ffn/wi': for the stacked FFN kernels only the "
+    "catch-all '.*' -> P() matches, so they and their Adam moments are replicated (14.53G of arguments) beside "
+    "their gradients, beyond 15.75G.",
+    "Fixed variant of phoneme_lm_partition_rules_re_match_v5e: the rules applied with re.search, so the FFN "
+    "kernels and their moments are sharded over 'fsdp' like the embedding and the head; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _re_match_partition_rules_builder,
+    dict(layers=24, d_model=2560, d_ff=10240, vocab=32768, seqs=2, seq_len=1024, use_search=False),
+    dict(layers=24, d_model=2560, d_ff=10240, vocab=32768, seqs=2, seq_len=1024, use_search=True),
+    dump=False,
+)
+
+
+# 60.2 the k-means step of an IVF coarse quantizer computing every point-centroid distance at once, in f32
+
+
+def _ivf_kmeans_all_distances_builder(mesh, points_per_device, dim, centroids, spill, chunk):
+    """One Lloyd iteration of the k-means that trains an IVF (inverted-file) coarse quantizer for a vector-search
+    index, data-parallel in jax.shard_map over 'd': the training vectors [N, dim] (bf16, sharded), the centroids
+    [K, dim] (f32, replicated); each chip assigns every point to its `spill` nearest centroids (ScaNN/SOAR-style
+    spilled assignment, jax.lax.top_k over -distances, |x|^2 - 2 x.c + |c|^2 in f32), sums the assigned points
+    and counts per centroid (segment_sum), psums them over 'd' and returns the new centroids (empty clusters keep
+    their centroid).
+    chunk=None (the first version: the distances of every local point to every centroid computed at once,
+    f32[N, K], then top_k); an int: the same assignment with jax.lax.map over chunks of `chunk` local points,
+    one [chunk, K] distance block alive at a time."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    K = centroids
+
+    def assign(points, cents, c_sq):
+        x = points.astype(f32)
+        dists = jnp.sum(x * x, -1, keepdims=True) - 2.0 * x @ cents.T + c_sq[None]     # [n, K] f32
+        return jax.lax.top_k(-dists, spill)[1]                                         # [n, spill]
+
+    def local_step(points, cents):
+        c_sq = jnp.sum(cents * cents, -1)
+        if chunk is None:
+            ids = assign(points, cents, c_sq)
+        else:
+            blocks = points.reshape(-1, chunk, dim)
+            ids = jax.lax.map(lambda b: assign(b, cents, c_sq), blocks).reshape(-1, spill)
+        ids = ids.reshape(-1)
+        sums = jax.ops.segment_sum(jnp.repeat(points.astype(f32), spill, 0), ids, num_segments=K)
+        counts = jax.ops.segment_sum(jnp.ones(ids.shape, f32), ids, num_segments=K)
+        sums, counts = jax.lax.psum((sums, counts), "d")
+        return jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None], cents)
+
+    def ivf_kmeans_step(train_vectors, coarse_centroids):
+        return jax.shard_map(local_step, mesh=mesh, in_specs=(P("d"), P()), out_specs=P(),
+                             check_vma=False)(train_vectors, coarse_centroids)
+
+    N = mesh.devices.size * points_per_device
+    train_vectors = sds((N, dim), jnp.bfloat16, mesh, P("d"))
+    coarse_centroids = sds((K, dim), f32, mesh, P())
+    return ivf_kmeans_step, (train_vectors, coarse_centroids), {"donate_argnums": (1,)}
+
+
+pair(
+    "ivf_kmeans_all_point_centroid_distances", "v6e", "v6e:2x2",
+    "The k-means step of an IVF coarse quantizer on v6e (262144 bf16 vectors of dim 256 per chip, 32768 "
+    "centroids) in jax.shard_map that computes the f32 distance of every local point to every centroid at "
+    "once, f32[262144,32768] (32 GiB), before its top-2 (spilled) assignment: beyond 31.25G.",
+    "Fixed variant of ivf_kmeans_all_point_centroid_distances_v6e: the assignment run with jax.lax.map over "
+    "chunks of 8192 local points, one [8192, 32768] distance block at a time; fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _ivf_kmeans_all_distances_builder,
+    dict(points_per_device=262144, dim=256, centroids=32768, spill=2, chunk=None),
+    dict(points_per_device=262144, dim=256, centroids=32768, spill=2, chunk=8192),
+    dump=False,
+)
+
+
+# 60.3 speaker-ID one-hot targets written as jnp.eye(n_speakers)[speaker_ids]: the whole identity materialized
+
+
+def _eye_one_hot_builder(mesh, utterances, frames, d_model, speakers, use_one_hot):
+    """Training step of a speaker-identification model (an x-vector-style TDNN embedder: frame-level dense
+    layers over log-mel features [B, T, 80], statistics pooling, a 512-dim embedding) with an additive angular
+    margin (AAM-softmax) head over `speakers` classes (normalized f32 class weights replicated, batch sharded
+    over 'd'); SGD. The margin is applied to the target logit through the one-hot targets.
+    use_one_hot=False (the first version, NumPy's idiom: targets = jnp.eye(speakers)[speaker_ids], so the
+    f32 [speakers, speakers] identity is built and gathered from); True: jax.nn.one_hot(speaker_ids, speakers)."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    S = speakers
+
+    def speaker_id_train_step(params, log_mel, speaker_ids):
+        def loss_fn(params):
+            h = jax.nn.relu(log_mel @ params["tdnn1"])
+            h = jax.nn.relu(h @ params["tdnn2"])
+            stats = jnp.concatenate([jnp.mean(h, 1), jnp.std(h, 1)], -1)
+            emb = stats @ params["segment"]
+            emb = emb * jax.lax.rsqrt(jnp.sum(emb * emb, -1, keepdims=True) + 1e-6)
+            w = params["aam_head"]
+            w = w * jax.lax.rsqrt(jnp.sum(w * w, 0, keepdims=True) + 1e-6)
+            cos = emb @ w                                                             # [B, S]
+            if use_one_hot:
+                targets = jax.nn.one_hot(speaker_ids, S, dtype=f32)
+            else:
+                targets = jnp.eye(S, dtype=f32)[speaker_ids]
+            theta = jnp.arccos(jnp.clip(cos, -1 + 1e-6, 1 - 1e-6))
+            logits = 30.0 * jnp.where(targets > 0, jnp.cos(theta + 0.2), cos)
+            return -jnp.mean(jnp.sum(targets * jax.nn.log_softmax(logits), -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-2 * g, params, grads), loss
+
+    r = lambda *s: sds(s, f32, mesh, P())
+    params = {"tdnn1": r(80, d_model), "tdnn2": r(d_model, d_model), "segment": r(2 * d_model, 512),
+              "aam_head": r(512, S)}
+    B = mesh.devices.size * utterances
+    log_mel = sds((B, frames, 80), f32, mesh, P("d"))
+    speaker_ids = sds((B,), jnp.int32, mesh, P("d"))
+    return speaker_id_train_step, (params, log_mel, speaker_ids), {"donate_argnums": (0,)}
+
+
+pair(
+    "speaker_id_eye_one_hot_targets", "v4", "v4:2x2x1",
+    "A speaker-identification model (x-vector embedder, AAM-softmax head over 65536 speakers) trained on v4 "
+    "whose one-hot targets are written jnp.eye(n_speakers)[speaker_ids]: the f32 [65536, 65536] identity (16 GiB) "
+    "is materialized to be gathered from, beyond 15.25G.",
+    "Fixed variant of speaker_id_eye_one_hot_targets_v4: targets = jax.nn.one_hot(speaker_ids, n_speakers); "
+    "fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _eye_one_hot_builder,
+    dict(utterances=32, frames=200, d_model=512, speakers=65536, use_one_hot=False),
+    dict(utterances=32, frames=200, d_model=512, speakers=65536, use_one_hot=True),
+    dump=True,
+)
+
+
+# 60.4 tensor-parallel FFN in shard_map whose down projection copies the up projection's column spec (hidden all-gathered)
+
+
+def _tp_ffn_column_down_proj_builder(mesh, seqs, seq_len, d_model, d_ff, layers, row_parallel_wo):
+    """Fine-tuning step of a text encoder (pre-RMSNorm GELU FFN blocks, bf16 throughout, a lax.scan over stacked layers, no
+    rematerialization; SGD) with Megatron-style tensor parallelism written by hand in jax.shard_map over a 1-D
+    ('model',) mesh: the sequences [B, S, D] replicated over 'model', the up projection wi [L, D, F]
+    column-parallel, in_specs P(None, None, 'model'), each chip computing its slice of the hidden [B, S, F/n].
+    row_parallel_wo=False (the first version: the kernel spec list gives the down projection wo [L, F, D] the same
+    column spec P(None, None, 'model'), and the block was made to run by all-gathering the hidden,
+    jax.lax.all_gather(h, 'model', axis=-1, tiled=True), before h @ wo and the output's D slices after it, so the
+    whole [B, S, F] hidden of every layer sits on every chip and is kept for the backward pass); True: Megatron's
+    row-parallel wo, in_specs P(None, 'model', None), the local hidden slice times the local rows of wo, summed
+    with jax.lax.psum."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf = jnp.bfloat16
+    tmesh = Mesh(mesh.devices, ("model",))
+    wo_spec = P(None, "model", None) if row_parallel_wo else P(None, None, "model")
+
+    def rms_norm(x):
+        return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), -1, keepdims=True) + 1e-6)
+
+    def ffn_block(x, w):
+        h = jax.nn.gelu(rms_norm(x) @ w["wi"])                                  # [B, S, F/n]
+        if row_parallel_wo:
+            out = jax.lax.psum(h @ w["wo"], "model")                            # [B, S, D]
+        else:
+            h_full = jax.lax.all_gather(h, "model", axis=2, tiled=True)         # [B, S, F]
+            out = jax.lax.all_gather(h_full @ w["wo"], "model", axis=2, tiled=True)
+        return x + out, None
+
+    def encoder(ffn, x):
+        x, _ = jax.lax.scan(ffn_block, x, ffn)
+        return x
+
+    def tp_encoder_finetune_step(ffn, x, y):
+        def loss_fn(ffn):
+            tp = jax.shard_map(encoder, mesh=tmesh,
+                               in_specs=({"wi": P(None, None, "model"), "wo": wo_spec}, P()), out_specs=P(),
+                               check_vma=False)
+            out = tp(ffn, x)
+            return jnp.mean((out.astype(jnp.float32) - y) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(ffn)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), ffn, grads), loss
+
+    L, D, F = layers, d_model, d_ff
+    ffn = {"wi": sds((L, D, F), bf, tmesh, P(None, None, "model")), "wo": sds((L, F, D), bf, tmesh, wo_spec)}
+    x = sds((seqs, seq_len, D), bf, tmesh, P())
+    y = sds((seqs, seq_len, D), jnp.float32, tmesh, P())
+    return tp_encoder_finetune_step, (ffn, x, y), {"donate_argnums": (0,)}
+
+
+pair(
+    "tp_ffn_down_proj_column_spec", "v6e", "v6e:2x2",
+    "A text encoder fine-tuned on v6e with hand-written tensor parallelism in jax.shard_map (24 FFN blocks, "
+    "D=2048, d_ff=8192, 4 sequences of 8192) whose down projection wo was given the up projection's column "
+    "spec P(None, None, 'model'): the block all-gathers the hidden to multiply, so every layer's whole "
+    "[4, 8192, 8192] bf16 hidden is on every chip and kept for the backward pass, beyond 31.25G.",
+    "Fixed variant of tp_ffn_down_proj_column_spec_v6e: wo row-parallel, in_specs P(None, 'model', None), the "
+    "local hidden slice times the local rows, summed with jax.lax.psum; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "no_remat"]),
+    _tp_ffn_column_down_proj_builder,
+    dict(seqs=4, seq_len=8192, d_model=2048, d_ff=8192, layers=24, row_parallel_wo=False),
+    dict(seqs=4, seq_len=8192, d_model=2048, d_ff=8192, layers=24, row_parallel_wo=True),
+    dump=False,
+)
+
+
+# --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
 
