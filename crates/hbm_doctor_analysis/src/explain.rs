@@ -2658,10 +2658,9 @@ fn allocations_mentioning<'a>(allocs: &'a [Allocation], needles: &[&str]) -> Vec
 
 fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    let hits = allocations_mentioning(
+    let mut hits = allocations_mentioning(
         &e.allocations,
         &[
-            "token[]",
             "debug_callback",
             "debug_print",
             "outfeed",
@@ -2670,6 +2669,14 @@ fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
             "io_callback",
         ],
     );
+    // A TPU report's slot shared with several tokens (`f32[131072,32768], f32[], 5×token[]`) is
+    // a host transfer's buffer: each print or callback threads one. A single token in a slot
+    // (an ordering value beside a top-k's matrix) is not.
+    for a in allocations_mentioning(&e.allocations, &["×token[]"]) {
+        if !hits.iter().any(|h| std::ptr::eq(*h, a)) {
+            hits.push(a);
+        }
+    }
     if hits.is_empty() {
         return None;
     }
@@ -4271,6 +4278,12 @@ mod corpus_tests {
         // integer array the program holds (no gradient is integer), the state twice.
         let c = first_causes("tpu/dqn_replay_fifo_concatenate_v5e/stderr.log");
         assert_eq!(c[0], CauseKind::NoDonation, "{c:?}");
+        // One token sharing the slot of a k-means distance matrix is no host callback; five
+        // tokens beside a printed array are.
+        let c = first_causes("tpu/ivf_kmeans_all_point_centroid_distances_v6e/stderr.log");
+        assert_eq!(c[0], CauseKind::LargeActivation, "{c:?}");
+        let c = first_causes("tpu/debug_print_v5e/stderr.log");
+        assert_eq!(c[0], CauseKind::DebugPrint, "{c:?}");
     }
 
     #[test]
