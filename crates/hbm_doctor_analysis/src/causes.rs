@@ -52,7 +52,7 @@ pub const CAUSES: &[Spec] = &[
     Spec {
         kind: CauseKind::DebugPrint,
         meaning: "jax.debug.print / jax.debug.callback / host transfers force a large tensor to materialize",
-        needs: "host transfers (send/recv, outfeed, callbacks) or op_names naming debug_print / debug_callback whose operands are large",
+        needs: "host transfers (send/recv, outfeed, callbacks) or op_names naming debug_print / debug_callback whose operands are large; in a TPU memory usage report, a large slot shared with several tokens (`5×token[]`: one per print or callback; since session 20 a single token, an ordering value, is not enough)",
         savings: "the buffers kept live only for the transfer; with a dump, the peak recomputed without them",
         advice: &[
             "Remove jax.debug.print / jax.debug.callback / host_callback on large arrays from the jitted step, or print a reduction (x.sum(), x[:4]) instead of the whole array.",
