@@ -2658,9 +2658,13 @@ fn allocations_mentioning<'a>(allocs: &'a [Allocation], needles: &[&str]) -> Vec
 
 fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
-    let mut hits = allocations_mentioning(
+    // (A TPU report's slot shared with several tokens, `f32[131072,32768], f32[], 5×token[]`,
+    // is a host transfer's buffer: each print or callback threads one. A single token in a
+    // slot, an ordering value beside a top-k's matrix, is not.)
+    let hits = allocations_mentioning(
         &e.allocations,
         &[
+            "×token[]",
             "debug_callback",
             "debug_print",
             "outfeed",
@@ -2669,14 +2673,6 @@ fn debug_print(ctx: &Ctx<'_>) -> Option<Cause> {
             "io_callback",
         ],
     );
-    // A TPU report's slot shared with several tokens (`f32[131072,32768], f32[], 5×token[]`) is
-    // a host transfer's buffer: each print or callback threads one. A single token in a slot
-    // (an ordering value beside a top-k's matrix) is not.
-    for a in allocations_mentioning(&e.allocations, &["×token[]"]) {
-        if !hits.iter().any(|h| std::ptr::eq(*h, a)) {
-            hits.push(a);
-        }
-    }
     if hits.is_empty() {
         return None;
     }
