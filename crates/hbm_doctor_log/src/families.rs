@@ -124,8 +124,10 @@ fn p() -> &'static Patterns {
             r"(?i)(?:CUDA|HIP|XPU)\s+out\s+of\s+memory\s*[.,]?\s*(?:Tried\s+to\s+allocate\s*{SZ}\s*)?\(?\s*GPU\s*(\d+)\s*;\s*{SZ}\s*total\s*capacity(?:\s*;\s*{SZ}\s*already\s*allocated)?"
         )),
         // PyTorch on the host: `DefaultCPUAllocator: can't allocate memory: you tried to allocate
-        // 64597662208 bytes. Error code 12 (Cannot allocate memory)`.
-        cpu_allocator: re(r"CPUAllocator: (?:can't|not enough memory:?) (?:allocate memory: )?you tried to allocate (\d+) bytes"),
+        // 64597662208 bytes. Error code 12 (Cannot allocate memory)`; quoted without its figure
+        // (`RuntimeError: [enforce fail at CPUAllocator.cpp:67] . DefaultCPUAllocator: can't
+        // allocate memory`, the cleaner having taken the bracket for a log prefix).
+        cpu_allocator: re(r"CPUAllocator: (?:can't allocate memory|not enough memory)(?::? you tried to allocate (\d+) bytes)?"),
         // PyTorch's cudaMallocAsync backend (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`,
         // ComfyUI's default): `Allocation on device 0 would exceed allowed memory. (out of
         // memory)`, then one figure per line (`Currently allocated     : 21.55 GiB`,

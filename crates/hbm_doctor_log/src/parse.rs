@@ -586,7 +586,7 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
     let [oom, talk, first_person, change, template, machine, got_oom, still] = built_in(
         &RES,
         [
-            r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?)|(?:ram|memory|vram)\s+(?:is|was|gets|got|becomes|became)\s+(?:completely\s+)?full|fail(?:ed|s)?\s+(?:when\s+|while\s+)?trying\s+to\s+allocate\s+[\d.]+\s*[kmgt]i?b|memoryerror|memory\s+error|(?:gpu\s+|graphics\s+|video\s+|cuda\s+)?memory\s+overflow|cannot\s+allocate\s+memory|(?:process|script|job|program|training|kernel)\s+(?:gets?|got|was|is|keeps\s+getting)\s+(?:always\s+|constantly\s+|often\s+)?killed)\b",
+            r"(?i)\b(?:oom|ooms|oomed|oom-?kill\w*|out[- ]of[- ]memory|outofmemory\w*|out of (?:gpu |cuda |cpu |host |system |video |device )?(?:v?ram|memory)|ran out of|run out of|runs out of|running out of|not enough (?:gpu |cuda |v)?(?:memory|ram|vram)|insufficient (?:gpu |cpu |host |system |graphics? )?(?:memory|ram|vram)|(?:memory|ram)\b[^.;!?]{0,100}?\b(?:killed|killing|got restarted|crash(?:es|ed|ing)?)|(?:ram|memory|vram)\s+(?:is|was|gets|got|becomes|became)\s+(?:completely\s+)?full|(?:gpu|cuda|device|host|system)\s+(?:memory|ram|vram)\b[^.;!?]{0,40}?\b(?:runs|ran)\s+out\b|fail(?:ed|s)?\s+(?:when\s+|while\s+)?trying\s+to\s+allocate\s+[\d.]+\s*[kmgt]i?b|memoryerror|memory\s+error|(?:gpu\s+|graphics\s+|video\s+|cuda\s+)?memory\s+overflow|cannot\s+allocate\s+memory|(?:process|script|job|program|training|kernel)\s+(?:gets?|got|was|is|keeps\s+getting)\s+(?:always\s+|constantly\s+|often\s+)?killed)\b",
             r"(?i)\b(?:fix\w*|avoid\w*|prevent\w*|reduc\w*|could|might|may|would|should|you|your|optimi[sz]\w*|support\w*|add\w*|feature|can cause|can lead|cause[sd]? by|to allow|users?|sometimes|common|explain\w*|documentation|docs?|otherwise|got rid|not|no|never|without|missing|whether|records?|if needed|investigat\w*|root cause|eliminat\w*|previous\w*|formerly|used\s+to|overcome|solve|solves|solving|solution|need to|needs to|often|usually|frequently|in case|whenever|unless|can\s+(?:fail|crash|run\s+out|oom|hit|throw|raise|cause))\b|n't\b",
             r"(?i)\b(?:i|i'm|i've|im|my|me|we|our|us)\b",
             r"(?im)this pr\b|this pull request|this change|this patch|this commit|\bmerged\b|^#+\s*(?:(?:[^\w\s]|\p{M})+\s*)?(?:pr\s+)?(?:changes|summary|motivation|what does this)|changelog|^\s*(?:fixes|closes|resolves) #|\blgtm\b|co-authored-by",
@@ -610,10 +610,16 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
         }
         // Code, tables, headings, quotes, links and machine-written lines are not the user's
         // words (a printed message is the scan's).
+        // (A heading that is a sentence is the user's words typed into an issue form's heading:
+        // `### During the training, there was no problem with the first few epoch, but suddenly
+        // OOM happened.`)
+        let said_in_heading = t.starts_with('#')
+            && t.trim_end().ends_with('.')
+            && t.split_whitespace().count() >= 10;
         if fence
             || line.contains('|')
             || line.starts_with("    ")
-            || t.starts_with(['#', '>'])
+            || (t.starts_with(['#', '>']) && !said_in_heading)
             || t.starts_with("http")
             || machine.is_match(line)
             // (A quoted allocator warning that says itself it is not one: BFC's `ran out of
@@ -709,8 +715,12 @@ fn own_clause<'a>(sentence: &'a str, oom: &Regex) -> &'a str {
         return sentence;
     };
     // (Breaks before the failure: punctuation, a contrast, or a clause of the user's own.)
-    const BEFORE: [&str; 17] = [
+    const BEFORE: [&str; 19] = [
         ", ",
+        // (`I'm not sure why the machine is running out of memory`: the failure is stated, the
+        // doubt is about its cause.)
+        " sure why ",
+        " know why ",
         "; ",
         ": ",
         " - ",
@@ -813,6 +823,8 @@ fn told_memory(words: &str) -> (Family, Option<Backend>, Option<MemorySpace>) {
         )
     } else if !has(&["tpu memory", "hbm"]) && has_word(&["ram", "cpu", "host", "killed", "laptop"])
         || has(&["system memory", "my system", "my machine", "my computer"])
+        // (`I'm not sure why the machine is running out of memory`.)
+        || has(&["the machine is", "the machine ran", "the machine runs"])
         // Python's `MemoryError` and the kernel's ENOMEM (`Cannot allocate
         // memory`) are the host's, and so is what `htop` shows.
         || has(&["memoryerror", "cannot allocate memory", "htop"])
@@ -2502,6 +2514,10 @@ fn talks_about_an_oom(line: &str) -> bool {
         || lower.contains("error:")
         || lower.contains("exception:")
         || lower.contains("exhausted:")
+        // (PyTorch's host allocator quoted in a sentence, its `RuntimeError: [enforce fail at
+        // ...]` taken by the cleaner for a log prefix: `. DefaultCPUAllocator: can't allocate
+        // memory）appears when ... How should I modify the code`.)
+        || lower.contains("allocator: ")
     {
         return false;
     }
@@ -4863,11 +4879,21 @@ mod tests {
             // Korean and Japanese: the failure's words, then the verb that it happened.
             "3000개 정도 되는 문장 리스트에 대해 임베딩을 시도하면 OOM 문제가 발생합니다.\n",
             "学習を始めるとすぐにOOMが発生しました。\n",
+            // Typed into an issue form's heading; the doubt about the cause, not the failure.
+            "### During the training, there was no problem with the first few epoch, but suddenly OOM happened.\n",
+            "I have nothing else running so I'm not sure why the machine is running out of memory.\n",
         ] {
             let ev = scan_all(told.as_bytes());
             assert_eq!(ev.len(), 1, "{told}");
             assert!(ev[0].fatal && ev[0].told, "{told}");
         }
+        // The machine's memory is the host's, whatever accelerator the line names.
+        let host = scan_all(b"I set up for TPU and I'm not sure why the machine is running out of memory.\n");
+        assert_eq!(host[0].memory_space, Some(crate::MemorySpace::Host));
+        // PyTorch's host allocator quoted without its figure, inside a question.
+        let cpu = scan_all("  Hello, when I run gnn.py, this error （RuntimeError: [enforce fail at CPUAllocator.cpp:67] . DefaultCPUAllocator: can't allocate memory）appears when converting the adjacency matrix. How should I modify the code to run on my device ？\n".as_bytes());
+        assert_eq!(cpu.len(), 1);
+        assert_eq!(cpu[0].memory_space, Some(crate::MemorySpace::Host));
         for talk in [
             // Other people, a kind of case, a condition, a question, a remedy.
             "Users on 12GB VRAM cards (e.g. RTX 3060) hit OOM on the video VAE decode.\n",
