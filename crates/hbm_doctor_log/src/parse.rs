@@ -613,9 +613,8 @@ fn prose_failure(input: &[u8]) -> Option<(u64, Event)> {
         // (A heading that is a sentence is the user's words typed into an issue form's heading:
         // `### During the training, there was no problem with the first few epoch, but suddenly
         // OOM happened.`)
-        let said_in_heading = t.starts_with('#')
-            && t.trim_end().ends_with('.')
-            && t.split_whitespace().count() >= 10;
+        let said_in_heading =
+            t.starts_with('#') && t.trim_end().ends_with('.') && t.split_whitespace().count() >= 10;
         if fence
             || line.contains('|')
             || line.starts_with("    ")
@@ -4888,7 +4887,9 @@ mod tests {
             assert!(ev[0].fatal && ev[0].told, "{told}");
         }
         // The machine's memory is the host's, whatever accelerator the line names.
-        let host = scan_all(b"I set up for TPU and I'm not sure why the machine is running out of memory.\n");
+        let host = scan_all(
+            b"I set up for TPU and I'm not sure why the machine is running out of memory.\n",
+        );
         assert_eq!(host[0].memory_space, Some(crate::MemorySpace::Host));
         // PyTorch's host allocator quoted without its figure, inside a question.
         let cpu = scan_all("  Hello, when I run gnn.py, this error （RuntimeError: [enforce fail at CPUAllocator.cpp:67] . DefaultCPUAllocator: can't allocate memory）appears when converting the adjacency matrix. How should I modify the code to run on my device ？\n".as_bytes());
