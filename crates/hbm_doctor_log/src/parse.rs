@@ -1237,6 +1237,22 @@ fn starts_a_path(t: &str, dir: &str) -> bool {
 /// The user says something else holds the device: `GPU 0 is in use by another process`,
 /// `another notebook was running`, `occupied by other processes`. The sentence, shortened.
 fn holder_named(t: &str) -> Option<String> {
+    // A program's own print of what PyTorch's caching allocator holds (`torch reserved after
+    // preprocessing: 55.43 GiB`, `torch.cuda.memory_reserved(): 12.0 GB`): memory a failure
+    // outside PyTorch's allocator (a CUDA call of Numba, CuPy, a library) could not have.
+    // (explain ignores it for PyTorch's own allocator message, whose figures say it already.)
+    if t.trim_start().starts_with("torch") && t.contains("reserved") {
+        static TORCH_HELD: OnceLock<Regex> = OnceLock::new();
+        let held = TORCH_HELD.get_or_init(|| {
+            Regex::new(
+                r"^\s*torch\S*\s[^\n]{0,40}?\breserved\b[^\n]{0,40}?\d+(?:\.\d+)?\s*[GT]i?B\b",
+            )
+            .expect("torch held pattern")
+        });
+        if held.is_match(t) {
+            return Some(t.trim().chars().take(160).collect());
+        }
+    }
     // Cheap filter first: this runs on every line around an event.
     if ![
         "process",
