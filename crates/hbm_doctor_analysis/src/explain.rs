@@ -2841,10 +2841,29 @@ fn full_device(ctx: &Ctx<'_>) -> Vec<Cause> {
             ctx.category,
             Category::RuntimeAllocation | Category::Unknown | Category::SingleLargeAllocation
         )
-        || matches!(e.stage, Some(Stage::Init | Stage::Restore))
         || e.memory_space == Some(MemorySpace::Host)
     {
         return Vec::new();
+    }
+    // While the model is created or loaded no step has run: the model state is the story
+    // (`model_state_at_load`); behind it, a card too small for that state, or one already held.
+    if matches!(e.stage, Some(Stage::Init | Stage::Restore)) {
+        return vec![
+            ctx.cause(
+                CauseKind::DeviceTooSmall,
+                None,
+                "or the card is too small for the model at this precision: its weights (and, to train, gradients and optimizer state) need more memory than one device has".into(),
+                vec!["Load in bf16, int8 or 4-bit, spread the model over several devices (device_map=\"auto\", tensor parallelism, FSDP), or use a device with more memory.".into()],
+                Vec::new(),
+            ),
+            ctx.cause(
+                CauseKind::OtherProcess,
+                None,
+                "or the device was already held when the model was placed: another process, or arrays of an earlier run in the same notebook".into(),
+                vec![LIST_DEVICE_HOLDERS.into()],
+                Vec::new(),
+            ),
+        ];
     }
     // In generation the KV cache is the batch's story (`generation_memory`); a long input and
     // a model too large for the card remain.
