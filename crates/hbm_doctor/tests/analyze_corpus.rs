@@ -523,3 +523,23 @@ fn what_if_predicts_the_fixed_twin() {
         );
     }
 }
+
+/// A program whose optimizer update runs on the host (its values in thread-local allocations,
+/// 765 GiB of them) compiled for a v5p: its HBM total as XLA reports it (825 GiB) counts those
+/// allocations, but the device holds only the rest (60 GiB live at the peak), and the fit is
+/// judged by that.
+#[test]
+fn thread_local_allocations_are_not_in_the_device_heap() {
+    let case = "optimizer_offload_in_hbm_fixed_v5p";
+    let v5p = 95.74 * (1u64 << 30) as f64;
+    let r = run(case, Some(v5p as u64));
+    let s = hbm(&r);
+    assert!(s.total_bytes > 800 << 30, "{}", s.total_bytes);
+    assert!(s.thread_local_bytes > 700 << 30, "{}", s.thread_local_bytes);
+    assert!(s.device_bytes() < 95 << 30, "{}", s.device_bytes());
+    assert!(
+        r.diagnosis.summary.contains("fits"),
+        "{}",
+        r.diagnosis.summary
+    );
+}

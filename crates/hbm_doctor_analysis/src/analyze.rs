@@ -1158,10 +1158,13 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
     let main = modules
         .iter()
         .filter_map(|m| hbm(m).map(|s| (m, s)))
-        .max_by_key(|(_, s)| s.total_bytes);
-    let fits = opts
-        .budget_bytes
-        .map(|b| modules.iter().filter_map(hbm).all(|s| s.total_bytes <= b));
+        .max_by_key(|(_, s)| s.device_bytes());
+    let fits = opts.budget_bytes.map(|b| {
+        modules
+            .iter()
+            .filter_map(hbm)
+            .all(|s| s.device_bytes() <= b)
+    });
     let (category, causes, summary, ledger) = match main {
         Some((m, s)) => {
             let reference = opts.budget_bytes.unwrap_or(s.peak_bytes).max(1);
@@ -1183,24 +1186,24 @@ pub fn analyze(inputs: &[ModuleInput<'_>], opts: &AnalyzeOptions) -> AnalyzeRepo
             };
             let fmt = hbm_doctor_log::format_size;
             let verdict = match opts.budget_bytes {
-                Some(b) if s.total_bytes > b => format!(
+                Some(b) if s.device_bytes() > b => format!(
                     "does not fit {}: needs {} of HBM, {} over",
                     opts.target
                         .as_deref()
                         .map_or_else(|| fmt(b), |t| format!("{t} ({})", fmt(b))),
-                    fmt(s.total_bytes),
-                    fmt(s.total_bytes - b)
+                    fmt(s.device_bytes()),
+                    fmt(s.device_bytes() - b)
                 ),
                 Some(b) => format!(
                     "fits {} with {} to spare",
                     opts.target
                         .as_deref()
                         .map_or_else(|| fmt(b), |t| format!("{t} ({})", fmt(b))),
-                    fmt(b - s.total_bytes)
+                    fmt(b - s.device_bytes())
                 ),
                 None => format!(
                     "needs {} of HBM (peak {} live)",
-                    fmt(s.total_bytes),
+                    fmt(s.device_bytes()),
                     fmt(s.peak_bytes)
                 ),
             };

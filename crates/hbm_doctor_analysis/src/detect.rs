@@ -78,7 +78,7 @@ pub fn reference_bytes(opts: &AnalyzeOptions) -> u64 {
 
 /// Whether the HBM total is at most [`COMFORT_SHARE`] of [`reference_bytes`].
 pub fn fits_comfortably(s: &SpaceReport, opts: &AnalyzeOptions) -> bool {
-    (s.total_bytes as f64) <= COMFORT_SHARE * reference_bytes(opts) as f64
+    (s.device_bytes() as f64) <= COMFORT_SHARE * reference_bytes(opts) as f64
 }
 
 /// Runs every detector on one module; causes ranked by savings (unknown savings last).
@@ -131,8 +131,8 @@ pub fn detect(input: &ModuleInput<'_>, r: &ModuleReport, opts: &AnalyzeOptions) 
     });
     for c in &mut out {
         if let (Some(b), Some(sv)) = (opts.budget_bytes, c.savings_bytes) {
-            if s.total_bytes > b {
-                c.sufficient = Some(s.total_bytes.saturating_sub(sv) <= b);
+            if s.device_bytes() > b {
+                c.sufficient = Some(s.device_bytes().saturating_sub(sv) <= b);
             }
         }
     }
@@ -1344,7 +1344,9 @@ fn batch_too_large(
     let Some((bsz, bytes)) = best else {
         return Vec::new();
     };
-    let over = opts.budget_bytes.map(|b| s.total_bytes.saturating_sub(b));
+    let over = opts
+        .budget_bytes
+        .map(|b| s.device_bytes().saturating_sub(b));
     if (bytes as u128) * 10 < (s.peak_bytes as u128) * 3 || over == Some(0) {
         return Vec::new();
     }
@@ -1410,7 +1412,7 @@ fn shape_bug(s: &SpaceReport, opts: &AnalyzeOptions) -> Vec<Cause> {
     let Some(b) = opts.budget_bytes else {
         return Vec::new();
     };
-    if s.total_bytes < b.saturating_mul(10) {
+    if s.device_bytes() < b.saturating_mul(10) {
         return Vec::new();
     }
     let biggest = s
@@ -1432,11 +1434,11 @@ fn shape_bug(s: &SpaceReport, opts: &AnalyzeOptions) -> Vec<Cause> {
         .unwrap_or_default();
     vec![cause(
         CauseKind::ShapeBug,
-        Some(s.total_bytes.saturating_sub(b)),
+        Some(s.device_bytes().saturating_sub(b)),
         format!(
             "the program needs {}, {:.0}x the {} budget{biggest}: a swapped axis, a broadcast outer product or a size typo, not a tuning problem",
-            format_size(s.total_bytes),
-            s.total_bytes as f64 / b.max(1) as f64,
+            format_size(s.device_bytes()),
+            s.device_bytes() as f64 / b.max(1) as f64,
             format_size(b)
         ),
         Vec::new(),

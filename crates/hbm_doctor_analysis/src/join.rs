@@ -16,7 +16,7 @@ pub fn pick_module<'a>(dump: &'a AnalyzeReport, program: Option<&str>) -> Option
         m.memory_spaces
             .iter()
             .find(|s| s.space == "hbm")
-            .map_or(0, |s| s.total_bytes)
+            .map_or(0, |s| s.device_bytes())
     };
     if let Some(p) = program {
         if let Some(m) = dump.modules.iter().find(|m| {
@@ -148,7 +148,7 @@ pub fn diagnose_dump(dump: &AnalyzeReport) -> Option<crate::model::Diagnosis> {
     let budget = dump.diagnosis.budget_bytes?;
     let module = pick_module(dump, None)?;
     let space = module.memory_spaces.iter().find(|s| s.space == "hbm")?;
-    if space.total_bytes <= budget {
+    if space.device_bytes() <= budget {
         return None;
     }
     let tpu = space
@@ -160,9 +160,9 @@ pub fn diagnose_dump(dump: &AnalyzeReport) -> Option<crate::model::Diagnosis> {
         phase: Phase::Compile,
         backend: tpu.then_some(Backend::Tpu),
         memory_space: Some(MemorySpace::Hbm),
-        used_bytes: Some(space.total_bytes),
+        used_bytes: Some(space.device_bytes()),
         limit_bytes: Some(budget),
-        exceeded_bytes: Some(space.total_bytes - budget),
+        exceeded_bytes: Some(space.device_bytes() - budget),
         arguments_bytes: Some(space.arguments_bytes),
         output_bytes: Some(space.outputs_bytes + space.aliased_bytes),
         output_aliased_bytes: Some(space.aliased_bytes),
@@ -172,7 +172,12 @@ pub fn diagnose_dump(dump: &AnalyzeReport) -> Option<crate::model::Diagnosis> {
         } else {
             Family::Unrecognized
         },
-        message: format!("{} needs {} of {}", module.name, space.total_bytes, budget),
+        message: format!(
+            "{} needs {} of {}",
+            module.name,
+            space.device_bytes(),
+            budget
+        ),
         fatal: true,
         repeats: 1,
         program: Some(module.name.clone()),

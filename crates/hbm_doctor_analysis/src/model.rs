@@ -388,6 +388,15 @@ pub struct SpaceReport {
     pub buffer_count: u64,
 }
 
+impl SpaceReport {
+    /// What the space needs on the device: its allocations less the thread-local ones, which
+    /// are not in the device heap (a host-offloaded computation's values, for one). This is what
+    /// a fit is judged by; `total_bytes` stays XLA's report "Total bytes".
+    pub fn device_bytes(&self) -> u64 {
+        self.total_bytes.saturating_sub(self.thread_local_bytes)
+    }
+}
+
 /// Bytes of one kind live at each schedule position.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct KindTimeline {
