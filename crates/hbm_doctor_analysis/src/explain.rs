@@ -308,6 +308,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         Category::Vmem => rank!(5.0, kernel_tiling(&ctx)),
         Category::HostMemory => {
             rank!(5.0, host_oom(&ctx));
+            rank!(2.7, host_growth(&ctx));
             // A tensor of the computation itself, placed on the CPU (TensorFlow's `allocator
             // cpu`): the host is the device, and the step's batch is what fills it.
             if e.family == Family::TfOomTensor {
@@ -3008,6 +3009,30 @@ fn runtime_growth(ctx: &Ctx<'_>) -> Option<Cause> {
     Some(ctx.cause(CauseKind::MemoryLeak, None, evidence, actions, Vec::new()))
 }
 
+/// Host memory that ran out after it grew: the user says RAM grew before the failure, or it
+/// came after many steps that ran. Behind the host's own story (what was loaded at once).
+fn host_growth(ctx: &Ctx<'_>) -> Option<Cause> {
+    let e = ctx.e;
+    if e.phase != Phase::Runtime || matches!(e.stage, Some(Stage::Init | Stage::Restore)) {
+        return None;
+    }
+    let evidence = match (e.growth_said.as_deref(), e.step.filter(|&s| s >= 100)) {
+        (Some(said), _) => format!("the text says memory grew before the failure (\"{said}\"): host memory kept across steps or epochs (a growing list of outputs or metrics, a cache, data-loader workers copying the dataset) is the usual cause"),
+        (None, Some(step)) => format!("the host ran out at step {step}, after training had run: host memory that grows step by step is the usual cause"),
+        _ => return None,
+    };
+    Some(ctx.cause(
+        CauseKind::MemoryLeak,
+        None,
+        evidence,
+        vec![
+            "Record the process's resident memory over steps (hbm-doctor record --pid PID -o run.jsonl records the trainer's RSS; or log psutil.Process().memory_info().rss in the loop) and run hbm-doctor trend on it: steady growth is a leak.".into(),
+            "Keep nothing per step on the host that is never freed (outputs, losses as tensors, a growing cache); with many data-loader workers, keep the dataset in shared or memory-mapped storage, not in Python lists each worker copies.".into(),
+        ],
+        Vec::new(),
+    ))
+}
+
 fn runtime_spike(ctx: &Ctx<'_>) -> Option<Cause> {
     let e = ctx.e;
     let near = match (e.near.as_deref(), e.stage) {
@@ -4066,6 +4091,21 @@ mod tests {
         assert!(!c.contains(&CauseKind::MemoryLeak), "{c:?}");
         let r = explain(scan_all(ALLOC.as_bytes()));
         assert!(!r.diagnosis.expect("d").missing.is_empty());
+    }
+
+    #[test]
+    fn host_memory_said_to_grow_is_a_leak_behind_the_host() {
+        let text = "The RAM usage keeps increasing every epoch until the process is killed.\nnumpy.core._exceptions.MemoryError: Unable to allocate 3.00 GiB for an array with shape (1024, 786432) and data type float32\n";
+        let (cat, c) = causes(text);
+        assert_eq!(cat, Category::HostMemory);
+        assert_eq!(
+            &c[..2],
+            &[CauseKind::HostOom, CauseKind::MemoryLeak],
+            "{c:?}"
+        );
+        // No growth said: the host's story alone.
+        let (_, c) = causes("numpy.core._exceptions.MemoryError: Unable to allocate 3.00 GiB for an array with shape (1024, 786432) and data type float32\n");
+        assert!(!c.contains(&CauseKind::MemoryLeak), "{c:?}");
     }
 
     #[test]
