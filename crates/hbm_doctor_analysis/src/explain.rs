@@ -363,6 +363,9 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             .zip(ctx.limit)
             .is_some_and(|(a, l)| a.saturating_mul(2) >= l);
         rank!(1.0, batch_too_large(&ctx));
+        for (prior, c) in headline_hypotheses(&ctx) {
+            add(prior, format!("headline_hypothesis@{prior}"), Some(c));
+        }
         rank!(1.1, no_donation(&ctx));
         // Arguments that fit the device, none of them aliased by the outputs, whose copies
         // alone would close the overshoot: donating them is the cheap fix, before more chips.
@@ -2013,6 +2016,48 @@ fn common_batch(allocs: &[Allocation]) -> Option<(u64, u64)> {
     }
     counts.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
     counts.first().filter(|c| c.1 >= 2).map(|c| (c.0, c.2))
+}
+
+/// A TPU compile failure known by its headline alone (libtpu's one-line `the total memory
+/// required for HLO temporaries (X) exceeds available HBM (Y)`, or `Used X of Y hbm` with no
+/// listing and no arguments figure): nothing says what makes up the requirement. Behind the
+/// batch, the two other stories that most often do (in the 347 compiled failures: an
+/// intermediate computed whole in 165, something replicated or gathered that should be sharded
+/// in 119, the batch in 157), each said to be a hypothesis; the listing or a dump decides.
+fn headline_hypotheses(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
+    let e = ctx.e;
+    let headline_only = e.phase == Phase::Compile
+        && e.backend == Some(hbm_doctor_log::Backend::Tpu)
+        && e.allocations.is_empty()
+        && e.arguments_bytes.is_none()
+        && e.hlo_temp_bytes.is_none()
+        && matches!(ctx.category, Category::Unknown | Category::Aggregate);
+    if !headline_only || ctx.used.zip(ctx.limit).is_none_or(|(u, l)| u <= l) {
+        return Vec::new();
+    }
+    let not_shown = "not shown by the message, which states only the total: a hypothesis to check in the listing (the whole log) or a dump";
+    vec![
+        (
+            1.1,
+            ctx.cause(
+                CauseKind::LargeActivation,
+                None,
+                format!("or one intermediate computed whole (attention scores, logits over the vocabulary, a pairwise matrix) makes most of the requirement; {not_shown}"),
+                vec!["Find the largest temporary in the listing (`Largest program allocations` in the log, or hbm-doctor analyze on an XLA dump): compute it in chunks (jax.lax.map / scan over slices), with a fused kernel (jax.nn.dot_product_attention, a chunked loss), or sharded.".into()],
+                Vec::new(),
+            ),
+        ),
+        (
+            1.08,
+            ctx.cause(
+                CauseKind::ReplicatedTensor,
+                None,
+                format!("or an array is replicated (or gathered whole) on every device where it should be sharded: parameters, optimizer state, the batch or an activation; {not_shown}"),
+                vec!["Check the shardings of the jitted function's inputs and outputs (jax.debug.visualize_array_sharding, or the `sharding` of each parameter in the HLO dump): shard parameters and optimizer state over the mesh (FSDP) and the batch over the data axis.".into()],
+                Vec::new(),
+            ),
+        ),
+    ]
 }
 
 fn batch_too_large(ctx: &Ctx<'_>) -> Option<Cause> {
@@ -4091,6 +4136,24 @@ mod tests {
         assert!(!c.contains(&CauseKind::MemoryLeak), "{c:?}");
         let r = explain(scan_all(ALLOC.as_bytes()));
         assert!(!r.diagnosis.expect("d").missing.is_empty());
+    }
+
+    #[test]
+    fn a_tpu_headline_alone_lists_the_stories_it_cannot_tell_apart() {
+        let one = "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (16.47G) exceeds available HBM (15.75G).\n";
+        let (_, c) = causes(one);
+        assert_eq!(
+            &c[..3],
+            &[
+                CauseKind::BatchTooLarge,
+                CauseKind::LargeActivation,
+                CauseKind::ReplicatedTensor
+            ],
+            "{c:?}"
+        );
+        // With the arguments stated, the figures decide: no hypotheses.
+        let (_, c) = causes("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 16.47G of 15.75G hbm. Exceeded hbm capacity by 737.28M.\n\nTotal hbm usage >= 16.47G:\n    reserved        530.00M \n    program          15.94G \n    arguments            0B \n");
+        assert!(!c.contains(&CauseKind::ReplicatedTensor), "{c:?}");
     }
 
     #[test]
