@@ -21539,6 +21539,255 @@ pair(
 )
 
 
+# ---- 62. more broken/fixed pairs (batch tpu51): other models, other names ---------------------
+#
+# Programs of kinds sections 13-61 do not have, from dense retrieval, mixture-of-experts pre-training and video
+# classification. Placement: a fused Pallas RMSNorm kernel of a passage encoder wrapped in
+# jax.shard_map(in_specs=P(), out_specs=P()) to get past "Mosaic kernels cannot be automatically partitioned",
+# so every call all-gathers the whole activation and the FFN after it runs on every row on every chip, instead
+# of the row-wise in_specs=P('d'), out_specs=P('d'). Dtype: a Switch-style MoE whose f32 router (selective
+# precision) leaves the dispatch/combine tensors [G, T, E, C] in f32, promoting the experts to f32, instead of
+# casting the dispatch mask back to bf16; a ViViT-style video classifier in bf16 whose f32-normalized clips
+# promote the tokens and every block to f32, instead of clips.astype(bf16).
+# (Tried and dropped: a continued pre-training step whose out_shardings (kernels over their output dim) differ
+# from the restored in_shardings (over their input dim), meant to make the donated params and Adam moments
+# unusable: it compiled at 5.69G on v5e with alias_size = argument size, the compiler aliased the donated
+# buffers to the outputs of the same byte size even though their per-device shapes differ; a GNN whose
+# segment_sum over edge-sharded messages was meant to be all-reduced (replicated) without a sharding
+# constraint: peak 9.90 GiB on v5e with and without P('d') on the aggregate, the partitioner already sharded
+# it; a gradient-accumulation scan whose carry was created with jnp.zeros (no sharding): the
+# partitioner sharded the carry like the params.) The fixed twin changes exactly the first cause. See the README
+# section of batch tpu51.
+
+
+# 62.1 a Pallas fused-norm kernel wrapped in shard_map(in_specs=P(), out_specs=P()) to get past "cannot be partitioned"
+
+
+def _pallas_norm_replicated_shard_map_builder(mesh, passages_per_device, seq_len, d_model, d_ff, layers,
+                                              row_block, kernel_specs):
+    """Corpus-encoding pass of a dense-retrieval passage encoder (offline index build, forward only): pre-norm
+    GELU FFN blocks in bf16 whose norm is a fused Pallas TPU kernel (RMSNorm + learned scale, one row block of
+    `row_block` tokens per grid step), the passages [N, S, D] sharded over 'd', mean-pooled into embeddings.
+    Under jax.jit a Mosaic kernel "cannot be automatically partitioned. Please wrap the call in a shard_map",
+    so the codebase wraps it.
+    kernel_specs='replicated' (the first version: jax.shard_map(fused_rms_norm, in_specs=(P(), P()),
+    out_specs=P()), the quickest wrapper that runs: every call all-gathers the whole global activation
+    [N*S, D] onto every chip and returns it replicated); 'rows': in_specs=(P('d'), P()), out_specs=P('d'): the
+    kernel is row-wise, so each chip normalizes its own rows."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+    bf, f32 = jnp.bfloat16, jnp.float32
+    D, F = d_model, d_ff
+
+    def rms_norm_kernel(x_ref, scale_ref, o_ref):
+        x = x_ref[...].astype(f32)
+        o_ref[...] = (x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * scale_ref[...]).astype(o_ref.dtype)
+
+    def fused_rms_norm(x, scale):                                             # x [rows, D]
+        return pl.pallas_call(
+            rms_norm_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // row_block,),
+            in_specs=[pl.BlockSpec((row_block, D), lambda i: (i, 0)), pl.BlockSpec((1, D), lambda i: (0, 0))],
+            out_specs=pl.BlockSpec((row_block, D), lambda i: (i, 0)),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)))(x, scale)
+
+    if kernel_specs == "replicated":
+        norm = jax.shard_map(fused_rms_norm, mesh=mesh, in_specs=(P(), P()), out_specs=P(), check_vma=False)
+    else:
+        norm = jax.shard_map(fused_rms_norm, mesh=mesh, in_specs=(P("d"), P()), out_specs=P("d"), check_vma=False)
+
+    def encode_passages(params, token_emb):
+        n, s, _ = token_emb.shape
+        x = token_emb.reshape(n * s, D)
+        for i in range(layers):
+            lw = params["blocks"][i]
+            h = norm(x, lw["norm_scale"])
+            x = x + jax.nn.gelu(h @ lw["wi"]) @ lw["wo"]
+        x = norm(x, params["final_norm_scale"])
+        return jnp.mean(x.reshape(n, s, D).astype(f32), axis=1)
+
+    r = lambda *shape, dt=bf: sds(shape, dt, mesh, P())
+    params = {"blocks": [{"norm_scale": r(1, D, dt=f32), "wi": r(D, F), "wo": r(F, D)} for _ in range(layers)],
+              "final_norm_scale": r(1, D, dt=f32)}
+    N = mesh.devices.size * passages_per_device
+    token_emb = sds((N, seq_len, D), bf, mesh, P("d"))
+    return encode_passages, (params, token_emb), {}
+
+
+pair(
+    "passage_encoder_pallas_norm_replicated_shard_map", "v6e", "v6e:2x2",
+    "Offline corpus encoding with a dense-retrieval passage encoder on v6e (4 FFN blocks, D=1024, 1536 passages "
+    "of 512 tokens per chip, bf16) whose fused Pallas RMSNorm kernel is wrapped in jax.shard_map with "
+    "in_specs=P() and out_specs=P() to get past 'Mosaic kernels cannot be automatically partitioned': every norm "
+    "call all-gathers the whole [3145728, 1024] activation (6 GiB) onto every chip and returns it replicated, beyond "
+    "31.25G.",
+    "Fixed variant of passage_encoder_pallas_norm_replicated_shard_map_v6e: the kernel wrapped with "
+    "in_specs=P('d'), out_specs=P('d') (row-wise, each chip normalizes its own rows); fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "large_activation"]),
+    _pallas_norm_replicated_shard_map_builder,
+    dict(passages_per_device=1536, seq_len=512, d_model=1024, d_ff=4096, layers=4, row_block=512,
+         kernel_specs="replicated"),
+    dict(passages_per_device=1536, seq_len=512, d_model=1024, d_ff=4096, layers=4, row_block=512,
+         kernel_specs="rows"),
+    dump=False,
+)
+
+
+# 62.2 Switch-style MoE with the router in f32 (selective precision) whose dispatch/combine tensors stay f32
+
+
+def _switch_router_f32_dispatch_builder(mesh, layers, d_model, d_ff, experts, groups_per_device, group_size,
+                                        capacity_factor, cast_dispatch):
+    """Pre-training step of a Switch-Transformer-style MoE encoder (top-1 routing, GShard einsum dispatch and
+    combine with an expert capacity, tokens in groups sharded over 'd', the experts sharded over 'd', bf16 weights
+    and activations, the layers under lax.scan; SGD) whose router follows the Switch paper's selective
+    precision: the router input is cast to f32 and the softmax, the top-1 choice and the capacity positions
+    are computed in f32.
+    cast_dispatch=False (the first version: the dispatch mask and the combine tensor [G, T, E, C] built from the
+    f32 router stay f32, so the dispatch einsum promotes the bf16 tokens and the whole expert FFN (inputs,
+    hidden, outputs, and the f32 copies of the expert kernels) to f32, all kept for the backward pass, as are
+    the f32 dispatch/combine tensors); True: the dispatch mask cast back to bf16 after the router (as the paper
+    does) and the combine tensor built from it and the gate in bf16, the experts run in bf16."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+    E, D, F = experts, d_model, d_ff
+    cap = int(capacity_factor * group_size / E)
+
+    def router(x, w_router):
+        probs = jax.nn.softmax(x.astype(f32) @ w_router)                           # [G, T, E] f32
+        expert = jnp.argmax(probs, -1)
+        gate = jnp.max(probs, -1)
+        expert_mask = jax.nn.one_hot(expert, E, dtype=f32)                          # [G, T, E]
+        position = jnp.cumsum(expert_mask, axis=1) * expert_mask                    # 1-based slot
+        keep = (position <= cap) * expert_mask
+        slot = jax.nn.one_hot(jnp.sum(position, -1).astype(jnp.int32) - 1, cap, dtype=f32)   # [G, T, C]
+        dispatch = keep[..., None] * slot[:, :, None, :]                            # [G, T, E, C]
+        if cast_dispatch:
+            dispatch = dispatch.astype(bf)
+            combine = dispatch * gate.astype(bf)[..., None, None]
+        else:
+            combine = dispatch * gate[..., None, None]
+        return dispatch, combine
+
+    def switch_layer(x, lw):
+        dispatch, combine = router(x, lw["router"])
+        xe = jnp.einsum("gtec,gtd->egcd", dispatch, x)
+        h = jax.nn.gelu(jnp.einsum("egcd,edf->egcf", xe, lw["wi"]))
+        ye = jnp.einsum("egcf,efd->egcd", h, lw["wo"])
+        y = jnp.einsum("gtec,egcd->gtd", combine, ye)
+        return x + y.astype(x.dtype), None
+
+    def switch_pretrain_step(params, tokens_emb, targets):
+        def loss_fn(params):
+            x, _ = jax.lax.scan(switch_layer, tokens_emb, params["moe"])
+            return jnp.mean((x.astype(f32) - targets) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-3 * g.astype(f32)).astype(p.dtype), params, grads), loss
+
+    L = layers
+    params = {"moe": {"router": sds((L, D, E), f32, mesh, P()),
+                      "wi": sds((L, E, D, F), bf, mesh, P(None, "d")),
+                      "wo": sds((L, E, F, D), bf, mesh, P(None, "d"))}}
+    G = mesh.devices.size * groups_per_device
+    tokens_emb = sds((G, group_size, D), bf, mesh, P("d"))
+    targets = sds((G, group_size, D), f32, mesh, P("d"))
+    return switch_pretrain_step, (params, tokens_emb, targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "switch_router_f32_dispatch", "v4", "v4:2x2x1",
+    "A Switch-Transformer-style MoE encoder (4 layers, 32 experts, D=1024, d_ff=4096, one group of 16384 tokens "
+    "per TensorCore, capacity factor 1.25) pre-trained on v4 whose f32 router (selective precision) leaves the "
+    "dispatch and combine tensors [G, 16384, 32, 640] in f32: the dispatch einsum promotes the expert FFN to f32, and the f32 "
+    "dispatch/combine tensors and expert activations of every layer are kept for the backward pass, beyond 15.25G.",
+    "Fixed variant of switch_router_f32_dispatch_v4: the dispatch mask cast back to bf16 after the router and the "
+    "combine tensor built from it in bf16, the experts run in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "no_remat"]),
+    _switch_router_f32_dispatch_builder,
+    dict(layers=4, d_model=1024, d_ff=4096, experts=32, groups_per_device=1, group_size=16384, capacity_factor=1.25,
+         cast_dispatch=False),
+    dict(layers=4, d_model=1024, d_ff=4096, experts=32, groups_per_device=1, group_size=16384, capacity_factor=1.25,
+         cast_dispatch=True),
+    dump=False,
+)
+
+
+
+# 62.3 a video ViT fine-tuned in bf16 whose f32-normalized input clips promote the whole residual stream to f32
+
+
+def _video_vit_f32_clip_promotion_builder(mesh, clips_per_device, frames, size, tubelet, patch, d_model, heads,
+                                          layers, classes, cast_clips):
+    """Fine-tuning step of a ViViT-style video classifier (tubelet patch embedding, learned positions, pre-LN
+    transformer blocks with joint space-time attention under lax.scan with jax.checkpoint, mean-pooled head;
+    bf16 weights, SGD), clips sharded over 'd'. The input pipeline normalizes the uint8 frames with the ImageNet
+    mean and std and delivers them as f32 [B, T, H, W, 3].
+    cast_clips=False (the first version: the f32 clip tubelets meet the bf16 patch-embedding kernel, so the
+    tokens come out f32, and every block (bf16 kernels times f32 activations) computes and saves its residual
+    stream, attention and MLP in f32); True: the clips cast to bf16 once at the top of the model
+    (clips.astype(jnp.bfloat16)), the blocks run in bf16 as intended."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+    D, H, L = d_model, heads, layers
+    nt, nh = frames // tubelet, size // patch
+    n_tok = nt * nh * nh
+    patch_dim = tubelet * patch * patch * 3
+
+    def layer_norm(x):
+        mu = jnp.mean(x, -1, keepdims=True)
+        return (x - mu) * jax.lax.rsqrt(jnp.var(x, -1, keepdims=True) + 1e-6)
+
+    def block(x, w):
+        b, n, _ = x.shape
+        q, k, v = jnp.split(layer_norm(x) @ w["qkv"], 3, -1)
+        q, k, v = (t.reshape(b, n, H, D // H) for t in (q, k, v))
+        att = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / (D // H) ** 0.5, -1)
+        x = x + jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, n, D) @ w["proj"]
+        x = x + jax.nn.gelu(layer_norm(x) @ w["mlp_in"]) @ w["mlp_out"]
+        return x, None
+
+    def vivit_finetune_step(params, clips, labels):
+        def loss_fn(params):
+            x = clips.astype(bf) if cast_clips else clips
+            b = x.shape[0]
+            x = x.reshape(b, nt, tubelet, nh, patch, nh, patch, 3).transpose(0, 1, 3, 5, 2, 4, 6, 7)
+            tokens = x.reshape(b, n_tok, patch_dim) @ params["tubelet_embed"] + params["pos_embed"]
+            tokens, _ = jax.lax.scan(jax.checkpoint(block), tokens, params["blocks"])
+            logits = layer_norm(jnp.mean(tokens, 1)).astype(f32) @ params["head"].astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    params = {"tubelet_embed": r(patch_dim, D), "pos_embed": r(n_tok, D), "head": r(D, classes),
+              "blocks": {"qkv": r(L, D, 3 * D), "proj": r(L, D, D), "mlp_in": r(L, D, 4 * D),
+                         "mlp_out": r(L, 4 * D, D)}}
+    B = mesh.devices.size * clips_per_device
+    clips = sds((B, frames, size, size, 3), f32, mesh, P("d"))
+    labels = sds((B,), jnp.int32, mesh, P("d"))
+    return vivit_finetune_step, (params, clips, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "video_vit_f32_clip_promotion", "v5p", "v5p:2x2x1",
+    "A ViViT-style video classifier (24 blocks, D=1024, 16-frame 224x224 clips, tubelets 2x16x16: 1568 tokens) "
+    "fine-tuned in bf16 on v5p whose input pipeline delivers the normalized clips in f32: the f32 tubelets "
+    "promote the patch embedding and with it every block's residual stream, attention and MLP to f32, beyond "
+    "95.74G.",
+    "Fixed variant of video_vit_f32_clip_promotion_v5p: clips.astype(jnp.bfloat16) once at the top of the model, "
+    "the blocks run in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "batch_too_large"]),
+    _video_vit_f32_clip_promotion_builder,
+    dict(clips_per_device=208, frames=16, size=224, tubelet=2, patch=16, d_model=1024, heads=16, layers=24,
+         classes=400, cast_clips=False),
+    dict(clips_per_device=208, frames=16, size=224, tubelet=2, patch=16, d_model=1024, heads=16, layers=24,
+         classes=400, cast_clips=True),
+    dump=False,
+)
+
+
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
