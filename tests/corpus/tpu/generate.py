@@ -21539,6 +21539,388 @@ pair(
 )
 
 
+# ---- 61. more broken/fixed pairs (batch tpu50): other models, other names ---------------------
+#
+# Programs of kinds sections 13-60 do not have, from multilingual language modelling, T5-style training, video
+# and image restoration. Placement: a flax (linen) decoder whose Dense kernels are created with
+# nn.with_logical_partitioning(kernel_init, names) but whose token nn.Embed keeps its default embedding_init (not
+# wrapped), so the embedding table carries no Partitioned box, nn.get_partition_spec gives it P(), and the
+# 262144 x 3072 f32 table and its Adam moments are replicated; a T5-style Adafactor whose optimizer-state spec
+# function was written for the factored statistics (v_row / v_col replicated, they are small; a P() default for
+# everything else) before momentum (b1 = 0.9) was switched on, so the full-size first moment m falls through to the
+# default and is replicated. Activations and dtype / program structure: a video transformer (ViViT-style
+# tubelets) whose attention scale is written 1.0 / np.sqrt(head_dim), a strongly typed NumPy scalar that promotes
+# the bf16 queries and so every [B, H, N, N] score and probability matrix to f32, instead of head_dim ** -0.5 (a
+# weakly typed Python float); an all-in-one image restoration network whose per-image task decoder is chosen with
+# jax.lax.switch(task_id, decoders, features) inside a per-image function that is jax.vmap'ed, so the switch
+# becomes a select and every decoder runs (and keeps its activations for the backward pass) on every image,
+# instead of the batch grouped by task and each decoder run on its own group.
+# The same conventions: the fixed twin changes exactly the first cause. See the README section of batch tpu50 for
+# which pairs keep their dumps and what did not go as first written.
+
+
+# 61.1 a flax nn.Embed whose embedding_init is not wrapped in nn.with_logical_partitioning: the table and its moments replicated
+
+
+def _flax_embed_init_not_partitioned_builder(mesh, layers, d_model, d_ff, vocab, heads, batch, seq,
+                                             embed_partitioned):
+    """Pre-training step of a flax (linen) multilingual decoder-only LM (a 262144-token SentencePiece vocabulary),
+    params initialised abstractly with `jax.eval_shape(model.init, ...)`. Every nn.Dense (qkv, out, wi, wo and the
+    untied logits projection) is created with `kernel_init=nn.with_logical_partitioning(init, names)`, the logical
+    rules mapping 'embed' -> 'fsdp' (here the mesh axis 'd') and the rest to None; blocks stacked by nn.scan
+    ([layers, ...]), jax.checkpoint per block, f32 master weights, Adam (mu, nu like the params); params and opt state
+    donated, in_shardings = out_shardings = nn.get_partition_spec(abstract_variables) through the rules.
+    embed_partitioned=False (the first version: the token embedder is `nn.Embed(vocab, d_model)` with its default
+    embedding_init, not wrapped, so its table is a plain array without a Partitioned box and get_partition_spec gives
+    it P(): the f32 [vocab, d_model] table and both its Adam moments are replicated); True:
+    `nn.Embed(..., embedding_init=nn.with_logical_partitioning(nn.initializers.normal(1.0), ('vocab', 'embed')))`,
+    so the table is sharded over its 'embed' dimension like the kernels."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+    L, D, F, V = layers, d_model, d_ff, vocab
+    rules = {"embed": "d"}
+
+    class Partitioned:                                     # flax.linen.Partitioned, reduced to what matters
+        def __init__(self, shape, names):
+            self.shape, self.names = shape, names
+
+    embedding = Partitioned((V, D), ("vocab", "embed")) if embed_partitioned else (V, D)
+    boxed = {"token_embedder": {"embedding": embedding},
+             "decoder": {"attention": {"qkv": {"kernel": Partitioned((L, D, 3 * D), ("layers", "embed", "heads"))},
+                                       "out": {"kernel": Partitioned((L, D, D), ("layers", "heads", "embed"))}},
+                         "mlp": {"wi": {"kernel": Partitioned((L, D, F), ("layers", "embed", "mlp"))},
+                                 "wo": {"kernel": Partitioned((L, F, D), ("layers", "mlp", "embed"))}}},
+             "logits_dense": {"kernel": Partitioned((D, V), ("embed", "vocab"))}}
+    is_box = lambda x: isinstance(x, Partitioned)
+    is_leaf = lambda x: is_box(x) or isinstance(x, tuple)
+
+    def get_partition_spec(tree):                          # nn.get_partition_spec + nn.logical_to_mesh
+        return jax.tree_util.tree_map(
+            lambda x: P(*(rules.get(n) for n in x.names)) if is_box(x) else P(), tree, is_leaf=is_leaf)
+
+    shapes = jax.tree_util.tree_map(lambda x: x.shape if is_box(x) else x, boxed, is_leaf=is_leaf)
+    specs = get_partition_spec(boxed)
+    params = jax.tree_util.tree_map(lambda s, sp: sds(s, f32, mesh, sp), shapes, specs,
+                                    is_leaf=lambda x: isinstance(x, tuple))
+    opt_state = {"count": sds((), jnp.int32, mesh, P()),
+                 "mu": _tm(lambda p: sds(p.shape, f32, mesh, p.sharding.spec), params),
+                 "nu": _tm(lambda p: sds(p.shape, f32, mesh, p.sharding.spec), params)}
+
+    def rms(h):
+        return h * jax.lax.rsqrt(jnp.mean(h.astype(f32) ** 2, -1, keepdims=True) + 1e-6).astype(h.dtype)
+
+    def block(h, w):
+        b, s, _ = h.shape
+        q, k, v = jnp.split(rms(h) @ w["qkv"].astype(bf), 3, -1)
+        q, k, v = (t.reshape(b, s, heads, D // heads) for t in (q, k, v))
+        a = jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(b, s, D)
+        h = h + a @ w["out"].astype(bf)
+        return h + jax.nn.gelu(rms(h) @ w["wi"].astype(bf)) @ w["wo"].astype(bf), None
+
+    def multilingual_lm_train_step(params, opt_state, tokens):
+        def loss_fn(params):
+            h = params["token_embedder"]["embedding"].astype(bf)[tokens[:, :-1]]
+            dec = params["decoder"]
+            stack = {"qkv": dec["attention"]["qkv"]["kernel"], "out": dec["attention"]["out"]["kernel"],
+                     "wi": dec["mlp"]["wi"]["kernel"], "wo": dec["mlp"]["wo"]["kernel"]}
+            h, _ = jax.lax.scan(jax.checkpoint(block), h, stack)
+            logits = (rms(h) @ params["logits_dense"]["kernel"].astype(bf)).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), tokens[:, 1:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    tokens = sds((mesh.devices.size * batch, seq + 1), jnp.int32, mesh, P("d"))
+    kw = {"donate_argnums": (0, 1), "out_shardings": (_shardings(params), _shardings(opt_state),
+                                                       NamedSharding(mesh, P()))}
+    return multilingual_lm_train_step, (params, opt_state, tokens), kw
+
+
+pair(
+    "mlm_flax_embed_init_not_partitioned", "v5e", "v5e:2x2",
+    "A flax multilingual decoder LM (262144-token vocabulary, D=3072, 4 layers) pre-trained on v5e with FSDP from "
+    "nn.with_logical_partitioning kernel inits, whose token nn.Embed keeps its default embedding_init (not wrapped): "
+    "the table has no Partitioned box, nn.get_partition_spec gives it P(), and the f32 [262144, 3072] table (3 GiB) "
+    "and both its Adam moments are replicated beside its gradient, beyond 15.75G.",
+    "Fixed variant of mlm_flax_embed_init_not_partitioned_v5e: embedding_init=nn.with_logical_partitioning(init, "
+    "('vocab', 'embed')), the table and its moments sharded over 'embed' like the kernels; fits.",
+    dict(category="aggregate", causes=["replicated_tensor", "optimizer_state_unsharded"]),
+    _flax_embed_init_not_partitioned_builder,
+    dict(layers=4, d_model=3072, d_ff=12288, vocab=262144, heads=24, batch=1, seq=1024, embed_partitioned=False),
+    dict(layers=4, d_model=3072, d_ff=12288, vocab=262144, heads=24, batch=1, seq=1024, embed_partitioned=True),
+    dump=False,
+)
+
+
+# 61.2 Adafactor's state specs written for the factored statistics: the momentum added later falls to the P() default
+
+
+def _adafactor_momentum_spec_default_builder(mesh, layers, d_model, d_ff, vocab, seqs, seq_len, momentum_spec):
+    """Training step of a T5-style encoder LM (stacked pre-RMSNorm FFN blocks under jax.lax.scan with
+    jax.checkpoint, f32 params FSDP-sharded over 'd' on their d_model dimension, bf16 compute) with Adafactor written
+    out as in T5X: per-matrix factored second moments (v_row [.., rows], v_col [.., cols], decay 1 - t^-0.8), update
+    clipping at RMS 1.0, and first-moment momentum b1 = 0.9 (full-size m, f32) switched on by the run's config. The
+    optimizer state's shardings come from a spec function written when momentum was off:
+        def adafactor_state_spec(name, param_spec):
+            if name == 'v': return param_spec          # unfactored second moment: like the param
+            return P()                                  # v_row / v_col / count: small, replicate
+    momentum_spec=False (the first version: m falls through to the P() default, so the full-size first moment of
+    every kernel is replicated); True: the function also returns param_spec for 'm'. Params and state donated."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32, bf = jnp.float32, jnp.bfloat16
+    L, D, F, V = layers, d_model, d_ff, vocab
+    param_specs = {"embedding": P(None, "d"), "layers": {"wi": P(None, "d", None), "wo": P(None, None, "d")}}
+    shapes = {"embedding": (V, D), "layers": {"wi": (L, D, F), "wo": (L, F, D)}}
+    is_shape = lambda x: isinstance(x, tuple)
+
+    def adafactor_state_spec(name, param_spec):
+        if name == "v" or (momentum_spec and name == "m"):
+            return param_spec
+        return P()
+
+    params = jax.tree_util.tree_map(lambda s, sp: sds(s, f32, mesh, sp), shapes, param_specs, is_leaf=is_shape)
+
+    def state_for(s, sp):
+        return {"v_row": sds(s[:-1], f32, mesh, adafactor_state_spec("v_row", sp)),
+                "v_col": sds(s[:-2] + s[-1:], f32, mesh, adafactor_state_spec("v_col", sp)),
+                "m": sds(s, f32, mesh, adafactor_state_spec("m", sp))}
+
+    per_param = jax.tree_util.tree_map(state_for, shapes, param_specs, is_leaf=is_shape)
+    opt_state = {"count": sds((), jnp.int32, mesh, adafactor_state_spec("count", P())), "per_param": per_param}
+
+    def adafactor_update(params, grads, opt_state, lr=1e-3, b1=0.9, clip=1.0, eps=1e-30):
+        count = opt_state["count"] + 1
+        rho = 1.0 - count.astype(f32) ** -0.8
+
+        def one(p, g, st):
+            g2 = g * g + eps
+            v_row = rho * st["v_row"] + (1 - rho) * jnp.mean(g2, -1)
+            v_col = rho * st["v_col"] + (1 - rho) * jnp.mean(g2, -2)
+            v = v_row[..., None] * v_col[..., None, :] / jnp.mean(v_row, -1, keepdims=True)[..., None]
+            u = g * jax.lax.rsqrt(v)
+            u = u / jnp.maximum(1.0, jnp.sqrt(jnp.mean(u * u)) / clip)
+            m = b1 * st["m"] + (1 - b1) * u
+            return p - lr * m, {"v_row": v_row, "v_col": v_col, "m": m}
+
+        out = jax.tree_util.tree_map(one, params, grads, opt_state["per_param"],
+                                     is_leaf=lambda x: isinstance(x, dict) and "m" in x)
+        is_pair = lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], dict) and "m" in x[1]
+        new_params = jax.tree_util.tree_map(lambda t: t[0], out, is_leaf=is_pair)
+        new_state = jax.tree_util.tree_map(lambda t: t[1], out, is_leaf=is_pair)
+        return new_params, {"count": count, "per_param": new_state}
+
+    def rms_norm(x):
+        return x * jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(f32)), -1, keepdims=True) + 1e-6).astype(x.dtype)
+
+    def block(x, w):
+        return x + jax.nn.relu(rms_norm(x) @ w["wi"].astype(bf)) @ w["wo"].astype(bf), None
+
+    def t5_adafactor_train_step(params, opt_state, tokens, targets):
+        def loss_fn(params):
+            emb = params["embedding"].astype(bf)
+            x = emb[tokens]
+            x, _ = jax.lax.scan(jax.checkpoint(block), x, params["layers"])
+            logits = (rms_norm(x) @ emb.T).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adafactor_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    B = mesh.devices.size * seqs
+    tokens = sds((B, seq_len), jnp.int32, mesh, P("d"))
+    targets = sds((B, seq_len), jnp.int32, mesh, P("d"))
+    kw = {"donate_argnums": (0, 1), "out_shardings": (_shardings(params), _shardings(opt_state),
+                                                       NamedSharding(mesh, P()))}
+    return t5_adafactor_train_step, (params, opt_state, tokens, targets), kw
+
+
+pair(
+    "t5_adafactor_momentum_spec_default", "v6e", "v6e:2x2",
+    "A T5-style encoder LM (40 FFN blocks, D=4096, d_ff=16384, 5.5B f32 params, FSDP) trained on v6e with "
+    "Adafactor and momentum b1=0.9, whose optimizer-state spec function, written for the factored statistics "
+    "(v_row / v_col replicated, a P() default), sends the full-size first moment m to the default: m is "
+    "replicated (20.5 GiB per chip), beyond 31.25G.",
+    "Fixed variant of t5_adafactor_momentum_spec_default_v6e: the spec function gives 'm' the param's spec, "
+    "the first moment sharded over 'd' like the kernels; fits.",
+    dict(category="aggregate", causes=["optimizer_state_unsharded", "replicated_tensor"]),
+    _adafactor_momentum_spec_default_builder,
+    dict(layers=40, d_model=4096, d_ff=16384, vocab=32128, seqs=4, seq_len=512, momentum_spec=False),
+    dict(layers=40, d_model=4096, d_ff=16384, vocab=32128, seqs=4, seq_len=512, momentum_spec=True),
+    dump=False,
+)
+
+
+# 61.3 a video transformer whose attention scale is 1.0 / np.sqrt(head_dim): a NumPy scalar promotes the attention to f32
+
+
+def _video_attn_numpy_scale_builder(mesh, clips, frames, side, patch, tubelet, d_model, heads, layers, classes,
+                                    weak_scale):
+    """Fine-tuning step of a ViViT-style video classifier (tubelet embedding 2 x 16 x 16, joint space-time
+    attention, pre-LN blocks under jax.lax.scan without rematerialization, bf16 params and activations: every
+    projection casts its input to bf16 as flax's nn.Dense(dtype=jnp.bfloat16) does), clips sharded over 'd'; SGD.
+    weak_scale=False (the first version: the queries are scaled by `1.0 / np.sqrt(head_dim)`, a NumPy float64
+    scalar, which JAX types strongly (float32 without x64): the bf16 queries are promoted to f32, and with them every
+    [B, H, N, N] score and softmax probability matrix and the P.V product, all kept for the backward pass); True:
+    `head_dim ** -0.5`, a weakly typed Python float, so the attention stays in bf16."""
+    jax, jnp, NamedSharding, P = _jax()
+    import numpy as np
+    bf = jnp.bfloat16
+    D, H = d_model, heads
+    dh = D // H
+    n_tok = (frames // tubelet) * (side // patch) ** 2
+    scale = dh ** -0.5 if weak_scale else 1.0 / np.sqrt(dh)
+
+    def dense(x, w):
+        return x.astype(bf) @ w
+
+    def layer_norm(x):
+        x32 = x.astype(jnp.float32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        return ((x32 - mu) * jax.lax.rsqrt(jnp.var(x32, -1, keepdims=True) + 1e-6)).astype(bf)
+
+    def block(x, w):
+        b, n, _ = x.shape
+        q, k, v = jnp.split(dense(layer_norm(x), w["qkv"]), 3, -1)
+        q = q.reshape(b, n, H, dh) * scale
+        k, v = k.reshape(b, n, H, dh), v.reshape(b, n, H, dh)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+        probs = jax.nn.softmax(scores, -1)
+        a = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, n, D)
+        x = x + dense(a, w["out"])
+        return x + dense(jax.nn.gelu(dense(layer_norm(x), w["fc1"])), w["fc2"]), None
+
+    def vivit_finetune_step(params, video, labels):
+        def loss_fn(params):
+            b = video.shape[0]
+            t = video.reshape(b, frames // tubelet, tubelet, side // patch, patch, side // patch, patch, 3)
+            t = t.transpose(0, 1, 3, 5, 2, 4, 6, 7).reshape(b, n_tok, tubelet * patch * patch * 3)
+            x = dense(t, params["tubelet_embed"]) + params["pos_embed"]
+            x, _ = jax.lax.scan(block, x, params["blocks"])
+            logits = dense(jnp.mean(layer_norm(x), 1), params["head"]).astype(jnp.float32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *s: sds(s, bf, mesh, P())
+    params = {"tubelet_embed": r(tubelet * patch * patch * 3, D), "pos_embed": r(n_tok, D),
+              "blocks": {"qkv": r(layers, D, 3 * D), "out": r(layers, D, D), "fc1": r(layers, D, 4 * D),
+                         "fc2": r(layers, 4 * D, D)},
+              "head": r(D, classes)}
+    B = mesh.devices.size * clips
+    video = sds((B, frames, side, side, 3), bf, mesh, P("d"))
+    labels = sds((B,), jnp.int32, mesh, P("d"))
+    return vivit_finetune_step, (params, video, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "vivit_attention_numpy_scale_f32", "v4", "v4:2x2x1",
+    "A ViViT-style video classifier (ViT-B, 16-frame 224x224 clips as 1568 tubelet tokens) fine-tuned in bf16 on "
+    "v4 whose attention scale is 1.0 / np.sqrt(head_dim): the NumPy scalar is strongly typed, so the queries and "
+    "every [B, 12, 1568, 1568] score and probability matrix are f32, kept for the backward pass of all 12 layers, "
+    "beyond 15.25G.",
+    "Fixed variant of vivit_attention_numpy_scale_f32_v4: the scale written head_dim ** -0.5 (a weakly typed "
+    "Python float), the attention in bf16; fits.",
+    dict(category="aggregate", causes=["f32_precision", "large_activation", "no_remat"]),
+    _video_attn_numpy_scale_builder,
+    dict(clips=5, frames=16, side=224, patch=16, tubelet=2, d_model=768, heads=12, layers=12, classes=400,
+         weak_scale=False),
+    dict(clips=5, frames=16, side=224, patch=16, tubelet=2, d_model=768, heads=12, layers=12, classes=400,
+         weak_scale=True),
+    dump=False,
+)
+
+
+# 61.4 per-image task decoders picked by jax.lax.switch under jax.vmap: the switch becomes a select, every decoder runs
+
+
+def _vmapped_switch_task_decoders_builder(mesh, images_per_task, side, channels, dec_layers, tasks, grouped):
+    """Training step of an all-in-one image restoration network (denoise / derain / deblur / dehaze / low-light):
+    a shared conv encoder (3x3 convs, bf16) and one conv decoder per task (`dec_layers` 3x3 convs of `channels`
+    channels and a 3-channel output conv, residual), L1 loss; images sharded over 'd', params replicated; SGD.
+    grouped=False (the first version: the model is written for one image, `restore(image, task_id)`, the decoder
+    picked by `jax.lax.switch(task_id, decoders, features)`, and the per-image function is `jax.vmap`'ed over the
+    batch: with a batched task_id the switch becomes a select, so every decoder runs on every image and keeps its
+    activations for the backward pass); True: the input pipeline groups the batch by task ([tasks, n, H, W, 3],
+    the group axis unsharded, images sharded over 'd'), and each decoder runs on its own group."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf = jnp.bfloat16
+    C = channels
+    dn = ("NHWC", "HWIO", "NHWC")
+
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn)
+
+    def encode(enc, x):
+        for w in enc:
+            x = jax.nn.gelu(conv(x, w))
+        return x
+
+    def decode(dec, feats, x):
+        h = feats
+        for w in dec["convs"]:
+            h = jax.nn.gelu(conv(h, w))
+        return x + conv(h, dec["to_rgb"])
+
+    def all_in_one_restoration_step(params, degraded, clean, task_id):
+        def loss_fn(params):
+            if grouped:
+                errs = []
+                for t in range(tasks):
+                    x = degraded[t]
+                    feats = encode(params["encoder"], x)
+                    errs.append(jnp.mean(jnp.abs(decode(params["decoders"][t], feats, x) - clean[t])))
+                return sum(errs) / tasks
+
+            def restore(image, tid):
+                x = image[None]
+                feats = encode(params["encoder"], x)
+                branches = [lambda f, d=d: decode(d, f, x) for d in params["decoders"]]
+                return jax.lax.switch(tid, branches, feats)[0]
+
+            out = jax.vmap(restore)(degraded, task_id)
+            return jnp.mean(jnp.abs(out - clean))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *s: sds(s, bf, mesh, P())
+    params = {"encoder": [r(3, 3, 3, C), r(3, 3, C, C)],
+              "decoders": [{"convs": [r(3, 3, C, C) for _ in range(dec_layers)], "to_rgb": r(3, 3, C, 3)}
+                           for _ in range(tasks)]}
+    n = mesh.devices.size * images_per_task
+    if grouped:
+        degraded = sds((tasks, n, side, side, 3), bf, mesh, P(None, "d"))
+        clean = sds((tasks, n, side, side, 3), bf, mesh, P(None, "d"))
+        task_id = sds((tasks, n), jnp.int32, mesh, P(None, "d"))
+    else:
+        degraded = sds((tasks * n, side, side, 3), bf, mesh, P("d"))
+        clean = sds((tasks * n, side, side, 3), bf, mesh, P("d"))
+        task_id = sds((tasks * n,), jnp.int32, mesh, P("d"))
+    return all_in_one_restoration_step, (params, degraded, clean, task_id), {"donate_argnums": (0,)}
+
+
+pair(
+    "restoration_vmapped_switch_task_decoders", "v5p", "v5p:2x2x1",
+    "An all-in-one image restoration network (5 task decoders of 3 3x3 convs, 128 channels, 128x128 images) "
+    "trained on v5p whose per-image decoder is picked with jax.lax.switch(task_id, ...) inside a jax.vmap'ed "
+    "per-image function: the switch becomes a select, so all 5 decoders run on every image and keep their "
+    "activations for the backward pass, beyond 95.74G.",
+    "Fixed variant of restoration_vmapped_switch_task_decoders_v5p: the batch grouped by task and each decoder "
+    "run on its own group; fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _vmapped_switch_task_decoders_builder,
+    dict(images_per_task=160, side=128, channels=128, dec_layers=3, tasks=5, grouped=False),
+    dict(images_per_task=160, side=128, channels=128, dec_layers=3, tasks=5, grouped=True),
+    dump=False,
+)
+
+
+# --------------------------------------------------------------------------------------------
+
+
 # ---- 62. more broken/fixed pairs (batch tpu51): other models, other names ---------------------
 #
 # Programs of kinds sections 13-61 do not have, from dense retrieval, mixture-of-experts pre-training and video
