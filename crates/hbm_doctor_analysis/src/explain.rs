@@ -573,15 +573,16 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
         let cuda_runtime_own =
             e.family == Family::CudaOom && e.phase == Phase::Runtime && runtime_own && !e.told;
 
-        if cuda_runtime_own {
-            rank!(0.95, Some(ctx.cause(
+        let cuda_runtime_error = || {
+            cuda_runtime_own.then(|| ctx.cause(
                 CauseKind::OtherProcess,
                 None,
                 "the CUDA runtime itself ran out (`out of memory` from a CUDA call, not the framework allocator's message with its figures): memory outside the framework's pool could not be had, which happens when the device was already full; another process, a second framework's preallocated pool, or memory kept from earlier steps".into(),
                 vec![LIST_DEVICE_HOLDERS.into()],
                 Vec::new(),
-            )));
-        }
+            ))
+        };
+        rank!(0.95, cuda_runtime_error());
         for c in full_device(&ctx) {
             // (After the CUDA runtime's own error the card comes before the input's size: the
             // labelled posts of that family name the card 4 times, the input once.)
@@ -751,7 +752,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
     // Where nothing but the CUDA runtime's own error is shown (no rule but that one and the
     // full device's), the card leads: in the 31 labelled posts of that kind the threads answered
     // the card 12 times, another holder 6, the batch 6.
-    let cuda_runtime_rule = "Some@0.95";
+    let cuda_runtime_rule = "cuda_runtime_error@0.95";
     if causes.iter().any(|(_, rule, _)| rule == cuda_runtime_rule)
         && causes
             .iter()
