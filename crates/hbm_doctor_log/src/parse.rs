@@ -4267,7 +4267,14 @@ fn progress_word(t: &str) -> Option<&'static str> {
         || [" i ", "i've", "i'm", "i have", " my ", " we "]
             .iter()
             .any(|k| lower.contains(k));
-    if code || first_person {
+    // Nor is what an issue template or a config states: a heading or comment (`### eval`), the
+    // environment's versions (`GCC/Compiler version (if compiling from source)`, nvcc's `Cuda
+    // compilation tools`).
+    let template = trimmed.starts_with('#')
+        || lower.contains("version")
+        || lower.contains("compilation tools")
+        || lower.contains("if compiling");
+    if code || first_person || template {
         return None;
     }
     let joined = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '\'');
@@ -5187,6 +5194,10 @@ mod tests {
             "model = train_and_evaluate(batch_size=32)",
             "helm-run --suite v1 --max-eval-instances 10",
             "Aborting and saving the final best model. Encountered exception:",
+            // An issue template's environment and a config's heading.
+            "- GCC/Compiler version (if compiling from source): gcc 7.5.0",
+            "Cuda compilation tools, release 10.0, V10.0.130",
+            "### eval",
         ] {
             assert_eq!(progress_word(t), None, "{t}");
         }
