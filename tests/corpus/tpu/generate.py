@@ -22171,6 +22171,262 @@ pair(
 
 
 # --------------------------------------------------------------------------------------------
+
+
+# ---- 64. more broken/fixed pairs (batch tpu53): other models, other names ---------------------
+#
+# Programs of kinds sections 13-62 do not have, from graph learning, point clouds and recommendation. Activations:
+# a GraphGPS-style node classifier trained full-batch on one large graph whose global attention is a dense softmax
+# over every node pair (every layer's [H, N/chips, N] probabilities kept for the backward pass), instead of the
+# queries in blocks under jax.lax.map with jax.checkpoint; a DGCNN point-cloud segmenter whose dynamic k-NN graph
+# is the reference knn() over the full f32 [B, N, N] distance matrix before jax.lax.top_k, instead of the same
+# distances for blocks of query points. Program structure: a DLRM whose row-sharded per-feature tables are
+# jnp.concatenate'd inside the step for one fused lookup (a second, re-sharded copy of every table and its stacked
+# gradient each step), instead of one jnp.take per table. The fixed twin changes exactly the first cause.
+# (Tried and not kept: the same DLRM step was first meant as a placement case, the stacked table replicated by the
+# concatenation along the sharded axis; the listing shows it sharded (bf16[25165824,128] per chip, 1/4 of it), so
+# it is labelled as the per-step copy it is. GraphGPS with 81920 nodes and 4 heads crashed the compiler (Check
+# failed in memory-space assignment, "Aliased use"); 32768 and 49152 nodes compiled (10.52G, 14.31G).) See the
+# README section of batch tpu53.
+
+
+# 64.1 a GraphGPS-style node classifier on one large graph whose global attention is a dense softmax over all node pairs
+
+
+def _graphgps_dense_global_attention_builder(mesh, nodes, edges_per_node, d_model, heads, layers, classes,
+                                             query_block):
+    """Full-batch training step of a GraphGPS-style node classifier on one large citation graph (every layer: a
+    GIN-style local message pass over the edge list, segment_sum into the receivers, plus a global multi-head
+    self-attention over all nodes; bf16 weights and features, f32 softmax; SGD), the nodes sharded over 'd', the
+    edges sharded over 'd'.
+    query_block=None (the first version: global_attention computes the dense [H, N, N] scores and softmax of every
+    node pair in one go, and every layer's f32 probabilities are kept for the backward pass); an int: the
+    queries processed in blocks of `query_block` nodes per device under jax.lax.map with jax.checkpoint around
+    each block (flash-style memory: only one block's scores live at a time, recomputed in the backward pass)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    N, D, H = nodes, d_model, heads
+    Dh = D // H
+    ndev = mesh.devices.size
+
+    def attend(q, k, v):                                                     # q [n, H, Dh], k/v [N, H, Dh]
+        s = jnp.einsum("nhd,mhd->hnm", q, k).astype(f32) / jnp.sqrt(jnp.float32(Dh))
+        p = jax.nn.softmax(s, axis=-1)
+        return jnp.einsum("hnm,mhd->nhd", p.astype(bf), v)
+
+    def global_attention(x, lw):
+        q = (x @ lw["wq"]).reshape(N, H, Dh)
+        k = (x @ lw["wk"]).reshape(N, H, Dh)
+        v = (x @ lw["wv"]).reshape(N, H, Dh)
+        if query_block is None:
+            o = attend(q, k, v)
+        else:
+            nb = N // ndev // query_block
+            qb = q.reshape(ndev, nb, query_block, H, Dh).swapaxes(0, 1)     # [nb, ndev, blk, H, Dh]
+            qb = jax.lax.with_sharding_constraint(qb, NamedSharding(mesh, P(None, "d")))
+            blk = jax.checkpoint(lambda qq: attend(qq.reshape(ndev * query_block, H, Dh), k, v)
+                                 .reshape(ndev, query_block, H, Dh))
+            o = jax.lax.map(blk, qb).swapaxes(0, 1).reshape(N, H, Dh)
+        return o.reshape(N, D) @ lw["wo"]
+
+    def local_mpnn(x, senders, receivers, lw):
+        msg = jax.nn.relu(x[senders] @ lw["w_msg"])
+        agg = jax.ops.segment_sum(msg, receivers, num_segments=N)
+        return jax.nn.relu((x + agg) @ lw["w_gin"])
+
+    def graphgps_train_step(params, node_feat, senders, receivers, labels):
+        def loss_fn(params):
+            x = node_feat @ params["encoder"]
+            for lw in params["layers"]:
+                x = x + local_mpnn(x, senders, receivers, lw) + global_attention(x, lw)
+                x = x + jax.nn.gelu(x @ lw["ffn_in"]) @ lw["ffn_out"]
+            logits = (x @ params["head"]).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-2 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    params = {"encoder": r(128, D), "head": r(D, classes),
+              "layers": [{"wq": r(D, D), "wk": r(D, D), "wv": r(D, D), "wo": r(D, D), "w_msg": r(D, D),
+                          "w_gin": r(D, D), "ffn_in": r(D, 2 * D), "ffn_out": r(2 * D, D)} for _ in range(layers)]}
+    E = N * edges_per_node
+    node_feat = sds((N, 128), bf, mesh, P("d"))
+    senders = sds((E,), jnp.int32, mesh, P("d"))
+    receivers = sds((E,), jnp.int32, mesh, P("d"))
+    labels = sds((N,), jnp.int32, mesh, P("d"))
+    return graphgps_train_step, (params, node_feat, senders, receivers, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "graphgps_dense_global_attention", "v5e", "v5e:2x2",
+    "Full-batch training of a GraphGPS-style node classifier on v5e on one graph of 65536 nodes (4 layers, D=256, "
+    "8 heads, a GIN-style local pass over 8 edges per node plus global attention) whose global attention is a dense "
+    "softmax over all node pairs: each layer's [8, 16384, 65536] score and probability matrices per chip (16 GiB "
+    "in bf16) are kept for the backward pass, beyond 15.75G.",
+    "Fixed variant of graphgps_dense_global_attention_v5e: the global attention computed in query blocks of "
+    "1024 nodes per chip under jax.lax.map with jax.checkpoint around each block (only one block's scores live, "
+    "recomputed in the backward pass); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "no_remat"]),
+    _graphgps_dense_global_attention_builder,
+    dict(nodes=65536, edges_per_node=8, d_model=256, heads=8, layers=4, classes=40, query_block=None),
+    dict(nodes=65536, edges_per_node=8, d_model=256, heads=8, layers=4, classes=40, query_block=1024),
+    dump=False,
+)
+
+
+# 64.2 a DGCNN (EdgeConv) point-cloud segmenter whose dynamic k-NN graph takes top_k over the full [B, N, N] f32 distance matrix
+
+
+def _dgcnn_full_pairwise_knn_builder(mesh, scans_per_device, points, k, widths, classes, knn_block):
+    """Training step of a DGCNN semantic-segmentation network on LiDAR scans (EdgeConv layers that rebuild the
+    k-NN graph on the current features in every layer, as DGCNN's dynamic graph does; edge features
+    [x_i, x_j - x_i] through a shared MLP, max over the k neighbours; a per-point head; bf16 weights and features,
+    the distances in f32 as in the reference knn()), the scans sharded over 'd'.
+    knn_block=None (the first version, the reference implementation's knn(): inner = -2 x x^T,
+    pairwise = -|x_i|^2 - inner - |x_j|^2 over all [B, N, N] point pairs in f32, then top_k); an int: the same
+    distances and top_k computed for `knn_block` query points at a time under jax.lax.map."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def knn(x):                                                                # x [B, N, C] -> idx [B, N, k]
+        xf = x.astype(f32)
+        xx = jnp.sum(xf * xf, axis=-1)
+        if knn_block is None:
+            inner = -2.0 * jnp.einsum("bnc,bmc->bnm", xf, xf)
+            pairwise = -xx[:, :, None] - inner - xx[:, None, :]
+            return jax.lax.top_k(pairwise, k)[1]
+        B, N, C = x.shape
+        nb = N // knn_block
+        xq = xf.reshape(B, nb, knn_block, C).swapaxes(0, 1)                  # [nb, B, blk, C]
+        xq = jax.lax.with_sharding_constraint(xq, NamedSharding(mesh, P(None, "d")))
+
+        def block(q):
+            inner = -2.0 * jnp.einsum("bnc,bmc->bnm", q, xf)
+            pairwise = -jnp.sum(q * q, -1)[:, :, None] - inner - xx[:, None, :]
+            return jax.lax.top_k(pairwise, k)[1]
+
+        idx = jax.lax.map(block, xq).swapaxes(0, 1).reshape(B, N, k)
+        return jax.lax.with_sharding_constraint(idx, NamedSharding(mesh, P("d")))
+
+    def edge_conv(x, w):
+        idx = jax.lax.stop_gradient(knn(x))
+        x_j = jax.vmap(lambda xb, ib: xb[ib])(x, idx)                          # [B, N, k, C]
+        x_i = jnp.broadcast_to(x[:, :, None, :], x_j.shape)
+        e = jnp.concatenate([x_i, x_j - x_i], axis=-1)
+        return jnp.max(jax.nn.leaky_relu(e @ w, 0.2), axis=2)
+
+    def dgcnn_seg_train_step(params, xyz, labels):
+        def loss_fn(params):
+            x, feats = xyz, []
+            for w in params["edge_convs"]:
+                x = edge_conv(x, w)
+                feats.append(x)
+            h = jax.nn.leaky_relu(jnp.concatenate(feats, -1) @ params["fuse"], 0.2)
+            logits = (h @ params["seg_head"]).astype(f32)
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-2 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    chans = [3] + list(widths)
+    params = {"edge_convs": [r(2 * chans[i], chans[i + 1]) for i in range(len(widths))],
+              "fuse": r(sum(widths), 512), "seg_head": r(512, classes)}
+    B = mesh.devices.size * scans_per_device
+    xyz = sds((B, points, 3), bf, mesh, P("d"))
+    labels = sds((B, points), jnp.int32, mesh, P("d"))
+    return dgcnn_seg_train_step, (params, xyz, labels), {"donate_argnums": (0,)}
+
+
+pair(
+    "dgcnn_full_pairwise_knn", "v6e", "v6e:2x2",
+    "A DGCNN (4 EdgeConv layers 64-64-128-256, k=16) trained on v6e for LiDAR semantic segmentation, 24 scans of "
+    "16384 points per chip, whose dynamic k-NN graph is the reference knn(): -|x_i|^2 + 2 x_i.x_j - |x_j|^2 over "
+    "all point pairs, f32 [24, 16384, 16384] (24 GiB per chip), then jax.lax.top_k, in every layer, beyond 31.25G.",
+    "Fixed variant of dgcnn_full_pairwise_knn_v6e: the same f32 distances and top_k computed for 2048 query "
+    "points at a time under jax.lax.map (one [24, 2048, 16384] block of distances lives at a time); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "f32_precision"]),
+    _dgcnn_full_pairwise_knn_builder,
+    dict(scans_per_device=24, points=16384, k=16, widths=(64, 64, 128, 256), classes=13, knn_block=None),
+    dict(scans_per_device=24, points=16384, k=16, widths=(64, 64, 128, 256), classes=13, knn_block=2048),
+    dump=False,
+)
+
+
+# 64.3 a DLRM whose row-sharded per-feature tables are jnp.concatenate'd inside the step for one fused lookup
+
+
+def _dlrm_concat_sharded_tables_builder(mesh, examples_per_device, features, rows, dim, hidden, stack_in_step):
+    """Training step of a DLRM-style CTR model (one embedding table per sparse feature, each [rows, dim] bf16 and
+    row-sharded over 'd' at rest, a bottom MLP on the dense features, dot interactions, a top MLP; plain SGD on
+    the tables and the MLPs), the examples sharded over 'd'.
+    stack_in_step=True (the first version: a "fused lookup" written in the step, stacked =
+    jnp.concatenate([tables[f] for f in features], axis=0) with the ids offset by f * rows, one jnp.take: the
+    concatenation along the sharded row axis builds a second, re-sharded copy of every table each step (rows
+    exchanged between chips), and the lookup's gradient is a stacked [F * rows, dim] table split back per
+    feature); False: one jnp.take per feature table, each on its own row-sharded table."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    names = [f"C{i + 1}" for i in range(features)]
+
+    def lookup(tables, sparse_ids):                                            # sparse_ids [B, F]
+        if stack_in_step:
+            stacked = jnp.concatenate([tables[n] for n in names], axis=0)       # [F * rows, dim]
+            offsets = jnp.arange(features, dtype=jnp.int32) * rows
+            return jnp.take(stacked, sparse_ids + offsets[None, :], axis=0)     # [B, F, dim]
+        return jnp.stack([jnp.take(tables[n], sparse_ids[:, i], axis=0) for i, n in enumerate(names)], axis=1)
+
+    def dlrm_train_step(params, dense_x, sparse_ids, clicks):
+        def loss_fn(params):
+            bottom = jax.nn.relu(jax.nn.relu(dense_x @ params["bot_w0"]) @ params["bot_w1"])     # [B, dim]
+            emb = lookup(params["tables"], sparse_ids)
+            z = jnp.concatenate([bottom[:, None, :], emb], axis=1)                              # [B, F+1, dim]
+            inter = jnp.einsum("bfd,bgd->bfg", z, z)
+            iu, ju = jnp.triu_indices(features + 1, k=1)
+            h = jnp.concatenate([bottom, inter[:, iu, ju]], axis=-1)
+            h = jax.nn.relu(h @ params["top_w0"])
+            logit = (h @ params["top_w1"]).astype(f32)[:, 0]
+            return jnp.mean(jnp.logaddexp(0.0, logit) - clicks * logit)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-2 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    n_inter = (features + 1) * features // 2
+    params = {"tables": {n: sds((rows, dim), bf, mesh, P("d")) for n in names},
+              "bot_w0": r(13, 512), "bot_w1": r(512, dim),
+              "top_w0": r(dim + n_inter, hidden), "top_w1": r(hidden, 1)}
+    B = mesh.devices.size * examples_per_device
+    dense_x = sds((B, 13), bf, mesh, P("d"))
+    sparse_ids = sds((B, features), jnp.int32, mesh, P("d"))
+    clicks = sds((B,), f32, mesh, P("d"))
+    return dlrm_train_step, (params, dense_x, sparse_ids, clicks), {"donate_argnums": (0,)}
+
+
+pair(
+    "dlrm_concat_sharded_tables", "v5e", "v5e:2x2",
+    "A DLRM-style CTR model trained on v5e (8 sparse features, each table [12582912, 128] bf16 row-sharded over "
+    "the 4 chips, 8192 examples per chip) whose step builds a fused lookup, jnp.concatenate of all 8 tables along "
+    "the sharded row axis with offset ids and one jnp.take: every step copies the whole stacked table (6 GiB per "
+    "chip), exchanges its rows between chips and builds its stacked gradient, beyond 15.75G.",
+    "Fixed variant of dlrm_concat_sharded_tables_v5e: one jnp.take per feature table on its own row-sharded "
+    "table (no in-step concatenation); fits.",
+    dict(category="aggregate", causes=["large_activation"]),
+    _dlrm_concat_sharded_tables_builder,
+    dict(examples_per_device=8192, features=8, rows=12582912, dim=128, hidden=1024, stack_in_step=True),
+    dict(examples_per_device=8192, features=8, rows=12582912, dim=128, hidden=1024, stack_in_step=False),
+    dump=False,
+)
+
+
+for _base, _gen in (("graphgps_dense_global_attention", "v5e"), ("dgcnn_full_pairwise_knn", "v6e"),
+                    ("dlrm_concat_sharded_tables", "v5e")):
+    for _n in (f"{_base}_{_gen}", f"{_base}_fixed_{_gen}"):
+        CASES[_n]["stderr_limit"] = 40 * 1024
+
+
+# --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
 
