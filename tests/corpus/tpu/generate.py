@@ -22182,7 +22182,8 @@ pair(
 # replicated over the unused 4-way 'model' axis, instead of the axis tuple ('data', 'model'); an ESM-2-style
 # protein LM whose FSDP helper puts P('d') on axis 0 when it divides the device count and P() otherwise, so the
 # 36-layer stacked kernels (36 % 8 != 0) and both Adam moments are replicated, instead of sharding the largest
-# axis that divides. Program structure: an AlphaFold-style pair trunk trained with 3 recycles whose earlier
+# axis that divides (the same fallback helper as 44.1's hashed CTR table, hit here by the layer-stacked kernels
+# and fixed by the choice of axis, not by padding). Program structure: an AlphaFold-style pair trunk trained with 3 recycles whose earlier
 # passes are differentiated too (no jax.lax.stop_gradient), so every pass's saved block inputs stay live for the
 # backward pass. The fixed twin changes exactly the first cause. See the README section of batch tpu52.
 # (Tried and dropped: a BEST-RQ-style speech pre-training step whose gradient-accumulation scan carry
