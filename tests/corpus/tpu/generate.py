@@ -22175,8 +22175,8 @@ pair(
 
 # ---- 63. more broken/fixed pairs (batch tpu52): other models, other names ---------------------
 #
-# Programs of kinds sections 13-62 do not have, from contrastive image-text training, protein language models and
-# protein structure prediction. Placement: a LiT-style image tower trained on a v4 slice whose mesh comes from
+# Programs of kinds sections 13-62 do not have, from contrastive image-text training, protein language models,
+# protein structure prediction and video self-supervised learning. Placement: a LiT-style image tower trained on a v4 slice whose mesh comes from
 # the launcher config of the tensor-parallel LLM, jax.make_mesh((2, 4), ('data', 'model')), while the tower's
 # partition rules and batch sharding name only 'data': params, Adam moments and the batch are split 2-way and
 # replicated over the unused 4-way 'model' axis, instead of the axis tuple ('data', 'model'); an ESM-2-style
@@ -22185,7 +22185,9 @@ pair(
 # axis that divides (the same fallback helper as 44.1's hashed CTR table, hit here by the layer-stacked kernels
 # and fixed by the choice of axis, not by padding). Program structure: an AlphaFold-style pair trunk trained with 3 recycles whose earlier
 # passes are differentiated too (no jax.lax.stop_gradient), so every pass's saved block inputs stay live for the
-# backward pass. The fixed twin changes exactly the first cause. See the README section of batch tpu52.
+# backward pass; a VideoMAE-style pre-training step whose encoder runs on all tubelet tokens with the masked ones
+# replaced by a mask token (SimMIM-style masking on an MAE config), instead of gathering the visible 10% first.
+# The fixed twin changes exactly the first cause. See the README section of batch tpu52.
 # (Tried and dropped: a BEST-RQ-style speech pre-training step whose gradient-accumulation scan carry
 # (loss_sum, grad_sum) was pinned with with_sharding_constraint(carry, NamedSharding(mesh, P())), one sharding
 # given as a prefix of the whole carry: 7.25G on v5e exactly like its per-leaf twin, the partitioner kept the
@@ -22438,6 +22440,101 @@ pair(
          stop_recycles=False),
     dict(crops_per_device=5, n_res=384, c_in=64, c_z=128, c_tri=128, blocks=48, recycles=3, dist_bins=64,
          stop_recycles=True),
+    dump=False,
+)
+
+
+# 63.4 a VideoMAE pre-training step whose encoder runs on every token, the masked ones replaced by a mask token
+
+
+def _videomae_encoder_all_tokens_builder(mesh, clips_per_device, frames, size, tubelet, patch, d_enc, d_dec,
+                                         heads, enc_layers, dec_layers, mask_ratio, encode):
+    """VideoMAE-style masked video pre-training (ViT-B-shaped encoder, a narrow decoder over every token that
+    reconstructs the normalized pixels of the masked tubelets; tube masking with a fixed ratio, bf16, SGD, no
+    remat as in the reference recipe), clips sharded over 'd', the masked positions' indices given per clip.
+    encode='all' (the first version, masking written the BEiT/SimMIM way on an MAE config: the encoder runs on
+    all N tokens with the masked ones replaced by a learned mask token, so at 90% masking it computes and keeps
+    ten times the tokens it needs); 'visible': the visible tokens gathered first (jnp.take_along_axis with the
+    kept indices, as MAE does) and only they are encoded; the decoder then sees the encoded visible tokens
+    scattered back among mask tokens, in both versions."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    nt, nh = frames // tubelet, size // patch
+    N = nt * nh * nh
+    n_keep = int(round(N * (1 - mask_ratio)))
+    patch_dim = tubelet * patch * patch * 3
+
+    def layer_norm(x):
+        x32 = x.astype(f32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        return ((x32 - mu) * jax.lax.rsqrt(jnp.var(x32, -1, keepdims=True) + 1e-6)).astype(bf)
+
+    def block(x, w, h):
+        b, n, d = x.shape
+        q, k, v = jnp.split(layer_norm(x) @ w["qkv"], 3, -1)
+        q, k, v = (t.reshape(b, n, h, d // h) for t in (q, k, v))
+        att = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) / (d // h) ** 0.5, -1).astype(bf)
+        x = x + jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, n, d) @ w["proj"]
+        return x + jax.nn.gelu(layer_norm(x) @ w["fc1"]) @ w["fc2"]
+
+    def videomae_pretrain_step(params, clips, keep_idx, is_masked):
+        b = clips.shape[0]
+        x = clips.reshape(b, nt, tubelet, nh, patch, nh, patch, 3).transpose(0, 1, 3, 5, 2, 4, 6, 7)
+        tubelets = x.reshape(b, N, patch_dim)
+        mu = jnp.mean(tubelets.astype(f32), -1, keepdims=True)
+        target = (tubelets.astype(f32) - mu) * jax.lax.rsqrt(jnp.var(tubelets.astype(f32), -1, keepdims=True) + 1e-6)
+
+        def loss_fn(params):
+            tok = tubelets @ params["patch_embed"] + params["pos_enc"]
+            if encode == "all":
+                h = jnp.where(is_masked[..., None], params["enc_mask_token"], tok)
+                for w in params["encoder"]:
+                    h = block(h, w, heads)
+                vis = jnp.take_along_axis(h, keep_idx[..., None], 1)
+            else:
+                h = jnp.take_along_axis(tok, keep_idx[..., None], 1)
+                for w in params["encoder"]:
+                    h = block(h, w, heads)
+                vis = h
+            vis = layer_norm(vis) @ params["enc_to_dec"]
+            dec = jnp.broadcast_to(params["dec_mask_token"], (b, N, d_dec))
+            dec = dec.at[jnp.arange(b)[:, None], keep_idx].set(vis) + params["pos_dec"]
+            for w in params["decoder"]:
+                dec = block(dec, w, max(1, d_dec // 64))
+            pred = (layer_norm(dec) @ params["pixel_head"]).astype(f32)
+            err = jnp.mean((pred - target) ** 2, -1)
+            return jnp.sum(err * is_masked) / jnp.sum(is_masked)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    blk = lambda d: {"qkv": r(d, 3 * d), "proj": r(d, d), "fc1": r(d, 4 * d), "fc2": r(4 * d, d)}
+    params = {"patch_embed": r(patch_dim, d_enc), "pos_enc": r(N, d_enc), "enc_mask_token": r(d_enc),
+              "encoder": [blk(d_enc) for _ in range(enc_layers)], "enc_to_dec": r(d_enc, d_dec),
+              "dec_mask_token": r(d_dec), "pos_dec": r(N, d_dec),
+              "decoder": [blk(d_dec) for _ in range(dec_layers)], "pixel_head": r(d_dec, patch_dim)}
+    B = mesh.devices.size * clips_per_device
+    clips = sds((B, frames, size, size, 3), bf, mesh, P("d"))
+    keep_idx = sds((B, n_keep), jnp.int32, mesh, P("d"))
+    is_masked = sds((B, N), f32, mesh, P("d"))
+    return videomae_pretrain_step, (params, clips, keep_idx, is_masked), {"donate_argnums": (0,)}
+
+
+pair(
+    "videomae_encoder_all_tokens", "v5e", "v5e:2x2",
+    "VideoMAE-style masked video pre-training on v5e (ViT-B-shaped encoder, 12 blocks D=768, a 4-block D=384 "
+    "decoder, 16-frame 224x224 clips in 2x16x16 tubelets: 1568 tokens, 90% tube masking, 48 clips per chip, bf16, "
+    "no remat) whose encoder runs on all 1568 tokens with the masked ones replaced by a mask token "
+    "(SimMIM-style masking on an MAE config), instead of on the 157 visible ones, beyond 15.75G.",
+    "Fixed variant of videomae_encoder_all_tokens_v5e: the visible tokens gathered first "
+    "(jnp.take_along_axis with the kept indices) and only they encoded; fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _videomae_encoder_all_tokens_builder,
+    dict(clips_per_device=48, frames=16, size=224, tubelet=2, patch=16, d_enc=768, d_dec=384, heads=12,
+         enc_layers=12, dec_layers=4, mask_ratio=0.9, encode="all"),
+    dict(clips_per_device=48, frames=16, size=224, tubelet=2, patch=16, d_enc=768, d_dec=384, heads=12,
+         enc_layers=12, dec_layers=4, mask_ratio=0.9, encode="visible"),
     dump=False,
 )
 
