@@ -22173,6 +22173,375 @@ pair(
 # --------------------------------------------------------------------------------------------
 
 
+# ---- 63. more broken/fixed pairs (batch tpu52): other models, other names ---------------------
+#
+# Programs of kinds sections 13-62 do not have, from contrastive image-text training, protein language models,
+# protein structure prediction and video self-supervised learning. Placement: a LiT-style image tower trained on a v4 slice whose mesh comes from
+# the launcher config of the tensor-parallel LLM, jax.make_mesh((2, 4), ('data', 'model')), while the tower's
+# partition rules and batch sharding name only 'data': params, Adam moments and the batch are split 2-way and
+# replicated over the unused 4-way 'model' axis, instead of the axis tuple ('data', 'model'); an ESM-2-style
+# protein LM whose FSDP helper puts P('d') on axis 0 when it divides the device count and P() otherwise, so the
+# 36-layer stacked kernels (36 % 8 != 0) and both Adam moments are replicated, instead of sharding the largest
+# axis that divides (the same fallback helper as 44.1's hashed CTR table, hit here by the layer-stacked kernels
+# and fixed by the choice of axis, not by padding). Program structure: an AlphaFold-style pair trunk trained with 3 recycles whose earlier
+# passes are differentiated too (no jax.lax.stop_gradient), so every pass's saved block inputs stay live for the
+# backward pass; a VideoMAE-style pre-training step whose encoder runs on all tubelet tokens with the masked ones
+# replaced by a mask token (SimMIM-style masking on an MAE config), instead of gathering the visible 10% first.
+# The fixed twin changes exactly the first cause. See the README section of batch tpu52.
+# (Tried and dropped: a BEST-RQ-style speech pre-training step whose gradient-accumulation scan carry
+# (loss_sum, grad_sum) was pinned with with_sharding_constraint(carry, NamedSharding(mesh, P())), one sharding
+# given as a prefix of the whole carry: 7.25G on v5e exactly like its per-leaf twin, the partitioner kept the
+# while-loop carry sharded and the replicated constraint cost nothing; an SFNO-style weather model whose
+# spherical-harmonic transform contracts the grid with dense [nlat, nlon, L, M] bases built in the step: 380.59M
+# on v5e, the compiler fused the basis (Legendre table x cos/sin) into the contractions and never built it.)
+
+
+# 63.1 a 2-D ('data', 'model') mesh from a tensor-parallel config reused for a model whose specs never name 'model'
+
+
+def _unused_model_axis_image_tower_builder(mesh, layers, d_model, d_mlp, heads, image, patch, images_per_device,
+                                           fsdp_axes):
+    """LiT-style contrastive training of a ViT-g/14-shaped image tower (pre-LN blocks stacked [L, ...] under
+    lax.scan with jax.checkpoint, bf16 compute, f32 params and Adam moments, mean-pooled, sigmoid (SigLIP) loss
+    against the locked text tower's precomputed embeddings) on a v4 slice whose mesh comes from the shared
+    launcher config written for the tensor-parallel LLM: jax.make_mesh((2, 4), ('data', 'model')).
+    fsdp_axes='data' (the first version: the image tower's partition rules and the batch sharding were written
+    for a 1-D data mesh and name only 'data': P(None, 'data') for the stacked kernels, P('data') for the
+    images, so everything is sharded 2-way and replicated over the 4-way 'model' axis: each core holds half the
+    params and moments and runs half the global batch); ('data', 'model'): the same rules with the mesh axis
+    tuple ('data', 'model') in place of 'data' (FSDP and the batch over all 8 cores)."""
+    jax, jnp, NamedSharding, P = _jax()
+    from jax.sharding import Mesh
+    bf, f32 = jnp.bfloat16, jnp.float32
+    L, D, F, H = layers, d_model, d_mlp, heads
+    mesh2 = Mesh(mesh.devices.reshape(2, 4), ("data", "model"))
+    axes = "data" if fsdp_axes == "data" else ("data", "model")
+    n_tok, patch_dim = (image // patch) ** 2, patch * patch * 3
+
+    def layer_norm(x):
+        x32 = x.astype(f32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        return ((x32 - mu) * jax.lax.rsqrt(jnp.var(x32, -1, keepdims=True) + 1e-6)).astype(bf)
+
+    def vit_block(x, w):
+        b, n, _ = x.shape
+        q, k, v = jnp.split(layer_norm(x) @ w["qkv"].astype(bf), 3, -1)
+        q, k, v = (t.reshape(b, n, H, D // H) for t in (q, k, v))
+        att = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) / (D // H) ** 0.5, -1).astype(bf)
+        x = x + jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, n, D) @ w["out"].astype(bf)
+        x = x + jax.nn.gelu(layer_norm(x) @ w["mlp_in"].astype(bf)) @ w["mlp_out"].astype(bf)
+        return x, None
+
+    def lit_train_step(params, opt_state, patches, text_emb):
+        def sigmoid_loss(params):
+            x = patches.astype(bf) @ params["patch_embed"].astype(bf) + params["pos_embed"].astype(bf)
+            x, _ = jax.lax.scan(jax.checkpoint(vit_block), x, params["blocks"])
+            img = layer_norm(jnp.mean(x, 1)).astype(f32) @ params["head"]
+            img = img / jnp.linalg.norm(img, axis=-1, keepdims=True)
+            logits = img @ text_emb.T * 10.0 - 10.0
+            labels = 2.0 * jnp.eye(logits.shape[0]) - 1.0
+            return -jnp.mean(jax.nn.log_sigmoid(labels * logits))
+
+        loss, grads = jax.value_and_grad(sigmoid_loss)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    w = lambda *shape: sds(shape, f32, mesh2, P(None, axes) if len(shape) == 3 else P(axes))
+    params = {"patch_embed": sds((patch_dim, D), f32, mesh2, P(None, axes)),
+              "pos_embed": sds((n_tok, D), f32, mesh2, P(None, axes)),
+              "blocks": {"qkv": w(L, D, 3 * D), "out": w(L, D, D), "mlp_in": w(L, D, F), "mlp_out": w(L, F, D)},
+              "head": sds((D, D), f32, mesh2, P(axes))}
+    opt_state = {"count": sds((), jnp.int32, mesh2, P()), "mu": params, "nu": params}
+    B = mesh.devices.size * images_per_device
+    patches = sds((B, n_tok, patch_dim), bf, mesh2, P(axes))
+    text_emb = sds((B, D), f32, mesh2, P(axes))
+    return lit_train_step, (params, opt_state, patches, text_emb), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "lit_image_tower_unused_model_axis", "v4", "v4:2x2x1",
+    "LiT-style contrastive training of a ViT-g/14-shaped image tower (40 blocks, D=1408, MLP 6144, about 1B "
+    "params, f32 params and Adam moments, 96 images per TensorCore) on v4 with the launcher's mesh "
+    "jax.make_mesh((2, 4), ('data', 'model')) from the tensor-parallel LLM config, while the tower's partition "
+    "rules and batch sharding name only 'data': params, moments and the batch are split 2-way and replicated "
+    "over the 4-way 'model' axis, beyond 15.25G.",
+    "Fixed variant of lit_image_tower_unused_model_axis_v4: the rules and the batch sharding use the axis tuple "
+    "('data', 'model') in place of 'data' (FSDP and the batch over all 8 cores); fits.",
+    dict(category="single_large_allocation", causes=["replicated_tensor", "batch_too_large"]),
+    _unused_model_axis_image_tower_builder,
+    dict(layers=40, d_model=1408, d_mlp=6144, heads=16, image=224, patch=14, images_per_device=96,
+         fsdp_axes="data"),
+    dict(layers=40, d_model=1408, d_mlp=6144, heads=16, image=224, patch=14, images_per_device=96,
+         fsdp_axes="data+model"),
+    dump=False,
+)
+# its stderr.log is trimmed (startup boilerplate, then the middle) to stay under 40 KB (meta.json "stderr_trimmed")
+CASES["lit_image_tower_unused_model_axis_fixed_v4"]["stderr_limit"] = 38 * 1024
+
+
+# 63.2 an FSDP rule "shard the leading axis if it divides the device count, else replicate": 36 stacked layers on 8
+
+
+def _esm_leading_axis_divisible_fsdp_builder(mesh, layers, d_model, d_ff, heads, vocab, seqs_per_device, seq_len,
+                                             rule):
+    """Pre-training step of an ESM-2-style protein language model (masked-residue prediction, pre-LN
+    transformer blocks stacked [L, ...] under lax.scan with jax.checkpoint, bf16 compute, f32 params and Adam
+    moments), the sequences sharded over 'd'. The param shardings come from a helper applied to every leaf:
+    rule='leading' (the first version, the common FSDP helper: P('d') on axis 0 when shape[0] % n_devices == 0,
+    else P(), written so that odd leaves (biases, vocab 33) do not raise: the layer-stacked kernels [36, ...]
+    on 8 devices fall to P(), so nearly every parameter and both Adam moments are replicated); 'largest': P('d')
+    on the largest axis that divides n_devices (P() only when none does)."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    L, D, F, H = layers, d_model, d_ff, heads
+    n = mesh.devices.size
+
+    def fsdp_spec(shape):
+        if rule == "leading":
+            return P("d") if shape and shape[0] % n == 0 else P()
+        for ax in sorted(range(len(shape)), key=lambda i: -shape[i]):
+            if shape[ax] % n == 0:
+                return P(*([None] * ax + ["d"]))
+        return P()
+
+    def layer_norm(x, scale):
+        x32 = x.astype(f32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        return ((x32 - mu) * jax.lax.rsqrt(jnp.var(x32, -1, keepdims=True) + 1e-5) * scale).astype(bf)
+
+    def esm_block(x, w):
+        b, s, _ = x.shape
+        q, k, v = jnp.split(layer_norm(x, w["attn_ln"]) @ w["qkv"].astype(bf), 3, -1)
+        q, k, v = (t.reshape(b, s, H, D // H) for t in (q, k, v))
+        att = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) / (D // H) ** 0.5, -1).astype(bf)
+        x = x + jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, s, D) @ w["attn_out"].astype(bf)
+        x = x + jax.nn.gelu(layer_norm(x, w["ffn_ln"]) @ w["fc1"].astype(bf)) @ w["fc2"].astype(bf)
+        return x, None
+
+    def esm_mlm_step(params, opt_state, residues, masked_targets, mask):
+        def mlm_loss(params):
+            x = params["embed_tokens"].astype(bf)[residues]
+            x, _ = jax.lax.scan(jax.checkpoint(esm_block), x, params["layers"])
+            logits = (layer_norm(x, params["emb_layer_norm_after"]) @ params["embed_tokens"].astype(bf).T).astype(f32)
+            nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), masked_targets[..., None], -1)[..., 0]
+            return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+        loss, grads = jax.value_and_grad(mlm_loss)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    shapes = {"embed_tokens": (vocab, D), "emb_layer_norm_after": (D,),
+              "layers": {"attn_ln": (L, D), "qkv": (L, D, 3 * D), "attn_out": (L, D, D), "ffn_ln": (L, D),
+                         "fc1": (L, D, F), "fc2": (L, F, D)}}
+    leaf = lambda shape: sds(shape, f32, mesh, fsdp_spec(shape))
+    params = jax.tree_util.tree_map(leaf, shapes, is_leaf=lambda x: isinstance(x, tuple))
+    opt_state = {"count": sds((), jnp.int32, mesh, P()), "mu": params, "nu": params}
+    B = n * seqs_per_device
+    residues = sds((B, seq_len), jnp.int32, mesh, P("d"))
+    masked_targets = sds((B, seq_len), jnp.int32, mesh, P("d"))
+    mask = sds((B, seq_len), f32, mesh, P("d"))
+    return esm_mlm_step, (params, opt_state, residues, masked_targets, mask), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "esm2_leading_axis_divisible_fsdp", "v4", "v4:2x2x1",
+    "An ESM-2-style protein language model (36 layers, D=2560, d_ff=10240, about 2.8B parameters) pre-trained on "
+    "v4 (8 TensorCores) with f32 params and Adam moments sharded by an FSDP helper that puts P('d') on axis 0 "
+    "when shape[0] % 8 == 0 and P() otherwise: the layer-stacked kernels [36, ...] fall to P(), so the params and "
+    "both moments (about 34 GB) are replicated on every core, beyond 15.25G.",
+    "Fixed variant of esm2_leading_axis_divisible_fsdp_v4: the helper shards the largest axis that divides the "
+    "device count (P(None, 'd') for the stacked kernels); fits.",
+    dict(category="arguments", causes=["replicated_tensor", "arguments_exceed", "optimizer_state_unsharded"]),
+    _esm_leading_axis_divisible_fsdp_builder,
+    dict(layers=36, d_model=2560, d_ff=10240, heads=40, vocab=33, seqs_per_device=4, seq_len=512,
+         rule="leading"),
+    dict(layers=36, d_model=2560, d_ff=10240, heads=40, vocab=33, seqs_per_device=4, seq_len=512,
+         rule="largest"),
+    dump=False,
+)
+
+
+
+
+# 63.3 AlphaFold-style recycling differentiated through every recycle (no stop_gradient on the earlier passes)
+
+
+def _af2_recycling_all_differentiated_builder(mesh, crops_per_device, n_res, c_in, c_z, c_tri, blocks, recycles,
+                                              dist_bins, stop_recycles):
+    """Training step of an AlphaFold-style pair stack with recycling (a pair-only trunk: triangle
+    multiplicative update "outgoing" and pair transition per block, the blocks stacked under lax.scan with
+    jax.checkpoint, bf16; the recycled pair representation layer-normed and added to the input embedding; a
+    distogram head with the loss on the last pass only; SGD), crops sharded over 'd'.
+    stop_recycles=False (the first version: the trunk called recycles + 1 times in a Python loop and the
+    whole chain differentiated, so every pass's saved block inputs stay live for the backward pass);
+    True: as AlphaFold trains it, the first `recycles` passes under jax.lax.stop_gradient (their outputs only
+    feed the next pass's recycling embedding), only the last pass differentiated."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+
+    def layer_norm(x):
+        x32 = x.astype(f32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        return ((x32 - mu) * jax.lax.rsqrt(jnp.var(x32, -1, keepdims=True) + 1e-5)).astype(bf)
+
+    def pair_block(z, w):
+        zn = layer_norm(z)
+        a = jax.nn.sigmoid(zn @ w["tri_a_gate"]) * (zn @ w["tri_a_proj"])
+        b = jax.nn.sigmoid(zn @ w["tri_b_gate"]) * (zn @ w["tri_b_proj"])
+        x = jnp.einsum("bikc,bjkc->bijc", a, b)
+        z = z + jax.nn.sigmoid(zn @ w["tri_out_gate"]) * (layer_norm(x) @ w["tri_out"])
+        z = z + jax.nn.relu(layer_norm(z) @ w["transition_in"]) @ w["transition_out"]
+        return z, None
+
+    def pair_trunk(params, pair_feats, prev_z):
+        z = (pair_feats.astype(bf) @ params["pair_embed"]) + layer_norm(prev_z) @ params["recycle_embed"]
+        z, _ = jax.lax.scan(jax.checkpoint(pair_block), z, params["trunk"])
+        return z
+
+    def af2_train_step(params, pair_feats, dist_bin_targets):
+        def distogram_loss(params):
+            prev_z = jnp.zeros(pair_feats.shape[:3] + (c_z,), bf)
+            for r in range(recycles + 1):
+                prev_z = pair_trunk(params, pair_feats, prev_z)
+                if stop_recycles and r < recycles:
+                    prev_z = jax.lax.stop_gradient(prev_z)
+            sym = prev_z + jnp.swapaxes(prev_z, 1, 2)
+            logits = (sym @ params["distogram_head"]).astype(f32)
+            nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), dist_bin_targets[..., None], -1)
+            return jnp.mean(nll)
+
+        loss, grads = jax.value_and_grad(distogram_loss)(params)
+        return _tm(lambda p, g: (p - 1e-3 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    K = blocks
+    params = {"pair_embed": r(c_in, c_z), "recycle_embed": r(c_z, c_z), "distogram_head": r(c_z, dist_bins),
+              "trunk": {"tri_a_gate": r(K, c_z, c_tri), "tri_a_proj": r(K, c_z, c_tri),
+                        "tri_b_gate": r(K, c_z, c_tri), "tri_b_proj": r(K, c_z, c_tri),
+                        "tri_out_gate": r(K, c_z, c_z), "tri_out": r(K, c_tri, c_z),
+                        "transition_in": r(K, c_z, 4 * c_z), "transition_out": r(K, 4 * c_z, c_z)}}
+    B = mesh.devices.size * crops_per_device
+    pair_feats = sds((B, n_res, n_res, c_in), bf, mesh, P("d"))
+    dist_bin_targets = sds((B, n_res, n_res), jnp.int32, mesh, P("d"))
+    return af2_train_step, (params, pair_feats, dist_bin_targets), {"donate_argnums": (0,)}
+
+
+pair(
+    "af2_recycling_all_differentiated", "v6e", "v6e:2x2",
+    "An AlphaFold-style pair trunk (48 blocks of triangle multiplication and pair transition, 384-residue crops, "
+    "c_z=128, bf16, 5 crops per chip) trained on v6e with 3 recycles, every pass differentiated (no "
+    "stop_gradient on the earlier recycles): the saved block inputs of all 4 passes stay live for the backward "
+    "pass, beyond 31.25G.",
+    "Fixed variant of af2_recycling_all_differentiated_v6e: the first 3 passes under jax.lax.stop_gradient (as "
+    "AlphaFold trains), only the last pass differentiated; fits.",
+    dict(category="aggregate", causes=["no_remat", "batch_too_large"]),
+    _af2_recycling_all_differentiated_builder,
+    dict(crops_per_device=5, n_res=384, c_in=64, c_z=128, c_tri=128, blocks=48, recycles=3, dist_bins=64,
+         stop_recycles=False),
+    dict(crops_per_device=5, n_res=384, c_in=64, c_z=128, c_tri=128, blocks=48, recycles=3, dist_bins=64,
+         stop_recycles=True),
+    dump=False,
+)
+
+
+# 63.4 a VideoMAE pre-training step whose encoder runs on every token, the masked ones replaced by a mask token
+
+
+def _videomae_encoder_all_tokens_builder(mesh, clips_per_device, frames, size, tubelet, patch, d_enc, d_dec,
+                                         heads, enc_layers, dec_layers, mask_ratio, encode):
+    """VideoMAE-style masked video pre-training (ViT-B-shaped encoder, a narrow decoder over every token that
+    reconstructs the normalized pixels of the masked tubelets; tube masking with a fixed ratio, bf16, SGD, no
+    remat as in the reference recipe), clips sharded over 'd', the masked positions' indices given per clip.
+    encode='all' (the first version, masking written the BEiT/SimMIM way on an MAE config: the encoder runs on
+    all N tokens with the masked ones replaced by a learned mask token, so at 90% masking it computes and keeps
+    ten times the tokens it needs); 'visible': the visible tokens gathered first (jnp.take_along_axis with the
+    kept indices, as MAE does) and only they are encoded; the decoder then sees the encoded visible tokens
+    scattered back among mask tokens, in both versions."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    nt, nh = frames // tubelet, size // patch
+    N = nt * nh * nh
+    n_keep = int(round(N * (1 - mask_ratio)))
+    patch_dim = tubelet * patch * patch * 3
+
+    def layer_norm(x):
+        x32 = x.astype(f32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        return ((x32 - mu) * jax.lax.rsqrt(jnp.var(x32, -1, keepdims=True) + 1e-6)).astype(bf)
+
+    def block(x, w, h):
+        b, n, d = x.shape
+        q, k, v = jnp.split(layer_norm(x) @ w["qkv"], 3, -1)
+        q, k, v = (t.reshape(b, n, h, d // h) for t in (q, k, v))
+        att = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) / (d // h) ** 0.5, -1).astype(bf)
+        x = x + jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, n, d) @ w["proj"]
+        return x + jax.nn.gelu(layer_norm(x) @ w["fc1"]) @ w["fc2"]
+
+    def videomae_pretrain_step(params, clips, keep_idx, is_masked):
+        b = clips.shape[0]
+        x = clips.reshape(b, nt, tubelet, nh, patch, nh, patch, 3).transpose(0, 1, 3, 5, 2, 4, 6, 7)
+        tubelets = x.reshape(b, N, patch_dim)
+        mu = jnp.mean(tubelets.astype(f32), -1, keepdims=True)
+        target = (tubelets.astype(f32) - mu) * jax.lax.rsqrt(jnp.var(tubelets.astype(f32), -1, keepdims=True) + 1e-6)
+
+        def loss_fn(params):
+            tok = tubelets @ params["patch_embed"] + params["pos_enc"]
+            if encode == "all":
+                h = jnp.where(is_masked[..., None], params["enc_mask_token"], tok)
+                for w in params["encoder"]:
+                    h = block(h, w, heads)
+                vis = jnp.take_along_axis(h, keep_idx[..., None], 1)
+            else:
+                h = jnp.take_along_axis(tok, keep_idx[..., None], 1)
+                for w in params["encoder"]:
+                    h = block(h, w, heads)
+                vis = h
+            vis = layer_norm(vis) @ params["enc_to_dec"]
+            dec = jnp.broadcast_to(params["dec_mask_token"], (b, N, d_dec))
+            dec = dec.at[jnp.arange(b)[:, None], keep_idx].set(vis) + params["pos_dec"]
+            for w in params["decoder"]:
+                dec = block(dec, w, max(1, d_dec // 64))
+            pred = (layer_norm(dec) @ params["pixel_head"]).astype(f32)
+            err = jnp.mean((pred - target) ** 2, -1)
+            return jnp.sum(err * is_masked) / jnp.sum(is_masked)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    blk = lambda d: {"qkv": r(d, 3 * d), "proj": r(d, d), "fc1": r(d, 4 * d), "fc2": r(4 * d, d)}
+    params = {"patch_embed": r(patch_dim, d_enc), "pos_enc": r(N, d_enc), "enc_mask_token": r(d_enc),
+              "encoder": [blk(d_enc) for _ in range(enc_layers)], "enc_to_dec": r(d_enc, d_dec),
+              "dec_mask_token": r(d_dec), "pos_dec": r(N, d_dec),
+              "decoder": [blk(d_dec) for _ in range(dec_layers)], "pixel_head": r(d_dec, patch_dim)}
+    B = mesh.devices.size * clips_per_device
+    clips = sds((B, frames, size, size, 3), bf, mesh, P("d"))
+    keep_idx = sds((B, n_keep), jnp.int32, mesh, P("d"))
+    is_masked = sds((B, N), f32, mesh, P("d"))
+    return videomae_pretrain_step, (params, clips, keep_idx, is_masked), {"donate_argnums": (0,)}
+
+
+pair(
+    "videomae_encoder_all_tokens", "v5e", "v5e:2x2",
+    "VideoMAE-style masked video pre-training on v5e (ViT-B-shaped encoder, 12 blocks D=768, a 4-block D=384 "
+    "decoder, 16-frame 224x224 clips in 2x16x16 tubelets: 1568 tokens, 90% tube masking, 48 clips per chip, bf16, "
+    "no remat) whose encoder runs on all 1568 tokens with the masked ones replaced by a mask token "
+    "(SimMIM-style masking on an MAE config), instead of on the 157 visible ones, beyond 15.75G.",
+    "Fixed variant of videomae_encoder_all_tokens_v5e: the visible tokens gathered first "
+    "(jnp.take_along_axis with the kept indices) and only they encoded; fits.",
+    dict(category="aggregate", causes=["large_activation", "batch_too_large"]),
+    _videomae_encoder_all_tokens_builder,
+    dict(clips_per_device=48, frames=16, size=224, tubelet=2, patch=16, d_enc=768, d_dec=384, heads=12,
+         enc_layers=12, dec_layers=4, mask_ratio=0.9, encode="all"),
+    dict(clips_per_device=48, frames=16, size=224, tubelet=2, patch=16, d_enc=768, d_dec=384, heads=12,
+         enc_layers=12, dec_layers=4, mask_ratio=0.9, encode="visible"),
+    dump=False,
+)
+
+
+# --------------------------------------------------------------------------------------------
+
+
 # ---- 64. more broken/fixed pairs (batch tpu53): other models, other names ---------------------
 #
 # Programs of kinds sections 13-62 do not have, from graph learning, point clouds and recommendation. Activations:
