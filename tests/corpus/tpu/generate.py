@@ -22794,6 +22794,263 @@ for _base, _gen in (("graphgps_dense_global_attention", "v5e"), ("dgcnn_full_pai
     for _n in (f"{_base}_{_gen}", f"{_base}_fixed_{_gen}"):
         CASES[_n]["stderr_limit"] = 40 * 1024
 
+# --------------------------------------------------------------------------------------------
+
+
+# ---- 66. more broken/fixed pairs (batch tpu55): other models, other names ---------------------
+#
+# Programs of kinds sections 13-64 do not have. Placement: the serving KV cache of a multi-query-attention
+# (one KV head, Falcon-style) decoder placed by the tensor-parallel helper "shard the KV-head axis when it
+# divides the device count, else replicate": one head never divides, so the whole cache is replicated on every
+# core, instead of the cache sharded over its batch axis. Structure: a MusicGen-style text-to-music LM whose four
+# EnCodec codebooks are interleaved with the "flattening" pattern (every frame's K codes laid out one after the
+# other, a K*T-token sequence) instead of the "delay" pattern (the K codebook embeddings summed per frame, one
+# head per codebook, T tokens), so each layer's attention is (K*T)^2; a MAPPO centralized critic fed the
+# "agent-specific global state" (every agent's own copy of all agents' observations plus its one-hot id) instead of
+# its first dense layer split along the input (the global state projected once per environment, the id rows added
+# per agent). The fixed twin changes exactly the first cause. (Tried and not kept: the MAPPO critic with 1024
+# environments per chip compiled, 6.66G, the broadcast state kept as one bf16 [1024, 128, 24576] buffer.) See the
+# README section of batch tpu55.
+
+
+# 66.1 an MQA decoder's KV cache placed by a "shard the KV-head axis if it divides, else replicate" helper
+
+
+def _mqa_cache_head_rule_builder(mesh, layers, d_model, heads, head_dim, d_ff, batch, max_len, cache_rule):
+    """One decode step of a Falcon-style multi-query-attention decoder (stacked [L, ...] layers under lax.scan,
+    bf16 weights FSDP-sharded P(None, 'd'), one shared KV head of head_dim, a preallocated bf16 KV cache
+    [L, B, S, 1, head_dim] for keys and for values, donated and updated in place at `pos`).
+    The cache's sharding comes from the serving stack's tensor-parallel helper written for multi-head models:
+    cache_rule='kv_heads' (the first version: P(None, None, None, 'd') on the KV-head axis when
+    kv_heads % n_devices == 0, else P(): with one KV head the cache is replicated on every core); 'batch': the
+    cache sharded over its batch axis, P(None, 'd'), as the token batch is."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    L, D, H, hd = layers, d_model, heads, head_dim
+    n_dev = mesh.devices.size
+    kv_heads = 1
+
+    def cache_spec(shape):
+        if cache_rule == "kv_heads":
+            return P(None, None, None, "d") if shape[3] % n_dev == 0 else P()
+        return P(None, "d")
+
+    def decoder_layer(x, layer):
+        w, k_cache, v_cache, pos = layer
+        h = x.astype(f32)
+        h = (h * jax.lax.rsqrt(jnp.mean(h * h, -1, keepdims=True) + 1e-6)).astype(bf)
+        q = (h @ w["wq"]).reshape(-1, H, hd)                                      # [B, H, hd]
+        kv = h @ w["wkv"]                                                         # [B, 2 * hd]
+        k_new, v_new = kv[:, None, None, :hd], kv[:, None, None, hd:]             # [B, 1, 1, hd]
+        k_cache = jax.lax.dynamic_update_slice(k_cache, k_new, (0, pos, 0, 0))
+        v_cache = jax.lax.dynamic_update_slice(v_cache, v_new, (0, pos, 0, 0))
+        s = jnp.einsum("bhd,bsd->bhs", q, k_cache[:, :, 0, :]).astype(f32) / hd ** 0.5
+        s = jnp.where(jnp.arange(k_cache.shape[1])[None, None, :] <= pos, s, -1e9)
+        a = jax.nn.softmax(s, -1).astype(bf)
+        o = jnp.einsum("bhs,bsd->bhd", a, v_cache[:, :, 0, :]).reshape(-1, H * hd) @ w["wo"]
+        mlp = jax.nn.gelu(h @ w["mlp_in"]) @ w["mlp_out"]
+        return x + o + mlp, (k_cache, v_cache)
+
+    def falcon_decode_step(params, k_cache, v_cache, tokens, pos):
+        x = jnp.take(params["embed"], tokens, axis=0)                             # [B, D]
+        pos_l = jnp.broadcast_to(pos, (L,))
+        x, (k_cache, v_cache) = jax.lax.scan(decoder_layer, x, (params["layers"], k_cache, v_cache, pos_l))
+        logits = (x @ params["embed"].T).astype(f32)
+        return jnp.argmax(logits, -1).astype(jnp.int32), k_cache, v_cache
+
+    w = lambda *shape: sds(shape, bf, mesh, P(None, "d"))
+    params = {"embed": sds((65024, D), bf, mesh, P(None, "d")),
+              "layers": {"wq": w(L, D, H * hd), "wkv": w(L, D, 2 * kv_heads * hd), "wo": w(L, H * hd, D),
+                         "mlp_in": w(L, D, d_ff), "mlp_out": w(L, d_ff, D)}}
+    cshape = (L, batch, max_len, kv_heads, hd)
+    k_cache = sds(cshape, bf, mesh, cache_spec(cshape))
+    v_cache = sds(cshape, bf, mesh, cache_spec(cshape))
+    tokens = sds((batch,), jnp.int32, mesh, P("d"))
+    pos = sds((), jnp.int32, mesh, P())
+    return falcon_decode_step, (params, k_cache, v_cache, tokens, pos), {"donate_argnums": (1, 2)}
+
+
+pair(
+    "falcon_mqa_cache_head_rule", "v4", "v4:2x2x1",
+    "Batched decoding of a Falcon-7B-shaped multi-query-attention decoder on v4 (32 layers, D=4544, 71 query "
+    "heads of 64, one KV head, bf16 weights FSDP-sharded, 256 sequences of up to 8192 tokens) whose KV cache is "
+    "placed by the tensor-parallel helper 'shard the KV-head axis if it divides the device count, else P()': one "
+    "KV head never divides 8, so the 2 x 8 GiB cache is replicated on every TensorCore, beyond 15.25G.",
+    "Fixed variant of falcon_mqa_cache_head_rule_v4: the KV cache sharded over its batch axis, P(None, 'd'), "
+    "like the token batch; fits.",
+    dict(category="arguments", causes=["replicated_tensor", "arguments_exceed"]),
+    _mqa_cache_head_rule_builder,
+    dict(layers=32, d_model=4544, heads=71, head_dim=64, d_ff=18176, batch=256, max_len=8192,
+         cache_rule="kv_heads"),
+    dict(layers=32, d_model=4544, heads=71, head_dim=64, d_ff=18176, batch=256, max_len=8192,
+         cache_rule="batch"),
+    dump=False,
+)
+
+# 66.2 a MusicGen-style codebook LM whose K EnCodec codebooks are interleaved by flattening (K*T tokens), not delayed
+
+
+def _musicgen_flatten_pattern_builder(mesh, layers, d_model, heads, d_ff, codebooks, card, frames,
+                                      clips_per_device, text_len, pattern):
+    """Training step of a MusicGen-style text-to-music decoder over EnCodec tokens (K codebooks of `card` codes
+    at 50 frames per second, pre-LN causal transformer blocks stacked [L, ...] under lax.scan with
+    jax.checkpoint, cross-attention to T5 text-encoder states, bf16 compute, f32 params FSDP-sharded
+    P(None, 'd'), plain SGD), the clips sharded over 'd'.
+    pattern='flatten' (the first version, the "flattening" interleaving of the MusicGen paper: every frame's K
+    codes laid out one after the other, one K*card embedding table with per-codebook offsets, one output head
+    over the card, a K*T-token sequence, so each layer's causal attention is (K*T)^2); 'delay' (MusicGen's default): codebook k shifted by
+    k frames, the K embeddings summed per frame, K output heads, a T(+K-1)-token sequence."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    L, D, H, K, V = layers, d_model, heads, codebooks, card
+    S = K * frames if pattern == "flatten" else frames + K - 1
+
+    def rms(x):
+        x32 = x.astype(f32)
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6)).astype(bf)
+
+    def attend(q, k, v, causal):
+        b, n, _ = q.shape
+        q, k, v = (t.reshape(b, -1, H, D // H) for t in (q, k, v))
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) / (D // H) ** 0.5
+        if causal:
+            s = jnp.where(jnp.tril(jnp.ones((n, n), bool)), s, -1e9)
+        a = jax.nn.softmax(s, -1).astype(bf)
+        return jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(b, n, D)
+
+    def musicgen_block(carry, w):
+        x, text = carry
+        q, k, v = jnp.split(rms(x) @ w["self_qkv"].astype(bf), 3, -1)
+        x = x + attend(q, k, v, True) @ w["self_out"].astype(bf)
+        kv = text @ w["cross_kv"].astype(bf)
+        x = x + attend(rms(x) @ w["cross_q"].astype(bf), *jnp.split(kv, 2, -1), False) @ w["cross_out"].astype(bf)
+        x = x + jax.nn.gelu(rms(x) @ w["ffn_in"].astype(bf)) @ w["ffn_out"].astype(bf)
+        return (x, text), None
+
+    def musicgen_train_step(params, codes, text_states):                     # codes [B, K, T] int32
+        B_, T_ = codes.shape[0], codes.shape[2]
+
+        def loss_fn(params):
+            if pattern == "flatten":
+                ids = (codes + (jnp.arange(K, dtype=jnp.int32) * V)[None, :, None]).transpose(0, 2, 1)
+                x = jnp.take(params["emb"], ids.reshape(B_, K * T_), axis=0).astype(bf)      # [B, K*T, D]
+            else:
+                pad = jnp.zeros((B_, K, K - 1), codes.dtype)
+                delayed = jnp.stack([jnp.roll(jnp.concatenate([codes[:, k], pad[:, k]], -1), k, -1)
+                                     for k in range(K)], 1)                                  # [B, K, T+K-1]
+                ids = delayed + (jnp.arange(K, dtype=jnp.int32) * V)[None, :, None]
+                x = jnp.sum(jnp.take(params["emb"], ids, axis=0), axis=1).astype(bf)         # [B, T+K-1, D]
+            (x, _), _ = jax.lax.scan(jax.checkpoint(musicgen_block), (x, text_states.astype(bf)),
+                                     params["blocks"])
+            h = rms(x)
+            if pattern == "flatten":
+                logits = (h @ params["heads"][0].astype(bf)).astype(f32)                    # [B, K*T, V]
+                target = jnp.roll(ids.reshape(B_, K * T_) % V, -1, 1)
+            else:
+                logits = jnp.einsum("bsd,kdv->bksv", h, params["heads"].astype(bf)).astype(f32)
+                target = jnp.roll(delayed, -1, -1)
+            logp = jax.nn.log_softmax(logits, -1)
+            return -jnp.mean(jnp.take_along_axis(logp, target[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+    w = lambda *shape: sds(shape, f32, mesh, P(None, "d"))
+    params = {"emb": sds((K * V, D), f32, mesh, P(None, "d")),
+              "heads": sds((K, D, V), f32, mesh, P(None, "d")),
+              "blocks": {"self_qkv": w(L, D, 3 * D), "self_out": w(L, D, D), "cross_q": w(L, D, D),
+                         "cross_kv": w(L, D, 2 * D), "cross_out": w(L, D, D),
+                         "ffn_in": w(L, D, d_ff), "ffn_out": w(L, d_ff, D)}}
+    B = mesh.devices.size * clips_per_device
+    codes = sds((B, K, frames), jnp.int32, mesh, P("d"))
+    text_states = sds((B, text_len, D), bf, mesh, P("d"))
+    return musicgen_train_step, (params, codes, text_states), {"donate_argnums": (0,)}
+
+
+pair(
+    "musicgen_flatten_codebook_pattern", "v6e", "v6e:2x2",
+    "MusicGen-medium-shaped text-to-music training on v6e (24 layers, D=1536, 24 heads, FFN 6144, 4 EnCodec "
+    "codebooks of 2048 codes at 50 Hz, 30 s clips = 1500 frames, 8 clips per chip, jax.checkpoint per block, bf16) "
+    "whose codebooks are interleaved with the flattening pattern: a 6000-token sequence per clip, so each layer's "
+    "causal attention is [8, 24, 6000, 6000], beyond 31.25G.",
+    "Fixed variant of musicgen_flatten_codebook_pattern_v6e: MusicGen's delay pattern (codebook k shifted by k "
+    "frames, the 4 embeddings summed per frame, 4 output heads, 1503 tokens); fits.",
+    dict(category="single_large_allocation", causes=["large_activation", "batch_too_large"]),
+    _musicgen_flatten_pattern_builder,
+    dict(layers=24, d_model=1536, heads=24, d_ff=6144, codebooks=4, card=2048, frames=1500, clips_per_device=8,
+         text_len=256, pattern="flatten"),
+    dict(layers=24, d_model=1536, heads=24, d_ff=6144, codebooks=4, card=2048, frames=1500, clips_per_device=8,
+         text_len=256, pattern="delay"),
+    dump=False,
+)
+
+# 66.3 a MAPPO centralized critic fed the "agent-specific global state": every agent's copy of all agents' observations
+
+
+def _mappo_agent_specific_state_builder(mesh, envs_per_device, agents, obs_dim, hidden, state_input):
+    """Critic update of a MAPPO learner on a many-agent swarm task (a shared centralized value network, f32 like
+    the rest of the RL stack, PPO-style clipped value loss, plain SGD), the environments sharded over 'd'.
+    state_input='per_agent' (the first version, the "agent-specific global state" of the MAPPO code: for every
+    agent, the concatenation of all agents' observations and its one-hot agent id, [E, N, N * obs + N], fed to
+    the critic's first dense layer); 'shared': the same first layer split along its input (a dense layer on a
+    concatenation is the sum of dense layers on the parts): the global state [E, N * obs] projected once per
+    environment and the agent-id rows added per agent, identical values."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    N, O = agents, obs_dim
+
+    def critic_value(params, obs):                                            # obs [E, N, O]
+        E = obs.shape[0]
+        global_state = obs.reshape(E, N * O)
+        if state_input == "per_agent":
+            agent_id = jnp.broadcast_to(jnp.eye(N, dtype=f32), (E, N, N))
+            x = jnp.concatenate([jnp.broadcast_to(global_state[:, None, :], (E, N, N * O)), agent_id], -1)
+            h = jnp.tanh(x @ params["fc1"] + params["b1"])                     # [E, N, hidden]
+        else:
+            h = jnp.tanh((global_state @ params["fc1"][:N * O])[:, None, :] + params["fc1"][N * O:][None]
+                         + params["b1"])
+        h = jnp.tanh(h @ params["fc2"] + params["b2"])
+        return (h @ params["v"])[..., 0]                                       # [E, N]
+
+    def mappo_critic_update(params, obs, returns, old_values):
+        def value_loss(params):
+            v = critic_value(params, obs)
+            v_clip = old_values + jnp.clip(v - old_values, -0.2, 0.2)
+            return 0.5 * jnp.mean(jnp.maximum((v - returns) ** 2, (v_clip - returns) ** 2))
+
+        loss, grads = jax.value_and_grad(value_loss)(params)
+        return _tm(lambda p, g: p - 5e-4 * g, params, grads), loss
+
+    r = lambda *shape: sds(shape, f32, mesh, P())
+    params = {"fc1": r(N * O + N, hidden), "b1": r(hidden), "fc2": r(hidden, hidden), "b2": r(hidden),
+              "v": r(hidden, 1)}
+    E = mesh.devices.size * envs_per_device
+    obs = sds((E, N, O), f32, mesh, P("d"))
+    returns = sds((E, N), f32, mesh, P("d"))
+    old_values = sds((E, N), f32, mesh, P("d"))
+    return mappo_critic_update, (params, obs, returns, old_values), {"donate_argnums": (0,)}
+
+
+pair(
+    "mappo_agent_specific_global_state", "v5e", "v5e:2x2",
+    "MAPPO critic update for a 128-agent swarm task on v5e (192-dim observations per agent, 3072 environments "
+    "per chip, a 512-wide f32 centralized critic) fed MAPPO's agent-specific global state: every agent's own copy "
+    "of all 128 agents' observations plus its one-hot id, [3072, 128, 24704] per chip, beyond 15.75G.",
+    "Fixed variant of mappo_agent_specific_global_state_v5e: the critic's first layer split along its input, the "
+    "global state projected once per environment and the agent-id rows added per agent (same values); fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _mappo_agent_specific_state_builder,
+    dict(envs_per_device=3072, agents=128, obs_dim=192, hidden=512, state_input="per_agent"),
+    dict(envs_per_device=3072, agents=128, obs_dim=192, hidden=512, state_input="shared"),
+    dump=True,
+)
+
+
+for _base, _gen in (("falcon_mqa_cache_head_rule", "v4"), ("musicgen_flatten_codebook_pattern", "v6e"),
+                    ("mappo_agent_specific_global_state", "v5e")):
+    for _n in (f"{_base}_{_gen}", f"{_base}_fixed_{_gen}"):
+        CASES[_n]["stderr_limit"] = 40 * 1024
+
 
 # --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
