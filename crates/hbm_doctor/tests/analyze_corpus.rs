@@ -543,3 +543,22 @@ fn thread_local_allocations_are_not_in_the_device_heap() {
         r.diagnosis.summary
     );
 }
+
+/// A MAPPO critic that gives every agent its own copy of all agents' observations: one 18 GiB
+/// broadcast the compiler already rematerialized (`broadcast_in_dim.3.remat2`). It is not a
+/// forward activation that remat could drop (`no_remat` does not take it): the intermediate is
+/// the story, and the analyze diagnosis leads with it.
+#[test]
+fn an_already_rematerialized_buffer_is_not_no_remat() {
+    let case = "mappo_agent_specific_global_state_v5e";
+    let v5e = 15.75 * (1u64 << 30) as f64;
+    let r = run(case, Some(v5e as u64));
+    let first = &r.diagnosis.causes[0];
+    assert_eq!(
+        first.cause.as_str(),
+        "large_activation",
+        "{:?}",
+        r.diagnosis.causes
+    );
+    assert_eq!(meta(case)["label"]["causes"][0], "large_activation");
+}

@@ -1073,8 +1073,11 @@ fn no_remat(input: &ModuleInput<'_>, s: &SpaceReport, claimed: &mut HashSet<Stri
         .filter(|b| {
             // (Not a buffer another cause explains: a parameter stack gathered whole is held
             // state, not an activation of the forward pass.)
+            // (Nor one the compiler already rematerialized, `broadcast_in_dim.3.remat2`: it is
+            // recomputed for the backward pass, and remat cannot make it smaller.)
             b.kind == "temp"
                 && !claimed.contains(&b.name)
+                && !b.name.contains(".remat")
                 && b.op_name.as_deref().is_some_and(is_fwd)
                 && b.live.is_some_and(|(st, en)| st < first_bwd && en >= t)
         })
