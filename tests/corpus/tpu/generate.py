@@ -23053,6 +23053,145 @@ for _base, _gen in (("falcon_mqa_cache_head_rule", "v4"), ("musicgen_flatten_cod
 
 
 # --------------------------------------------------------------------------------------------
+# 65. batch tpu54: other models, other names
+# (tried and dropped: a frame-level ASR encoder whose log-mel features were placed P(None, None, 'd'), the mel
+# axis sharded: sharding propagation resharded the activations by the batch from the targets, 6.12G vs 6.00G,
+# no OOM; an xDeepFM CIN keeping each layer's [B, H, m, D] field outer product: the outer product is fused into
+# the compressing dot and never materialized, 4.45G of 31.25G at 8192 examples per chip)
+# --------------------------------------------------------------------------------------------
+
+# 65.1 partition specs read with nn.get_partition_spec after nn.unbox: the Partitioned boxes gone, every spec P()
+
+
+def _unboxed_partition_specs_builder(mesh, d_model, d_ff, layers, vocab, tokens_per_device, seq, read_boxes):
+    """Training step (Adam, f32 params and moments) of a Flax decoder-style LM stack whose kernels were declared
+    with nn.with_partitioning(init, (None, 'd')) / (('d', None)) and whose in_shardings come from
+    nn.get_partition_spec(state).
+    read_boxes=False (the first version: the train state was built from nn.unbox(variables) -- nn.meta.unbox
+    strips the nn.Partitioned boxes -- and get_partition_spec of plain arrays is PartitionSpec() for every leaf:
+    the params and both Adam moments replicated on every chip); True: the specs read from the boxed variables
+    (each kernel's declared axis sharded over 'd')."""
+    jax, jnp, NamedSharding, P = _jax()
+    f32 = jnp.float32
+    col = P(None, "d") if read_boxes else P()
+    row = P("d", None) if read_boxes else P()
+
+    def decoder_lm_train_step(params, opt_state, token_ids, next_ids):
+        def loss_fn(params):
+            x = jnp.take(params["token_embed"], token_ids, axis=0)
+            for lw in params["blocks"]:
+                h = (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-6)
+                x = x + jax.nn.gelu(h @ lw["mlp_wi"]) @ lw["mlp_wo"]
+            logits = x @ params["token_embed"].T
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), next_ids[..., None], -1))
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        params, opt_state = adam_update(params, grads, opt_state)
+        return params, opt_state, loss
+
+    def tree(c, r, e):
+        return {"token_embed": sds((vocab, d_model), f32, mesh, e),
+                "blocks": [{"mlp_wi": sds((d_model, d_ff), f32, mesh, c), "mlp_wo": sds((d_ff, d_model), f32, mesh, r)}
+                           for _ in range(layers)]}
+
+    params = tree(col, row, row)
+    opt_state = {"count": sds((), jnp.int32, mesh, P()), "mu": tree(col, row, row), "nu": tree(col, row, row)}
+    B = mesh.devices.size * tokens_per_device // seq
+    token_ids = sds((B, seq), jnp.int32, mesh, P("d"))
+    next_ids = sds((B, seq), jnp.int32, mesh, P("d"))
+    return decoder_lm_train_step, (params, opt_state, token_ids, next_ids), {"donate_argnums": (0, 1)}
+
+
+pair(
+    "flax_unboxed_partition_specs", "v5e", "v5e:2x2",
+    "A Flax decoder-style LM stack (10 MLP blocks 4096 -> 16384, 32768-token tied embedding; f32 params, Adam) "
+    "trained on v5e whose kernels are declared with nn.with_partitioning but whose in_shardings come from "
+    "nn.get_partition_spec(nn.unbox(variables)): the unboxed leaves carry no axis names, every spec is P(), so the "
+    "params and both Adam moments (16.50G of arguments) are replicated on every chip, beyond 15.75G.",
+    "Fixed variant of flax_unboxed_partition_specs_v5e: the specs read from the boxed variables "
+    "(nn.get_partition_spec before unboxing: mlp_wi P(None, 'd'), mlp_wo and token_embed P('d', None)); fits.",
+    dict(category="arguments", causes=["arguments_exceed", "replicated_tensor", "optimizer_state_unsharded"]),
+    _unboxed_partition_specs_builder,
+    dict(d_model=4096, d_ff=16384, layers=10, vocab=32768, tokens_per_device=1024, seq=256, read_boxes=False),
+    dict(d_model=4096, d_ff=16384, layers=10, vocab=32768, tokens_per_device=1024, seq=256, read_boxes=True),
+    dump=False,
+)
+
+
+# 65.2 a channel-independent time-series transformer fed one token per time step (no patching): [L, L] attention
+
+
+def _ts_unpatched_attention_builder(mesh, series_per_device, channels, lookback, horizon, d_model, heads, layers,
+                                    patch_len):
+    """Training step of a PatchTST-style channel-independent forecaster (every channel of every series a
+    separate sequence; a linear patch embedding, pre-LN transformer encoder with bf16 weights and activations
+    and an f32 softmax, a flatten head to the horizon; MSE; plain SGD), the series sharded over 'd'.
+    patch_len=1 (the first version: the look-back window embedded one time step per token, so every
+    channel's encoder attends over all lookback x lookback lags); 16: patches of 16 steps (stride 16), as in
+    PatchTST: lookback / 16 tokens."""
+    jax, jnp, NamedSharding, P = _jax()
+    bf, f32 = jnp.bfloat16, jnp.float32
+    D, H = d_model, heads
+    Dh = D // H
+    N = lookback // patch_len
+
+    def ln(x):
+        xf = x.astype(f32)
+        return ((xf - xf.mean(-1, keepdims=True)) * jax.lax.rsqrt(xf.var(-1, keepdims=True) + 1e-5)).astype(bf)
+
+    def forecaster_train_step(params, history, target):
+        def loss_fn(params):
+            Bs, C, L = history.shape
+            x = history.reshape(Bs * C, N, patch_len).astype(bf) @ params["patch_embed"] + params["pos_embed"]
+            for lw in params["encoder"]:
+                h = ln(x)
+                q = (h @ lw["wq"]).reshape(Bs * C, N, H, Dh)
+                k = (h @ lw["wk"]).reshape(Bs * C, N, H, Dh)
+                v = (h @ lw["wv"]).reshape(Bs * C, N, H, Dh)
+                s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) / jnp.sqrt(jnp.float32(Dh))
+                p = jax.nn.softmax(s, axis=-1).astype(bf)
+                x = x + jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(Bs * C, N, D) @ lw["wo"]
+                x = x + jax.nn.gelu(ln(x) @ lw["ffn_in"]) @ lw["ffn_out"]
+            pred = (ln(x).reshape(Bs * C, N * D) @ params["flatten_head"]).astype(f32).reshape(Bs, C, horizon)
+            return jnp.mean((pred - target) ** 2)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        return _tm(lambda p, g: (p - 1e-4 * g).astype(p.dtype), params, grads), loss
+
+    r = lambda *shape: sds(shape, bf, mesh, P())
+    params = {"patch_embed": r(patch_len, D), "pos_embed": r(N, D), "flatten_head": r(N * D, horizon),
+              "encoder": [{"wq": r(D, D), "wk": r(D, D), "wv": r(D, D), "wo": r(D, D),
+                           "ffn_in": r(D, 2 * D), "ffn_out": r(2 * D, D)} for _ in range(layers)]}
+    B = mesh.devices.size * series_per_device
+    history = sds((B, channels, lookback), f32, mesh, P("d"))
+    target = sds((B, channels, horizon), f32, mesh, P("d"))
+    return forecaster_train_step, (params, history, target), {"donate_argnums": (0,)}
+
+
+pair(
+    "ts_forecaster_one_token_per_step", "v5p", "v5p:2x2x1",
+    "A channel-independent (PatchTST-style) forecaster trained on v5p (16 series of 21 channels per chip, "
+    "look-back 2048, horizon 96, 3 layers, 16 heads) whose look-back window is embedded one time step per token: "
+    "every channel attends over all 2048 x 2048 lags, the f32 scores f32[336,16,2048,2048] (84 GiB) and the bf16 "
+    "probabilities of each layer kept for the backward pass, beyond 95.74G.",
+    "Fixed variant of ts_forecaster_one_token_per_step_v5p: the look-back window cut into patches of 16 steps "
+    "(stride 16) as PatchTST does, 128 tokens per channel; fits.",
+    dict(category="single_large_allocation", causes=["large_activation"]),
+    _ts_unpatched_attention_builder,
+    dict(series_per_device=16, channels=21, lookback=2048, horizon=96, d_model=128, heads=16, layers=3,
+         patch_len=1),
+    dict(series_per_device=16, channels=21, lookback=2048, horizon=96, d_model=128, heads=16, layers=3,
+         patch_len=16),
+    dump=False,
+)
+
+
+for _base, _gen in (("flax_unboxed_partition_specs", "v5e"), ("ts_forecaster_one_token_per_step", "v5p")):
+    for _n in (f"{_base}_{_gen}", f"{_base}_fixed_{_gen}"):
+        CASES[_n]["stderr_limit"] = 40 * 1024
+
+
+# --------------------------------------------------------------------------------------------
 # Worker (child process): build, lower, compile, record
 # --------------------------------------------------------------------------------------------
 
