@@ -632,8 +632,7 @@ fn diagnose(index: usize, e: &Event, refused: Option<&WarningSummary>) -> Diagno
             || e.family == Family::TpuHloTemporaries;
         // (Known by its headline alone, far over or not, the chip comes after the hypotheses
         // of what the program holds: `headline_hypotheses`.)
-        let headline_only =
-            e.allocations.is_empty() && e.arguments_bytes.is_none() && e.hlo_temp_bytes.is_none();
+        let headline_only = states_total_only(e);
         let prior = match (far_over, temporaries_over) {
             (true, false) => 1.9,
             (true, true) if !headline_only => 0.6,
@@ -2023,6 +2022,11 @@ fn common_batch(allocs: &[Allocation]) -> Option<(u64, u64)> {
     counts.first().filter(|c| c.1 >= 2).map(|c| (c.0, c.2))
 }
 
+/// The event states its total and no part of it: no listing, no arguments, no temporaries.
+fn states_total_only(e: &Event) -> bool {
+    e.allocations.is_empty() && e.arguments_bytes.is_none() && e.hlo_temp_bytes.is_none()
+}
+
 /// A TPU compile failure known by its headline alone (libtpu's one-line `the total memory
 /// required for HLO temporaries (X) exceeds available HBM (Y)`, or `Used X of Y hbm` with no
 /// listing and no arguments figure): nothing says what makes up the requirement. Behind the
@@ -2035,9 +2039,7 @@ fn headline_hypotheses(ctx: &Ctx<'_>) -> Vec<(f64, Cause)> {
     let e = ctx.e;
     let headline_only = e.phase == Phase::Compile
         && e.backend == Some(hbm_doctor_log::Backend::Tpu)
-        && e.allocations.is_empty()
-        && e.arguments_bytes.is_none()
-        && e.hlo_temp_bytes.is_none()
+        && states_total_only(e)
         && matches!(ctx.category, Category::Unknown | Category::Aggregate);
     if !headline_only || ctx.used.zip(ctx.limit).is_none_or(|(u, l)| u <= l) {
         return Vec::new();
