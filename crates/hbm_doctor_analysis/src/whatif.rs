@@ -129,7 +129,7 @@ pub fn apply(
     }
 }
 
-/// `analyze --what-if NAME` on the main module (the largest HBM total): a detected cause's own
+/// `analyze --what-if NAME` on the main module (the largest HBM total on the device): a detected cause's own
 /// change when NAME is one (`debug_print`, `optimizer_state_unsharded`, `no_remat`...), else a
 /// [`generic`] one. `Err` says which names exist.
 pub fn named(report: &crate::analyze::AnalyzeReport, name: &str) -> Result<WhatIf, String> {
@@ -142,7 +142,7 @@ pub fn named(report: &crate::analyze::AnalyzeReport, name: &str) -> Result<WhatI
                 .find(|s| s.color == 0)
                 .map(|s| (m, s))
         })
-        .max_by_key(|(_, s)| s.total_bytes);
+        .max_by_key(|(_, s)| s.device_bytes());
     let Some((m, s)) = main else {
         return Err("no module with HBM figures to change".into());
     };
